@@ -1,0 +1,1 @@
+"""memq's HTTP API: thin FastAPI handlers over ``pipeline``."""

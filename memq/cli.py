@@ -1,0 +1,161 @@
+"""The ``memq`` command: run the services and talk to a running stack.
+
+Every subcommand builds ``Settings`` once from the environment and passes it down. Errors a user
+can act on are printed as one line on stderr with exit status 2 (bad input) or 1 (a fault).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+
+from pipeline.config import Settings
+from pipeline.errors import MemqError
+
+Handler = Callable[[Settings, argparse.Namespace], int]
+
+
+def _worker(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.app import create_celery
+
+    queues = args.queues or ",".join(
+        [settings.queues.io, settings.queues.cpu, settings.queues.backfill]
+    )
+    argv = [
+        "worker",
+        f"--queues={queues}",
+        f"--concurrency={args.concurrency or settings.worker.concurrency}",
+        f"--loglevel={args.loglevel}",
+        f"--hostname={args.hostname}",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    create_celery(settings).worker_main(argv)
+    return 0
+
+
+def _flower(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.app import create_celery
+
+    argv = ["flower", f"--address={settings.flower.host}", f"--port={settings.flower.port}"]
+    if settings.flower.basic_auth is not None:
+        argv.append(f"--basic-auth={settings.flower.basic_auth.get_secret_value()}")
+    create_celery(settings).start(argv)
+    return 0
+
+
+def _api(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.app import create_app
+
+    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port)
+    return 0
+
+
+def _init(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline.store.client import make_client
+    from pipeline.store.indices import ensure_indices
+
+    names = ensure_indices(make_client(settings.es), settings.es, settings.embedder.dims)
+    print(f"indices ready under prefix '{names.prefix}' at {settings.es.url}")
+    return 0
+
+
+def _health(settings: Settings, args: argparse.Namespace) -> int:
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from workers.app import HEALTH_TASK, create_celery
+
+    app = create_celery(settings)
+    try:
+        reply = app.send_task(HEALTH_TASK).get(timeout=args.timeout_s)
+    except CeleryTimeout:
+        print(f"memq: no worker answered within {args.timeout_s:g}s", file=sys.stderr)
+        return 1
+    print(json.dumps(reply))
+    return 0
+
+
+def _demo(settings: Settings, args: argparse.Namespace) -> int:
+    from memq.demo import run_demo
+
+    return run_demo(settings, timeout_s=args.timeout_s)
+
+
+def _settings(settings: Settings, args: argparse.Namespace) -> int:
+    """Print what ops/ needs to know, as shell assignments (one source of truth for ports)."""
+    es = urlsplit(settings.es.url)
+    redis = urlsplit(settings.redis.url)
+    values = {
+        "MEMQ_ES_URL": settings.es.url,
+        "ES_HOST": es.hostname or "127.0.0.1",
+        "ES_PORT": str(es.port or 9200),
+        "REDIS_HOST": redis.hostname or "127.0.0.1",
+        "REDIS_PORT": str(redis.port or 6379),
+        "API_HOST": settings.api.host,
+        "API_PORT": str(settings.api.port),
+        "FLOWER_HOST": settings.flower.host,
+        "FLOWER_PORT": str(settings.flower.port),
+    }
+    for key, value in values.items():
+        print(f"{key}={shlex.quote(value)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memq", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    worker = sub.add_parser("worker", help="run a Celery worker")
+    worker.add_argument("--queues", help="comma-separated queue names (default: all of memq's)")
+    worker.add_argument("--concurrency", type=int, help="processes (default: MEMQ_WORKER_CONCURRENCY)")
+    worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--hostname", default="memq@%h")
+    worker.set_defaults(handler=_worker)
+
+    sub.add_parser("flower", help="run the Flower dashboard").set_defaults(handler=_flower)
+    sub.add_parser("api", help="run the HTTP API").set_defaults(handler=_api)
+    sub.add_parser("init", help="create index templates and indices").set_defaults(handler=_init)
+
+    health = sub.add_parser("health", help="round-trip a task through a worker")
+    health.add_argument("--timeout-s", type=float, default=30.0)
+    health.set_defaults(handler=_health)
+
+    sub.add_parser("settings", help="print resolved ports for ops/").set_defaults(handler=_settings)
+
+    demo = sub.add_parser("demo", help="show the running stack doing its main job")
+    demo.add_argument("--timeout-s", type=float, default=60.0)
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"memq: invalid settings: {_first_error(exc)}", file=sys.stderr)
+        return 2
+    handler: Handler = args.handler
+    try:
+        return handler(settings, args)
+    except MemqError as exc:
+        print(f"memq: {exc.reason}", file=sys.stderr)
+        return 1
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = "_".join(str(part) for part in error["loc"]).upper()
+    return f"MEMQ_{where}: {error['msg']} ({exc.error_count()} error(s))"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

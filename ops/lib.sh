@@ -1,0 +1,78 @@
+# Shared helpers for memq's ops scripts. Sourced, never run.
+# Every failure a user can act on is one line on stderr ("memq ops: ...") and a non-zero exit.
+
+set -euo pipefail
+
+MEMQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "$(id -u)" = 0 ]; then
+  MEMQ_STATE_DIR="${MEMQ_OPS_STATE_DIR:-/var/lib/memq}"
+else
+  MEMQ_STATE_DIR="${MEMQ_OPS_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/memq}"
+fi
+MEMQ_CACHE_DIR="${MEMQ_OPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/memq}"
+MEMQ_LOG_DIR="$MEMQ_STATE_DIR/log"
+MEMQ_RUN_DIR="$MEMQ_STATE_DIR/run"
+MEMQ_VENV="${MEMQ_OPS_VENV:-$MEMQ_ROOT/.venv}"
+MEMQ_PYTHON="${MEMQ_OPS_PYTHON:-python3}"
+ES_VERSION="${MEMQ_OPS_ES_VERSION:-9.5.0}"
+ES_USER="${MEMQ_OPS_ES_USER:-memq-es}"
+ES_HEAP="${MEMQ_OPS_ES_HEAP:-1g}"
+
+say() { printf 'memq ops: %s\n' "$*"; }
+die() { printf 'memq ops: %s\n' "$*" >&2; exit 1; }
+
+ensure_dirs() {
+  mkdir -p "$MEMQ_STATE_DIR" "$MEMQ_LOG_DIR" "$MEMQ_RUN_DIR" "$MEMQ_CACHE_DIR"
+}
+
+# memq's own Settings decide the ports: ops reads them from `memq settings`.
+load_settings() {
+  [ -x "$MEMQ_VENV/bin/memq" ] || die "memq is not installed in $MEMQ_VENV: run ops/up first"
+  local resolved
+  resolved="$("$MEMQ_VENV/bin/memq" settings)" || die "memq settings are invalid (see above)"
+  eval "$resolved"
+}
+
+# port_owner PORT -> prints "pid/command" of the listener, empty when the port is free.
+port_owner() {
+  ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]*",pid=[0-9]*\).*/\1/p' | head -n1
+}
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# pid_alive NAME -> true when the pid file of NAME names a live process.
+pid_alive() {
+  local file="$MEMQ_RUN_DIR/$1.pid"
+  [ -s "$file" ] && kill -0 "$(cat "$file")" 2>/dev/null
+}
+
+# wait_until TIMEOUT_S DESCRIPTION COMMAND... -> polls COMMAND every second.
+wait_until() {
+  local timeout_s="$1" what="$2"
+  shift 2
+  local waited=0
+  until "$@" >/dev/null 2>&1; do
+    waited=$((waited + 1))
+    [ "$waited" -lt "$timeout_s" ] || return 1
+    sleep 1
+  done
+}
+
+# stop_pid NAME -> TERM, wait up to 30 s, then KILL; removes the pid file.
+stop_pid() {
+  local name="$1" file="$MEMQ_RUN_DIR/$1.pid" pid
+  [ -s "$file" ] || return 0
+  pid="$(cat "$file")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "$name did not stop within 30 s: killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  rm -f "$file"
+}
+
+# http_ok URL -> true on a 2xx answer.
+http_ok() { curl -fsS -m 5 -o /dev/null "$1"; }

@@ -1,0 +1,169 @@
+"""memq settings: one typed object, built once at process start and passed down.
+
+Every value comes from an environment variable with the prefix ``MEMQ_`` followed by the
+section and the field, e.g. ``MEMQ_ES_URL``, ``MEMQ_LLM_BASE_URL``, ``MEMQ_API_PORT``.
+Nothing in memq reads the environment anywhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_INDEX_PREFIX = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ElasticsearchConfig(_Section):
+    """Where memories live. ``index_prefix`` namespaces every index and template."""
+
+    url: str = "http://127.0.0.1:9200"
+    username: str | None = None
+    password: SecretStr | None = None
+    index_prefix: str = "memq"
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    shards: int = Field(default=1, ge=1, le=64)
+    replicas: int = Field(default=0, ge=0, le=8)
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("index_prefix")
+    @classmethod
+    def _prefix_is_an_index_name(cls, value: str) -> str:
+        if not _INDEX_PREFIX.match(value):
+            raise ValueError(
+                "must be 1-41 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
+            )
+        return value
+
+
+class RedisConfig(_Section):
+    """The Celery broker and result backend."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_redis(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+
+class LLMConfig(_Section):
+    """Any OpenAI-compatible chat completions endpoint. The key may also come from OPENAI_API_KEY."""
+
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=60.0, gt=0, le=900)
+    max_retries: int = Field(default=3, ge=0, le=20)
+    vision: bool = False
+
+
+class EmbedderConfig(_Section):
+    """``local`` runs the model shipped inside a PyPI package; ``openai`` calls an endpoint."""
+
+    kind: Literal["local", "openai"] = "local"
+    model: str = "all-MiniLM-L6-v2"
+    dims: int = Field(default=384, ge=8, le=4096)
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    batch_size: int = Field(default=64, ge=1, le=2048)
+    timeout_s: float = Field(default=60.0, gt=0, le=900)
+
+
+class QueueConfig(_Section):
+    """Celery queue names: I/O-bound phases, CPU-bound phases, and backfill traffic."""
+
+    io: str = "memq.io"
+    cpu: str = "memq.cpu"
+    backfill: str = "memq.backfill"
+
+    @field_validator("io", "cpu", "backfill")
+    @classmethod
+    def _valid_queue_name(cls, value: str) -> str:
+        if not _QUEUE_NAME.match(value):
+            raise ValueError("queue names are 1-100 characters of letters, digits, '_', '.', '-'")
+        return value
+
+
+class WorkerConfig(_Section):
+    concurrency: int = Field(default=2, ge=1, le=256)
+    task_time_limit_s: int = Field(default=600, ge=1)
+    task_soft_time_limit_s: int = Field(default=540, ge=1)
+    max_retries: int = Field(default=5, ge=0, le=50)
+    retry_backoff_s: float = Field(default=2.0, gt=0)
+    retry_backoff_max_s: float = Field(default=120.0, gt=0)
+    visibility_timeout_s: int = Field(default=900, ge=5)
+
+    @model_validator(mode="after")
+    def _limits_are_ordered(self) -> WorkerConfig:
+        if not self.task_soft_time_limit_s < self.task_time_limit_s < self.visibility_timeout_s:
+            raise ValueError(
+                "need task_soft_time_limit_s < task_time_limit_s < visibility_timeout_s, "
+                "or a running task is delivered again to another worker"
+            )
+        return self
+
+
+class ApiConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+
+
+class FlowerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=5555, ge=1, le=65535)
+    basic_auth: SecretStr | None = None  # "user:password[,user2:password2]"
+
+
+class Settings(BaseSettings):
+    """All of memq's configuration. Build it once (``Settings()``) and pass it down."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMQ_",
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
+        extra="ignore",
+        frozen=True,
+    )
+
+    es: ElasticsearchConfig = ElasticsearchConfig()
+    redis: RedisConfig = RedisConfig()
+    llm: LLMConfig = LLMConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    queues: QueueConfig = QueueConfig()
+    worker: WorkerConfig = WorkerConfig()
+    api: ApiConfig = ApiConfig()
+    flower: FlowerConfig = FlowerConfig()
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "MEMQ_OPENAI_API_KEY")
+    )
+
+    def llm_api_key(self) -> SecretStr | None:
+        """The LLM key: ``MEMQ_LLM_API_KEY`` first, else ``OPENAI_API_KEY``."""
+        return self.llm.api_key or self.openai_api_key
+
+    def llm_configured(self) -> bool:
+        return self.llm.base_url is not None or self.llm_api_key() is not None

@@ -1,0 +1,40 @@
+"""memq's one exception tree, classified by what the caller does next.
+
+- ``TransientError``: worth retrying with backoff (Elasticsearch 429/5xx or unreachable, Redis down,
+  an LLM timeout or rate limit). Retried at exactly one layer per failure.
+- ``PermanentError``: retrying cannot help (invalid input, a model reply that stays unusable after
+  repair, a mapping conflict). The job ends ``failed`` with ``reason``.
+
+Lower libraries' exceptions are translated into this tree once, at the adapter that calls them
+(``raise ... from exc``), so callers never catch ``elasticsearch`` or ``openai`` types.
+"""
+
+from __future__ import annotations
+
+
+class MemqError(Exception):
+    """Base of every error memq raises on purpose."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TransientError(MemqError):
+    """A failure that may pass: retry with backoff."""
+
+
+class PermanentError(MemqError):
+    """A failure that will not pass by retrying: fail the job with ``reason``."""
+
+
+class InvalidInput(PermanentError):
+    """The caller's input is wrong; ``field`` names the offending key when there is one."""
+
+    def __init__(self, reason: str, field: str | None = None) -> None:
+        super().__init__(reason)
+        self.field = field
+
+
+class ConfigurationError(PermanentError):
+    """memq is configured in a way that cannot work (wrong dims, unreachable model file...)."""

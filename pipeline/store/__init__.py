@@ -1,0 +1,1 @@
+"""The Elasticsearch store: client construction, index templates, and error translation."""

@@ -1,0 +1,264 @@
+"""Index templates with explicit mappings for memq's five indices, applied idempotently.
+
+Each kind of document lives in a concrete index ``{prefix}-{kind}-v{SCHEMA_VERSION}`` reached
+through the alias ``{prefix}-{kind}``; code reads and writes through the alias only. The root of
+every mapping is ``dynamic: strict``: a document with a field memq did not declare is refused, and
+free-form user data sits in a ``flattened`` field, so no payload can grow the mapping.
+
+Only core field types and the standard analyzer are used, so the same mappings work on the minimal
+Elasticsearch distribution (server + x-pack core) and on the full official image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
+
+from pipeline.config import ElasticsearchConfig
+from pipeline.errors import ConfigurationError
+from pipeline.store.client import error_reason, es_errors
+
+SCHEMA_VERSION = 1
+
+_KEYWORD: dict[str, Any] = {"type": "keyword"}
+_DATE: dict[str, Any] = {"type": "date"}
+_STORED_ONLY: dict[str, Any] = {"type": "object", "enabled": False}
+_SCOPE: dict[str, Any] = {
+    "tenant": _KEYWORD,
+    "user_id": _KEYWORD,
+    "agent_id": _KEYWORD,
+    "run_id": _KEYWORD,
+}
+
+
+class Kind(StrEnum):
+    MEMORIES = "memories"
+    ENTITIES = "entities"
+    HISTORY = "history"
+    MESSAGES = "messages"
+    JOBS = "jobs"
+
+
+@dataclass(frozen=True)
+class IndexNames:
+    """Alias and concrete index names for one ``index_prefix``."""
+
+    prefix: str
+
+    def alias(self, kind: Kind) -> str:
+        return f"{self.prefix}-{kind.value}"
+
+    def concrete(self, kind: Kind) -> str:
+        return f"{self.alias(kind)}-v{SCHEMA_VERSION}"
+
+    def template(self, kind: Kind) -> str:
+        return f"{self.alias(kind)}-template"
+
+    @property
+    def memories(self) -> str:
+        return self.alias(Kind.MEMORIES)
+
+    @property
+    def entities(self) -> str:
+        return self.alias(Kind.ENTITIES)
+
+    @property
+    def history(self) -> str:
+        return self.alias(Kind.HISTORY)
+
+    @property
+    def messages(self) -> str:
+        return self.alias(Kind.MESSAGES)
+
+    @property
+    def jobs(self) -> str:
+        return self.alias(Kind.JOBS)
+
+
+def _vector(dims: int) -> dict[str, Any]:
+    return {
+        "type": "dense_vector",
+        "dims": dims,
+        "index": True,
+        "similarity": "cosine",
+        "index_options": {"type": "int8_hnsw", "m": 16, "ef_construction": 100},
+    }
+
+
+def memory_properties(dims: int) -> dict[str, Any]:
+    return {
+        **_SCOPE,
+        "text": {"type": "text"},
+        "text_lemmatized": {"type": "text"},
+        "embedding": _vector(dims),
+        "hash": _KEYWORD,
+        "actor_id": _KEYWORD,
+        "role": _KEYWORD,
+        "memory_type": _KEYWORD,
+        "attributed_to": _KEYWORD,
+        "job_id": _KEYWORD,
+        "language": _KEYWORD,
+        "metadata": {"type": "flattened", "depth_limit": 20, "ignore_above": 1024},
+        "entity_ids": _KEYWORD,
+        "created_at": _DATE,
+        "updated_at": _DATE,
+        "observed_at": _DATE,
+        "expiration_date": _DATE,
+    }
+
+
+def entity_properties(dims: int) -> dict[str, Any]:
+    return {
+        **_SCOPE,
+        "text": {"type": "text", "fields": {"raw": {"type": "keyword", "ignore_above": 512}}},
+        "normalized": _KEYWORD,
+        "type": _KEYWORD,
+        "embedding": _vector(dims),
+        "linked_memory_ids": _KEYWORD,
+        "created_at": _DATE,
+        "updated_at": _DATE,
+    }
+
+
+def history_properties() -> dict[str, Any]:
+    return {
+        **_SCOPE,
+        "memory_id": _KEYWORD,
+        "event": _KEYWORD,
+        "old": {"type": "text", "index": False},
+        "new": {"type": "text", "index": False},
+        "actor": _KEYWORD,
+        "job_id": _KEYWORD,
+        "created_at": _DATE,
+    }
+
+
+def message_properties() -> dict[str, Any]:
+    return {
+        **_SCOPE,
+        "session_key": _KEYWORD,
+        "job_id": _KEYWORD,
+        "seq": {"type": "long"},
+        "role": _KEYWORD,
+        "name": _KEYWORD,
+        "content": {"type": "text", "index": False},
+        "created_at": _DATE,
+    }
+
+
+def job_properties() -> dict[str, Any]:
+    return {
+        "tenant": _KEYWORD,
+        "job_id": _KEYWORD,
+        "batch_id": _KEYWORD,
+        "session_key": _KEYWORD,
+        "status": _KEYWORD,
+        "phase": _KEYWORD,
+        "attempts": {"type": "integer"},
+        "counts": {"type": "object", "dynamic": False},
+        "timings_ms": {"type": "object", "dynamic": False},
+        "reason": {"type": "text", "index": False},
+        "errors": _STORED_ONLY,
+        "results": _STORED_ONLY,
+        "request": _STORED_ONLY,
+        "created_at": _DATE,
+        "updated_at": _DATE,
+        "finished_at": _DATE,
+    }
+
+
+def mappings(kind: Kind, dims: int) -> dict[str, Any]:
+    """The explicit mapping of ``kind``; ``dims`` sizes the vector fields."""
+    properties = {
+        Kind.MEMORIES: lambda: memory_properties(dims),
+        Kind.ENTITIES: lambda: entity_properties(dims),
+        Kind.HISTORY: history_properties,
+        Kind.MESSAGES: message_properties,
+        Kind.JOBS: job_properties,
+    }[kind]()
+    return {
+        "dynamic": "strict",
+        "_meta": {"memq_schema": SCHEMA_VERSION, "kind": kind.value, "dims": dims},
+        "properties": properties,
+    }
+
+
+def template_body(names: IndexNames, kind: Kind, config: ElasticsearchConfig, dims: int) -> Any:
+    return {
+        "index_patterns": [f"{names.alias(kind)}-v*"],
+        "priority": 500,
+        "version": SCHEMA_VERSION,
+        "_meta": {"managed_by": "memq", "memq_schema": SCHEMA_VERSION},
+        "template": {
+            "settings": {
+                "number_of_shards": config.shards,
+                "number_of_replicas": config.replicas,
+                "index.mapping.total_fields.limit": 200,
+            },
+            "mappings": mappings(kind, dims),
+        },
+    }
+
+
+def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int) -> IndexNames:
+    """Put every template and create every index with its alias, if missing. Safe to repeat.
+
+    Raises ``ConfigurationError`` when an existing index was built for another vector size, and
+    ``TransientError`` when Elasticsearch cannot be reached.
+    """
+    names = IndexNames(config.index_prefix)
+    for kind in Kind:
+        _check_dims(client, names, kind, dims)
+    for kind in Kind:
+        with es_errors(f"put index template {names.template(kind)}"):
+            client.indices.put_index_template(
+                name=names.template(kind), **template_body(names, kind, config, dims)
+            )
+        _ensure_index(client, names, kind)
+    return names
+
+
+def _ensure_index(client: Elasticsearch, names: IndexNames, kind: Kind) -> None:
+    with es_errors(f"create index {names.concrete(kind)}"):
+        if client.indices.exists_alias(name=names.alias(kind)):
+            return
+        try:
+            client.indices.create(
+                index=names.concrete(kind), aliases={names.alias(kind): {"is_write_index": True}}
+            )
+        except BadRequestError as exc:
+            if "resource_already_exists" not in error_reason(exc.body):
+                raise
+
+
+def _check_dims(client: Elasticsearch, names: IndexNames, kind: Kind, dims: int) -> None:
+    if kind not in (Kind.MEMORIES, Kind.ENTITIES):
+        return
+    with es_errors(f"read mapping of {names.alias(kind)}"):
+        try:
+            found = client.indices.get_mapping(index=names.alias(kind))
+        except NotFoundError:
+            return
+    for index, body in found.body.items():
+        stored = body["mappings"].get("_meta", {}).get("dims")
+        if stored is not None and stored != dims:
+            raise ConfigurationError(
+                f"index {index} holds {stored}-dimensional vectors but the embedder makes {dims}: "
+                "use another MEMQ_ES_INDEX_PREFIX or the embedder the index was built with"
+            )
+
+
+def drop_indices(client: Elasticsearch, names: IndexNames) -> None:
+    """Delete every memq index and template of ``names.prefix`` (tests and ``reset``)."""
+    for kind in Kind:
+        with es_errors(f"delete {names.alias(kind)}"):
+            found = client.options(ignore_status=404).indices.get_alias(name=names.alias(kind))
+            concrete = [index for index in found.body if index != "error" and index != "status"]
+            if concrete:
+                client.indices.delete(index=",".join(concrete))
+            client.options(ignore_status=404).indices.delete_index_template(
+                name=names.template(kind)
+            )

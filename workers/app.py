@@ -1,0 +1,57 @@
+"""The Celery application, built from ``Settings`` at process start (never at import time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from pipeline.config import Settings
+from workers.runtime import Runtime
+
+HEALTH_TASK = "memq.health"
+
+
+class MemqCelery(Celery):
+    """A Celery app that carries memq's per-process ``Runtime`` (settings and clients)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__("memq", set_as_current=False)
+        self.runtime = Runtime(settings)
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings: at-least-once delivery, JSON only, routing per queue."""
+    queues = settings.queues
+    return {
+        "broker_url": settings.redis.url,
+        "result_backend": settings.redis.url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": settings.worker.visibility_timeout_s},
+        "result_backend_transport_options": {"visibility_timeout": settings.worker.visibility_timeout_s},
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_track_started": True,
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        "task_default_queue": queues.io,
+        "task_time_limit": settings.worker.task_time_limit_s,
+        "task_soft_time_limit": settings.worker.task_soft_time_limit_s,
+        "result_expires": 86_400,
+        "worker_hijack_root_logger": False,
+        "task_routes": {HEALTH_TASK: {"queue": queues.io}},
+    }
+
+
+def create_celery(settings: Settings) -> MemqCelery:
+    """Build the app and register every task on it."""
+    from workers.tasks import register_tasks
+
+    app = MemqCelery(settings)
+    app.conf.update(celery_config(settings))
+    register_tasks(app)
+    return app
