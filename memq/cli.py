@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -37,7 +38,6 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         "--without-mingle",
     ]
     create_celery(settings).worker_main(argv)
-    return 0
 
 
 def _flower(settings: Settings, args: argparse.Namespace) -> int:
@@ -46,8 +46,9 @@ def _flower(settings: Settings, args: argparse.Namespace) -> int:
     argv = ["flower", f"--address={settings.flower.host}", f"--port={settings.flower.port}"]
     if settings.flower.basic_auth is not None:
         argv.append(f"--basic-auth={settings.flower.basic_auth.get_secret_value()}")
+    elif settings.flower.api_without_auth:
+        os.environ["FLOWER_UNAUTHENTICATED_API"] = "true"  # Flower reads only its environment
     create_celery(settings).start(argv)
-    return 0
 
 
 def _api(settings: Settings, args: argparse.Namespace) -> int:
@@ -115,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="run a Celery worker")
     worker.add_argument("--queues", help="comma-separated queue names (default: all of memq's)")
-    worker.add_argument("--concurrency", type=int, help="processes (default: MEMQ_WORKER_CONCURRENCY)")
+    worker.add_argument(
+        "--concurrency", type=int, help="processes (default: MEMQ_WORKER_CONCURRENCY)"
+    )
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--hostname", default="memq@%h")
     worker.set_defaults(handler=_worker)

@@ -28,6 +28,14 @@ _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_means_unset(cls, data: object) -> object:
+        """``MEMQ_LLM_BASE_URL=`` (as compose passes an unset variable) means "use the default"."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value != ""}
+        return data
+
 
 class ElasticsearchConfig(_Section):
     """Where memories live. ``index_prefix`` namespaces every index and template."""
@@ -71,7 +79,7 @@ class RedisConfig(_Section):
 
 
 class LLMConfig(_Section):
-    """Any OpenAI-compatible chat completions endpoint. The key may also come from OPENAI_API_KEY."""
+    """Any OpenAI-compatible chat completions endpoint; the key may come from OPENAI_API_KEY."""
 
     base_url: str | None = None
     model: str = "gpt-4o-mini"
@@ -136,6 +144,7 @@ class FlowerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=5555, ge=1, le=65535)
     basic_auth: SecretStr | None = None  # "user:password[,user2:password2]"
+    api_without_auth: bool = True  # Flower's JSON API when no basic_auth is set (loopback only)
 
 
 class Settings(BaseSettings):

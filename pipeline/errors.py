@@ -28,7 +28,7 @@ class PermanentError(MemqError):
     """A failure that will not pass by retrying: fail the job with ``reason``."""
 
 
-class InvalidInput(PermanentError):
+class InvalidInputError(PermanentError):
     """The caller's input is wrong; ``field`` names the offending key when there is one."""
 
     def __init__(self, reason: str, field: str | None = None) -> None:

@@ -7,9 +7,11 @@ from typing import Any
 from celery import Celery
 
 from pipeline.config import Settings
+from workers.names import HEALTH_TASK
 from workers.runtime import Runtime
+from workers.tasks import register_tasks
 
-HEALTH_TASK = "memq.health"
+__all__ = ["HEALTH_TASK", "MemqCelery", "celery_config", "create_celery"]
 
 
 class MemqCelery(Celery):
@@ -28,7 +30,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_backend": settings.redis.url,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {"visibility_timeout": settings.worker.visibility_timeout_s},
-        "result_backend_transport_options": {"visibility_timeout": settings.worker.visibility_timeout_s},
+        "result_backend_transport_options": {
+            "visibility_timeout": settings.worker.visibility_timeout_s
+        },
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -49,8 +53,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 def create_celery(settings: Settings) -> MemqCelery:
     """Build the app and register every task on it."""
-    from workers.tasks import register_tasks
-
     app = MemqCelery(settings)
     app.conf.update(celery_config(settings))
     register_tasks(app)

@@ -6,6 +6,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from pipeline.health import elasticsearch_health
+from workers.names import HEALTH_TASK
 
 if TYPE_CHECKING:
     from workers.app import MemqCelery
@@ -13,8 +14,6 @@ if TYPE_CHECKING:
 
 def register_tasks(app: MemqCelery) -> None:
     """Register memq's tasks on ``app``; each is a thin adapter over a pipeline function."""
-    from workers.app import HEALTH_TASK
-
     runtime = app.runtime
 
     @app.task(name=HEALTH_TASK, acks_late=False)

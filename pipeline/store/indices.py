@@ -256,7 +256,7 @@ def drop_indices(client: Elasticsearch, names: IndexNames) -> None:
     for kind in Kind:
         with es_errors(f"delete {names.alias(kind)}"):
             found = client.options(ignore_status=404).indices.get_alias(name=names.alias(kind))
-            concrete = [index for index in found.body if index != "error" and index != "status"]
+            concrete = [index for index in found.body if index not in {"error", "status"}]
             if concrete:
                 client.indices.delete(index=",".join(concrete))
             client.options(ignore_status=404).indices.delete_index_template(

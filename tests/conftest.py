@@ -1,0 +1,115 @@
+"""Fixtures shared by every test. Integration fixtures talk to the real services started by
+``ops/up`` and fail loudly (never skip) when one is missing."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from elasticsearch import Elasticsearch
+
+from pipeline.config import Settings
+from pipeline.store.client import make_client
+from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
+from tests.processes import WorkerProcess
+from workers.app import MemqCelery, create_celery
+
+
+@pytest.fixture(scope="session")
+def stack_settings() -> Settings:
+    """The settings of the stack ``ops/up`` started (the environment's)."""
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def test_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="session")
+def test_env(stack_settings: Settings, test_id: str) -> dict[str, str]:
+    """Environment for memq processes the tests start: same services, private names."""
+    return {
+        **os.environ,
+        "MEMQ_ES_URL": stack_settings.es.url,
+        "MEMQ_REDIS_URL": stack_settings.redis.url,
+        "MEMQ_ES_INDEX_PREFIX": f"memqtest-{test_id}",
+        "MEMQ_QUEUES_IO": f"test-{test_id}.io",
+        "MEMQ_QUEUES_CPU": f"test-{test_id}.cpu",
+        "MEMQ_QUEUES_BACKFILL": f"test-{test_id}.backfill",
+    }
+
+
+@pytest.fixture(scope="session")
+def settings(test_env: dict[str, str], monkeypatch_session: pytest.MonkeyPatch) -> Settings:
+    """Settings with a private index prefix and private queues, so tests never touch real data."""
+    for key, value in test_env.items():
+        if key.startswith("MEMQ_"):
+            monkeypatch_session.setenv(key, value)
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def monkeypatch_session() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture(scope="session")
+def es(stack_settings: Settings) -> Elasticsearch:
+    client = make_client(stack_settings.es)
+    try:
+        client.cluster.health(wait_for_status="yellow", timeout="10s")
+    except Exception as exc:
+        pytest.fail(
+            f"Elasticsearch is not reachable at {stack_settings.es.url}: run ops/up ({exc})"
+        )
+    return client
+
+
+@pytest.fixture(scope="session")
+def redis_client(stack_settings: Settings) -> redis.Redis:
+    client = redis.Redis.from_url(stack_settings.redis.url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is not reachable at {stack_settings.redis.url}: run ops/up ({exc})")
+    return client
+
+
+@pytest.fixture(scope="session")
+def indices(es: Elasticsearch, settings: Settings) -> Iterator[IndexNames]:
+    """memq's indices under the test prefix, dropped at the end of the session."""
+    names = ensure_indices(es, settings.es, settings.embedder.dims)
+    yield names
+    drop_indices(es, names)
+
+
+@pytest.fixture(scope="session")
+def celery_app(settings: Settings, redis_client: redis.Redis) -> Iterator[MemqCelery]:
+    """A producer-side app over the test queues (the worker fixture consumes them)."""
+    app = create_celery(settings)
+    yield app
+    app.close()
+
+
+@pytest.fixture(scope="session")
+def worker(
+    test_env: dict[str, str],
+    celery_app: MemqCelery,
+    indices: IndexNames,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WorkerProcess]:
+    """A real ``memq worker`` process consuming the test queues over the real Redis."""
+    process = WorkerProcess(test_env, tmp_path_factory.mktemp("worker") / "worker.log")
+    process.start()
+    try:
+        process.wait_ready(celery_app)
+    except RuntimeError as exc:
+        process.stop()
+        pytest.fail(str(exc))
+    yield process
+    process.stop()

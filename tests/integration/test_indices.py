@@ -1,0 +1,98 @@
+"""Index templates applied to the real Elasticsearch node."""
+
+from __future__ import annotations
+
+import pytest
+from elasticsearch import BadRequestError, Elasticsearch
+
+from pipeline.config import Settings
+from pipeline.errors import ConfigurationError, PermanentError
+from pipeline.store.client import es_errors
+from pipeline.store.indices import SCHEMA_VERSION, IndexNames, Kind, ensure_indices, mappings
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_kind_has_an_alias_over_a_versioned_index(
+    es: Elasticsearch, indices: IndexNames
+) -> None:
+    for kind in Kind:
+        found = es.indices.get_alias(name=indices.alias(kind)).body
+        assert list(found) == [indices.concrete(kind)]
+        assert indices.concrete(kind).endswith(f"-v{SCHEMA_VERSION}")
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_mapping_is_exactly_as_declared(
+    es: Elasticsearch, indices: IndexNames, settings: Settings, kind: Kind
+) -> None:
+    stored = es.indices.get_mapping(index=indices.alias(kind)).body[indices.concrete(kind)]
+    declared = mappings(kind, settings.embedder.dims)
+    assert stored["mappings"]["dynamic"] == "strict"
+    assert stored["mappings"]["_meta"] == declared["_meta"]
+    assert set(stored["mappings"]["properties"]) == set(declared["properties"])
+    for field, spec in declared["properties"].items():
+        assert stored["mappings"]["properties"][field]["type"] == spec.get("type", "object"), field
+
+
+def test_vectors_are_quantized_hnsw_with_the_embedder_dims(
+    es: Elasticsearch, indices: IndexNames, settings: Settings
+) -> None:
+    props = es.indices.get_mapping(index=indices.memories).body[indices.concrete(Kind.MEMORIES)]
+    embedding = props["mappings"]["properties"]["embedding"]
+    assert embedding["dims"] == settings.embedder.dims
+    assert embedding["similarity"] == "cosine"
+    assert embedding["index_options"]["type"] == "int8_hnsw"
+
+
+def test_unknown_fields_are_refused_not_mapped(es: Elasticsearch, indices: IndexNames) -> None:
+    with pytest.raises(PermanentError) as caught, es_errors("index a memory"):
+        es.index(index=indices.memories, document={"text": "x", "surprise": {"a": 1}})
+    assert "strict_dynamic_mapping" in caught.value.reason
+    assert es.count(index=indices.memories, query={"term": {"text": "x"}})["count"] == 0
+
+
+def test_metadata_bomb_does_not_grow_the_mapping(es: Elasticsearch, indices: IndexNames) -> None:
+    before = es.indices.get_mapping(index=indices.memories).body
+    bomb = {f"key_{i}": {"nested": f"value {i}"} for i in range(2_000)}
+    es.index(
+        index=indices.memories,
+        id="metadata-bomb",
+        document={"text": "bomb", "tenant": "t", "metadata": bomb},
+        refresh="wait_for",
+    )
+    after = es.indices.get_mapping(index=indices.memories).body
+    assert after == before
+    hits = es.search(
+        index=indices.memories, query={"term": {"metadata.key_1999.nested": "value 1999"}}
+    )
+    assert hits["hits"]["total"]["value"] == 1
+    es.delete(index=indices.memories, id="metadata-bomb", refresh="wait_for")
+
+
+def test_applying_twice_changes_nothing(
+    es: Elasticsearch, indices: IndexNames, settings: Settings
+) -> None:
+    before = es.indices.get(index=f"{indices.prefix}-*").body
+    ensure_indices(es, settings.es, settings.embedder.dims)
+    assert es.indices.get(index=f"{indices.prefix}-*").body.keys() == before.keys()
+
+
+def test_an_index_built_for_other_dims_is_a_clear_error(
+    es: Elasticsearch, indices: IndexNames, settings: Settings
+) -> None:
+    with pytest.raises(ConfigurationError, match="384-dimensional"):
+        ensure_indices(es, settings.es, settings.embedder.dims * 2)
+    template = es.indices.get_index_template(name=indices.template(Kind.MEMORIES)).body
+    mapping = template["index_templates"][0]["index_template"]["template"]["mappings"]
+    assert mapping["properties"]["embedding"]["dims"] == settings.embedder.dims
+
+
+def test_no_request_touches_a_module_the_minimal_distribution_lacks(es: Elasticsearch) -> None:
+    """The english analyzer lives in analysis-common, absent from the Maven distribution:
+    memq's mappings must not need it, and this node proves which distribution it is."""
+    with pytest.raises(BadRequestError):
+        es.indices.analyze(analyzer="english", text="running")
+    assert (
+        es.indices.analyze(analyzer="standard", text="Running")["tokens"][0]["token"] == "running"
+    )

@@ -1,0 +1,46 @@
+"""The processes of the stack: a real worker over the real Redis, the API, Flower."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from pipeline.config import Settings
+from tests.processes import WorkerProcess
+from workers.app import HEALTH_TASK, MemqCelery, create_celery
+
+pytestmark = pytest.mark.integration
+
+
+def test_health_task_runs_in_a_real_worker_process(
+    worker: WorkerProcess, celery_app: MemqCelery
+) -> None:
+    result = celery_app.send_task(HEALTH_TASK)
+    reply = result.get(timeout=30)
+    assert reply["elasticsearch"]["status"] in ("green", "yellow")
+    assert result.status == "SUCCESS"
+    assert "memq.health" in worker.tail(200)
+
+
+def test_the_stack_worker_answers(stack_settings: Settings) -> None:
+    app = create_celery(stack_settings)
+    try:
+        reply = app.send_task(HEALTH_TASK).get(timeout=30)
+    finally:
+        app.close()
+    assert reply["elasticsearch"]["nodes"] == 1
+
+
+def test_api_healthz(stack_settings: Settings) -> None:
+    response = httpx.get(f"http://{stack_settings.api.host}:{stack_settings.api.port}/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_flower_answers_and_sees_the_worker(stack_settings: Settings) -> None:
+    base = f"http://{stack_settings.flower.host}:{stack_settings.flower.port}"
+    assert httpx.get(f"{base}/healthcheck").text == "OK"
+    workers = httpx.get(f"{base}/api/workers", params={"refresh": "true"}, timeout=30).json()
+    assert any(name.startswith("memq@") for name in workers)
+    metrics = httpx.get(f"{base}/metrics").text
+    assert "flower_events_total" in metrics or "flower_worker_online" in metrics

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from pipeline.config import Settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("MEMQ_") or key == "OPENAI_API_KEY":
+            monkeypatch.delenv(key)
+
+
+def test_defaults_point_at_the_local_stack() -> None:
+    settings = Settings()
+    assert settings.es.url == "http://127.0.0.1:9200"
+    assert settings.redis.url == "redis://127.0.0.1:6379/0"
+    assert (settings.api.port, settings.flower.port) == (8000, 5555)
+    assert settings.es.index_prefix == "memq"
+    assert settings.embedder.kind == "local"
+    assert not settings.llm_configured()
+
+
+def test_sections_read_prefixed_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_ES_URL", "http://es.internal:9201/")
+    monkeypatch.setenv("MEMQ_ES_INDEX_PREFIX", "tenant-a")
+    monkeypatch.setenv("MEMQ_LLM_BASE_URL", "http://127.0.0.1:11434/v1")
+    monkeypatch.setenv("MEMQ_LLM_TIMEOUT_S", "12.5")
+    monkeypatch.setenv("MEMQ_API_PORT", "9000")
+    settings = Settings()
+    assert settings.es.url == "http://es.internal:9201"
+    assert settings.es.index_prefix == "tenant-a"
+    assert settings.llm.base_url == "http://127.0.0.1:11434/v1"
+    assert settings.llm.timeout_s == 12.5
+    assert settings.api.port == 9000
+    assert settings.llm_configured()
+
+
+def test_openai_api_key_is_the_fallback_llm_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fallback")
+    assert Settings().llm_api_key() is not None
+    monkeypatch.setenv("MEMQ_LLM_API_KEY", "sk-memq")
+    key = Settings().llm_api_key()
+    assert key is not None and key.get_secret_value() == "sk-memq"
+
+
+def test_secrets_do_not_print(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_LLM_API_KEY", "sk-very-secret")
+    assert "sk-very-secret" not in repr(Settings())
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "complaint"),
+    [
+        ("MEMQ_ES_INDEX_PREFIX", "Upper", "index_prefix"),
+        ("MEMQ_ES_INDEX_PREFIX", "_hidden", "index_prefix"),
+        ("MEMQ_ES_URL", "127.0.0.1:9200", "http://"),
+        ("MEMQ_REDIS_URL", "http://127.0.0.1:6379", "redis://"),
+        ("MEMQ_API_PORT", "70000", "api.port"),
+        ("MEMQ_EMBEDDER_KIND", "word2vec", "embedder.kind"),
+        ("MEMQ_QUEUES_IO", "has space", "queue names"),
+        ("MEMQ_ES_TYPO", "1", "es.typo"),
+        ("MEMQ_WORKER_VISIBILITY_TIMEOUT_S", "60", "visibility_timeout_s"),
+    ],
+)
+def test_bad_values_are_refused_with_the_key_named(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, complaint: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    assert complaint in str(caught.value)
+
+
+def test_settings_are_immutable() -> None:
+    settings = Settings()
+    with pytest.raises(ValidationError):
+        settings.es.url = "http://elsewhere:9200"  # type: ignore[misc]
+
+
+def test_an_empty_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_LLM_BASE_URL", "")
+    monkeypatch.setenv("MEMQ_FLOWER_BASIC_AUTH", "")
+    settings = Settings()
+    assert settings.llm.base_url is None
+    assert settings.flower.basic_auth is None

@@ -1,0 +1,3 @@
+"""Explicit task names: the wire contract between producers (API, CLI) and workers."""
+
+HEALTH_TASK = "memq.health"
