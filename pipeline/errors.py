@@ -38,3 +38,9 @@ class InvalidInputError(PermanentError):
 
 class ConfigurationError(PermanentError):
     """memq is configured in a way that cannot work (wrong dims, unreachable model file...)."""
+
+
+class RetriesExhaustedError(MemqError):
+    """A transient failure that was already retried at the call layer (e.g. the LLM adapter's
+    own backoff) and still failed. Not retried again by the task layer: the job ends ``dead``,
+    listed for replay, with ``reason``."""
