@@ -7,7 +7,9 @@ from typing import Any
 from celery import Celery
 
 from pipeline.config import Settings
-from workers.names import HEALTH_TASK
+from pipeline.phases import PHASES
+from workers.chain import queue_for
+from workers.names import HEALTH_TASK, WAIT_TASK, phase_task_name
 from workers.runtime import Runtime
 from workers.tasks import register_tasks
 
@@ -47,8 +49,17 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_soft_time_limit": settings.worker.task_soft_time_limit_s,
         "result_expires": 86_400,
         "worker_hijack_root_logger": False,
-        "task_routes": {HEALTH_TASK: {"queue": queues.io}},
+        "task_routes": task_routes(settings),
     }
+
+
+def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
+    """Default queue per task name (a chain may still send a backfill job elsewhere)."""
+    queues = settings.queues
+    routes = {HEALTH_TASK: {"queue": queues.io}, WAIT_TASK: {"queue": queues.io}}
+    for spec in PHASES:
+        routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}
+    return routes
 
 
 def create_celery(settings: Settings) -> MemqCelery:

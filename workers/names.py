@@ -1,3 +1,12 @@
 """Explicit task names: the wire contract between producers (API, CLI) and workers."""
 
+from __future__ import annotations
+
+from pipeline.state import Phase
+
 HEALTH_TASK = "memq.health"
+WAIT_TASK = "memq.job.wait_turn"
+
+
+def phase_task_name(phase: Phase) -> str:
+    return f"memq.job.{phase.value}"

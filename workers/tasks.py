@@ -1,22 +1,118 @@
-"""The task registry: every memq task, with its explicit name, registered on one app."""
+"""The task registry: every memq task, with its explicit name, registered on one app.
+
+Each phase task is a thin adapter: load the job state from Redis, run the phase function from
+``pipeline.phases``, save the state, hand on (the chain calls the next task). Retry policy is
+data (``RetryPolicy``), applied here and only here for Elasticsearch/Redis failures; the LLM
+adapter retries its own calls and raises ``RetriesExhaustedError``, which is not retried again.
+"""
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from celery import Task
+
+from pipeline.errors import PermanentError, RetriesExhaustedError, TransientError
 from pipeline.health import elasticsearch_health
-from workers.names import HEALTH_TASK
+from pipeline.jobs import job_record
+from pipeline.phases import PHASES, PhaseSpec, run_phase
+from pipeline.state import JobState, JobStatus, Phase
+from workers.names import HEALTH_TASK, WAIT_TASK, phase_task_name
 
 if TYPE_CHECKING:
     from workers.app import MemqCelery
+    from workers.runtime import Runtime
+
+log = logging.getLogger("memq.worker")
+
+TURN_POLL_S = 0.5
+
+
+class JobTask(Task):  # type: ignore[type-arg]
+    """Base of every job task: when a task finally fails, the job's record says why.
+
+    A ``PermanentError`` (or a bug) ends the job ``failed``; a transient failure that outlived its
+    retries ends it ``dead``, listed for replay. Either way the session line moves on."""
+
+    runtime: Runtime
+
+    def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        job_id = args[0] if args else kwargs.get("job_id")
+        if job_id is not None:
+            record_failure(self.runtime, job_id, exc, self.request.retries)
+
+
+def record_failure(runtime: Runtime, job_id: str, exc: Exception, attempts: int) -> None:
+    state = runtime.states.load(job_id)
+    if state is None:
+        log.error("job %s failed after its state was gone: %s", job_id, exc)
+        return
+    dead = isinstance(exc, TransientError | RetriesExhaustedError)
+    status = JobStatus.DEAD if dead else JobStatus.FAILED
+    reason = getattr(exc, "reason", None) or f"internal error: {exc.__class__.__name__}: {exc}"
+    phase = next((s.phase.value for s in PHASES if not state.is_done(s.phase)), None)
+    runtime.store.save_job(
+        job_record(state, status, runtime.clock(), phase=phase, reason=reason, attempts=attempts)
+    )
+    runtime.states.leave_line(state.request.scope.key, job_id)
+    runtime.states.delete(job_id)
+    log.warning("job %s %s in phase %s: %s", job_id, status.value, phase, reason)
 
 
 def register_tasks(app: MemqCelery) -> None:
     """Register memq's tasks on ``app``; each is a thin adapter over a pipeline function."""
     runtime = app.runtime
+    policy = runtime.settings.worker
+    retry: dict[str, Any] = {
+        "autoretry_for": (TransientError,),
+        "dont_autoretry_for": (PermanentError, RetriesExhaustedError),
+        "retry_backoff": policy.retry_backoff_s,
+        "retry_backoff_max": policy.retry_backoff_max_s,
+        "retry_jitter": True,
+        "max_retries": policy.max_retries,
+    }
 
     @app.task(name=HEALTH_TASK, acks_late=False)
     def health() -> dict[str, Any]:
         """Prove a worker is consuming: report its host and what it sees of Elasticsearch."""
         return {"worker": socket.gethostname(), "elasticsearch": elasticsearch_health(runtime.es)}
+
+    @app.task(name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime)
+    def wait_turn(self: JobTask, job_id: str) -> str:
+        """Hold the chain until every earlier job of the same session has ended."""
+        state = runtime.states.load(job_id)
+        if state is not None and not runtime.states.my_turn(state.request.scope.key, job_id):
+            raise self.retry(countdown=TURN_POLL_S, max_retries=None)
+        return job_id
+
+    for spec in PHASES:
+        register_phase(app, spec, retry)
+
+
+def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> None:
+    runtime = app.runtime
+
+    @app.task(name=phase_task_name(spec.phase), bind=True, base=JobTask, runtime=runtime, **retry)
+    def phase_task(self: JobTask, job_id: str) -> str:
+        state = runtime.states.load(job_id)
+        if state is None:  # the job already ended (a redelivered message after success)
+            log.info("job %s: no state left, phase %s skipped", job_id, spec.phase.value)
+            return job_id
+        if spec.phase is Phase.CONTEXT:
+            runtime.store.save_job(
+                job_record(state, JobStatus.RUNNING, runtime.clock(), phase=spec.phase.value)
+            )
+        state = run_phase(spec, state, runtime.deps)
+        finish(runtime, spec.phase, state)
+        return job_id
+
+
+def finish(runtime: Runtime, phase: Phase, state: JobState) -> None:
+    """Save the state for the next task; after the last phase, free the session line."""
+    if phase is not Phase.FINALIZE:
+        runtime.states.save(state)
+        return
+    runtime.states.leave_line(state.request.scope.key, state.job_id)
+    runtime.states.delete(state.job_id)

@@ -1,0 +1,36 @@
+"""What the phases run with: the store, the models and a clock, bundled once per process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pipeline.models import utcnow
+from pipeline.protocols import LLM, Embedder, EntityExtractor, Lemmatizer
+from pipeline.store.protocol import Store
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Sizes the phases work with (from DESIGN: a window of 10 messages, top-10 memories)."""
+
+    context_messages: int = 10
+    retrieved_memories: int = 10
+    entity_merge_similarity: float = 0.95
+    webhook_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Everything a phase needs besides the job state. ``llm`` is None when none is configured:
+    then only infer=False jobs can run."""
+
+    store: Store
+    embedder: Embedder
+    lemmatizer: Lemmatizer
+    entities: EntityExtractor
+    llm: LLM | None
+    vision: bool = False
+    limits: Limits = field(default_factory=Limits)
+    clock: Callable[[], datetime] = utcnow

@@ -1,0 +1,3 @@
+"""LLM adapters and the parsing of their replies."""
+
+from __future__ import annotations

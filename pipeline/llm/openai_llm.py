@@ -1,0 +1,205 @@
+"""The LLM adapter: the official ``openai`` SDK against any OpenAI-compatible base URL.
+
+Retries live here and only here (the SDK's own are off): a ``TransientError`` is retried with
+exponential backoff and full jitter, ``config.max_retries`` times; then ``RetriesExhaustedError``
+tells the task layer not to retry again. The SDK's exceptions become memq's in
+``openai_errors``, which the embeddings client uses too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, cast
+
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from pydantic import SecretStr
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_base, wait_random_exponential
+
+from pipeline.config import LLMConfig
+from pipeline.errors import (
+    ConfigurationError,
+    PermanentError,
+    RetriesExhaustedError,
+    TransientError,
+)
+from pipeline.protocols import ChatMessage
+
+_LOG = logging.getLogger("memq.llm")
+
+# Self-hosted servers (vLLM, Ollama, llama.cpp) ignore the key, but the SDK insists on one.
+_PLACEHOLDER_KEY = "memq-no-key"
+# 408 and 409 are the server asking us to come back later; the other 4xx will not change.
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+_MAX_MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Wait before retry ``n`` (1-based): uniform in ``[0, min(max_s, initial_s * 2**(n-1))]``.
+
+    Full jitter spreads workers that failed together, so they do not retry in lockstep.
+    """
+
+    initial_s: float = 0.5
+    max_s: float = 8.0
+
+    def wait(self) -> wait_base:
+        """The tenacity wait strategy for this policy."""
+        return wait_random_exponential(multiplier=self.initial_s, max=self.max_s)
+
+
+DEFAULT_BACKOFF = Backoff()
+NO_BACKOFF = Backoff(initial_s=0.0, max_s=0.0)  # tests: retry at once
+
+
+class OpenAILLM:
+    """``LLM`` over chat completions. Safe to share between threads; ``close()`` when done.
+
+    Raises ``PermanentError`` when the request is refused (4xx other than 408/409/429),
+    ``RetriesExhaustedError`` when transient failures (timeouts, connection errors, 429, 5xx,
+    empty or malformed replies) outlast ``config.max_retries`` retries, and
+    ``ConfigurationError`` at construction when neither a key nor a base URL is given.
+    """
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        api_key: SecretStr | None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ) -> None:
+        self._config = config
+        self._backoff = backoff
+        self._client = openai.OpenAI(
+            api_key=_resolve_key(config, api_key),
+            base_url=config.base_url,
+            timeout=config.timeout_s,
+            max_retries=0,
+        )
+
+    def complete_json(self, messages: Sequence[ChatMessage]) -> str:
+        """The raw text of a JSON-mode reply (temperature 0) to ``messages``; not parsed."""
+        wire = [_to_wire(message) for message in messages]
+        return self._with_retries(lambda: self._create(wire, json_mode=True))
+
+    def describe_image(self, image_url: str, prompt: str) -> str:
+        """The model's text answer to ``prompt`` about the image at ``image_url``."""
+        message = ChatMessage(role="user", content=prompt, image_url=image_url)
+        wire = [_to_wire(message)]
+        return self._with_retries(lambda: self._create(wire, json_mode=False))
+
+    def close(self) -> None:
+        """Release the HTTP connection pool."""
+        self._client.close()
+
+    def __enter__(self) -> OpenAILLM:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _create(self, wire: list[ChatCompletionMessageParam], *, json_mode: bool) -> str:
+        """One request, no retry: the reply text, or a memq error."""
+        extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if json_mode else {}
+        with openai_errors(f"LLM {self._config.model}"):
+            completion = self._client.chat.completions.create(
+                model=self._config.model, messages=wire, temperature=0, **extra
+            )
+        return _reply_text(completion)
+
+    def _with_retries(self, call: Callable[[], str]) -> str:
+        """``call()``, retrying only ``TransientError``; then ``RetriesExhaustedError``."""
+        attempts = self._config.max_retries + 1
+        retrying = Retrying(
+            retry=retry_if_exception_type(TransientError),
+            stop=stop_after_attempt(attempts),
+            wait=self._backoff.wait(),
+            before_sleep=_log_retry,
+            reraise=True,  # the last TransientError itself, not tenacity's RetryError
+        )
+        try:
+            return retrying(call)
+        except TransientError as exc:
+            reason = f"LLM call failed after {attempts} attempt(s); last error: {exc.reason}"
+            raise RetriesExhaustedError(reason) from exc
+
+
+def _resolve_key(config: LLMConfig, api_key: SecretStr | None) -> str:
+    """The key to send. Always a string, so the SDK never reads the environment itself."""
+    if api_key is not None:
+        return api_key.get_secret_value()
+    if config.base_url is not None:
+        return _PLACEHOLDER_KEY
+    raise ConfigurationError(
+        "no LLM API key: set MEMQ_LLM_API_KEY or OPENAI_API_KEY, or MEMQ_LLM_BASE_URL "
+        "for a self-hosted server"
+    )
+
+
+def _to_wire(message: ChatMessage) -> ChatCompletionMessageParam:
+    """The SDK's message dict; a message with ``image_url`` becomes text + image parts."""
+    if message.image_url is None:
+        return cast(ChatCompletionMessageParam, {"role": message.role, "content": message.content})
+    parts = [
+        {"type": "text", "text": message.content},
+        {"type": "image_url", "image_url": {"url": message.image_url}},
+    ]
+    return cast(ChatCompletionMessageParam, {"role": message.role, "content": parts})
+
+
+def _reply_text(completion: object) -> str:
+    """The first choice's text. A missing, empty or non-completion reply is transient."""
+    # The SDK hands back the raw body as a str when a server answers 200 with non-JSON.
+    if not isinstance(completion, ChatCompletion):
+        raise TransientError("LLM answered 200 with a body that is not a completion")
+    content = completion.choices[0].message.content if completion.choices else None
+    if content is None or not content.strip():
+        raise TransientError("LLM returned an empty reply")
+    return content
+
+
+@contextmanager
+def openai_errors(what: str) -> Iterator[None]:
+    """The one place the SDK's exceptions become memq's (``raise ... from exc``)."""
+    try:
+        yield
+    except openai.APIConnectionError as exc:  # includes APITimeoutError
+        raise TransientError(f"{what}: {type(exc).__name__}: {exc.message}") from exc
+    except openai.APIStatusError as exc:
+        raise _status_error(what, exc) from exc
+    except json.JSONDecodeError as exc:  # a 200 whose JSON body is broken
+        raise TransientError(f"{what}: reply body is not valid JSON ({exc})") from exc
+    except openai.OpenAIError as exc:
+        raise PermanentError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _status_error(what: str, exc: openai.APIStatusError) -> TransientError | PermanentError:
+    status = exc.status_code
+    reason = f"{what}: HTTP {status}: {_server_message(exc)}"
+    if status >= 500 or status in _RETRYABLE_STATUS:
+        return TransientError(reason)
+    return PermanentError(reason)
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    """The server's own words (``error.message`` of the body), else the SDK's summary."""
+    body = exc.body
+    message = body.get("message") if isinstance(body, dict) else body
+    text = message if isinstance(message, str) and message else exc.message
+    return text[:_MAX_MESSAGE_CHARS]
+
+
+def _log_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    wait_s = state.next_action.sleep if state.next_action is not None else 0.0
+    _LOG.warning(
+        "LLM call attempt %d failed (%s); retrying in %.2fs",
+        state.attempt_number,
+        getattr(error, "reason", error),
+        wait_s,
+    )

@@ -1,0 +1,213 @@
+"""Typed models of memq's domain, grouped by role: what callers send (``*In``), what the
+pipeline carries between phases, and what is stored (``*Doc``)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+NAMESPACE = uuid.UUID("6f1c1b1e-8a1e-4bb8-9d4e-6d656d710001")
+_ID_PATTERN = r"^[^\s]{1,128}$"
+_MAX_MESSAGE_CHARS = 100_000
+_MAX_MESSAGES = 500
+
+Identifier = Annotated[str, StringConstraints(pattern=_ID_PATTERN)]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Scope(_Model):
+    """Whose memory: a tenant and at least one of user, agent, run."""
+
+    tenant: Identifier = "default"
+    user_id: Identifier | None = None
+    agent_id: Identifier | None = None
+    run_id: Identifier | None = None
+
+    @model_validator(mode="after")
+    def _one_owner(self) -> Scope:
+        if self.user_id is None and self.agent_id is None and self.run_id is None:
+            raise ValueError("at least one of user_id, agent_id, run_id is required")
+        return self
+
+    @property
+    def key(self) -> str:
+        """A stable string naming this scope (also the session key of its message window)."""
+        parts = (self.tenant, self.user_id or "", self.agent_id or "", self.run_id or "")
+        return "\x1f".join(parts)
+
+    def fields(self) -> dict[str, str]:
+        """The scope as document fields (absent ids omitted)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class TextPart(_Model):
+    type: Literal["text"] = "text"
+    text: str = Field(max_length=_MAX_MESSAGE_CHARS)
+
+
+class ImageUrl(_Model):
+    url: str = Field(max_length=2_000_000)
+
+    @field_validator("url")
+    @classmethod
+    def _is_image_url(cls, value: str) -> str:
+        if not re.match(
+            r"^(https?://[^\s/]+\S*|data:image/[a-z0-9.+-]+;base64,[A-Za-z0-9+/=]+)$", value
+        ):
+            raise ValueError("must be an http(s) URL or a base64 data:image URL")
+        return value
+
+
+class ImagePart(_Model):
+    type: Literal["image_url"] = "image_url"
+    image_url: ImageUrl
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class MessageIn(_Model):
+    """One message of a conversation: text, or a list of text and image parts."""
+
+    role: Role
+    content: str | list[ContentPart] = Field(max_length=_MAX_MESSAGE_CHARS)
+    name: Identifier | None = None
+
+    def text(self) -> str:
+        """The text of the message (text parts joined; images left out)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def images(self) -> list[str]:
+        if isinstance(self.content, str):
+            return []
+        return [p.image_url.url for p in self.content if isinstance(p, ImagePart)]
+
+
+class MemoryType(StrEnum):
+    SEMANTIC = "semantic_memory"
+    EPISODIC = "episodic_memory"
+    PROCEDURAL = "procedural_memory"
+
+
+class AddRequest(_Model):
+    """A conversation to turn into memories. ``timestamp`` is when it happened (the observation
+    time of every fact it yields); backfills pass history's own dates."""
+
+    scope: Scope
+    messages: list[MessageIn] = Field(min_length=1, max_length=_MAX_MESSAGES)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    infer: bool = True
+    memory_type: MemoryType | None = None
+    prompt: str | None = Field(default=None, max_length=20_000)
+    timestamp: AwareDatetime | None = None
+    expiration_date: AwareDatetime | None = None
+    webhook_url: str | None = Field(default=None, pattern=r"^https?://\S+$", max_length=2_000)
+    actor_id: Identifier | None = None
+
+    @model_validator(mode="after")
+    def _procedural_needs_an_agent(self) -> AddRequest:
+        if self.memory_type is MemoryType.PROCEDURAL and self.scope.agent_id is None:
+            raise ValueError("memory_type procedural_memory needs an agent_id")
+        return self
+
+    @field_validator("metadata")
+    @classmethod
+    def _strip_identity(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Identity comes from the scope only: ids inside metadata are dropped."""
+        return {k: v for k, v in value.items() if k not in _IDENTITY_KEYS}
+
+    def job_id(self) -> str:
+        """Deterministic job id: the same conversation posted twice is the same job."""
+        payload = self.model_dump_json(
+            include={"scope", "messages", "timestamp", "infer", "memory_type", "prompt"}
+        )
+        return str(uuid.uuid5(NAMESPACE, "job\x1f" + payload))
+
+
+_IDENTITY_KEYS = frozenset({"user_id", "agent_id", "run_id", "tenant"})
+
+
+class Fact(_Model):
+    """A fact extracted from a conversation, on its way to becoming a memory."""
+
+    text: str
+    attributed_to: Literal["user", "assistant"] = "user"
+    related_ids: tuple[str, ...] = ()
+    role: str = "user"
+    actor_id: str | None = None
+
+
+class ExistingMemory(_Model):
+    """A stored memory shown to the LLM as a small integer."""
+
+    id: str
+    text: str
+
+
+class ContextMessage(_Model):
+    role: str
+    content: str
+    name: str | None = None
+
+
+def md5_hex(text: str) -> str:
+    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def memory_id(scope: Scope, text_hash: str) -> str:
+    """uuid5 of scope + normalized-text hash: one fact, one document, however often written."""
+    return str(uuid.uuid5(NAMESPACE, f"memory\x1f{scope.key}\x1f{text_hash}"))
+
+
+def fallback_memory_id(job_id: str, text_hash: str) -> str:
+    """Used when the natural id is taken by a memory whose text was later edited."""
+    return str(uuid.uuid5(NAMESPACE, f"memory\x1fjob\x1f{job_id}\x1f{text_hash}"))
+
+
+def history_id(memory: str, event: str, job_id: str) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"history\x1f{memory}\x1f{event}\x1f{job_id}"))
+
+
+def entity_id(scope: Scope, normalized: str) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"entity\x1f{scope.key}\x1f{normalized}"))
+
+
+def message_id(job_id: str, seq: int) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"message\x1f{job_id}\x1f{seq}"))

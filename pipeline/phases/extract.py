@@ -1,0 +1,154 @@
+"""Phase 2: facts from the conversation — one LLM call, ADD-only.
+
+Three paths: LLM extraction (the default), procedural memory (one LLM summary, one memory), and
+``infer=False`` (every non-system message kept verbatim, no LLM). Images are described by the
+LLM first when vision is on; otherwise only the text parts are used.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pipeline.deps import Deps
+from pipeline.errors import PermanentError
+from pipeline.llm.parse import ParsedFacts, parse_facts
+from pipeline.models import AddRequest, ContextMessage, ExistingMemory, Fact, MemoryType, Role
+from pipeline.prompts import load_prompt
+from pipeline.protocols import LLM, ChatMessage
+from pipeline.state import JobState
+
+log = logging.getLogger("memq.extract")
+
+NO_LLM = (
+    "no LLM is configured (set MEMQ_LLM_BASE_URL or OPENAI_API_KEY), so only infer=false "
+    "conversations can be ingested"
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: Role
+    name: str | None
+    text: str
+
+
+def extract_facts(state: JobState, deps: Deps) -> JobState:
+    """Fill ``state.facts``. Raises ``PermanentError`` when the LLM's reply stays unusable
+    (the raw reply is in the reason) or when extraction needs an LLM and there is none."""
+    request = state.request
+    turns = turns_of(request, deps)
+    if not request.infer and request.memory_type is not MemoryType.PROCEDURAL:
+        return state.with_(facts=verbatim_facts(request, turns))
+    llm = require_llm(deps)
+    if request.memory_type is MemoryType.PROCEDURAL:
+        return state.with_(facts=procedural_facts(llm, request, turns, state))
+    return state.with_(facts=inferred_facts(llm, state, turns))
+
+
+def require_llm(deps: Deps) -> LLM:
+    if deps.llm is None:
+        raise PermanentError(NO_LLM)
+    return deps.llm
+
+
+def turns_of(request: AddRequest, deps: Deps) -> list[Turn]:
+    """Each message as text; image parts become LLM descriptions when vision is on."""
+    turns = []
+    for message in request.messages:
+        parts = [message.text()]
+        if deps.vision and deps.llm is not None:
+            prompt = load_prompt("vision").text
+            parts += [f"[image] {deps.llm.describe_image(url, prompt)}" for url in message.images()]
+        text = "\n".join(p for p in parts if p.strip()).strip()
+        if text:
+            turns.append(Turn(message.role, message.name, text))
+    return turns
+
+
+def verbatim_facts(request: AddRequest, turns: list[Turn]) -> list[Fact]:
+    """infer=False: each non-system message is a memory as written."""
+    return [
+        Fact(
+            text=turn.text,
+            attributed_to="assistant" if turn.role is Role.ASSISTANT else "user",
+            role=turn.role.value,
+            actor_id=turn.name or request.actor_id,
+        )
+        for turn in turns
+        if turn.role is not Role.SYSTEM
+    ]
+
+
+def agent_perspective(request: AddRequest, turns: list[Turn]) -> bool:
+    """Facts are about the agent when the scope is an agent's and the agent spoke."""
+    return (
+        request.scope.agent_id is not None
+        and request.scope.user_id is None
+        and any(t.role is Role.ASSISTANT for t in turns)
+    )
+
+
+def inferred_facts(llm: LLM, state: JobState, turns: list[Turn]) -> list[Fact]:
+    request = state.request
+    if request.prompt:
+        system = request.prompt + "\n\n" + load_prompt("output_contract").text
+    else:
+        system = load_prompt(
+            "extract_agent" if agent_perspective(request, turns) else "extract_user"
+        ).text
+    system = fill(system, state, state.existing)
+    raw = llm.complete_json(
+        [ChatMessage("system", system), ChatMessage("user", render(state.context, turns))]
+    )
+    parsed = parse_facts(raw, len(state.existing))
+    return facts_from(parsed, state.existing, request)
+
+
+def procedural_facts(
+    llm: LLM, request: AddRequest, turns: list[Turn], state: JobState
+) -> list[Fact]:
+    system = fill(request.prompt or load_prompt("procedural").text, state, [])
+    raw = llm.complete_json([ChatMessage("system", system), ChatMessage("user", render([], turns))])
+    texts = [fact.text for fact in parse_facts(raw, 0).facts]
+    if not texts:
+        raise PermanentError(f"procedural summary was empty; raw reply: {raw[:2000]}")
+    return [
+        Fact(
+            text="\n".join(texts),
+            attributed_to="assistant",
+            role="assistant",
+            actor_id=request.actor_id,
+        )
+    ]
+
+
+def fill(prompt: str, state: JobState, existing: list[ExistingMemory]) -> str:
+    """Substitute the placeholders (plain replacement: prompts may contain JSON braces)."""
+    observed = (state.request.timestamp or state.received_at).date().isoformat()
+    listing = "\n".join(f"{i}. {m.text}" for i, m in enumerate(existing)) or "(none)"
+    return prompt.replace("{observation_date}", observed).replace("{existing_memories}", listing)
+
+
+def render(context: list[ContextMessage], turns: list[Turn]) -> str:
+    earlier = "\n".join(f"{m.role}: {m.content}" for m in context)
+    new = "\n".join(f"{t.role.value}{f' ({t.name})' if t.name else ''}: {t.text}" for t in turns)
+    return (f"Earlier messages:\n{earlier}\n\n" if earlier else "") + f"New messages:\n{new}"
+
+
+def facts_from(
+    parsed: ParsedFacts, existing: list[ExistingMemory], request: AddRequest
+) -> list[Fact]:
+    """Map the LLM's small integers back to real memory ids; unknown ones are logged, dropped."""
+    if parsed.unknown_ids:
+        log.warning("LLM referred to unknown memory numbers %s; ignored", parsed.unknown_ids)
+    return [
+        Fact(
+            text=fact.text,
+            attributed_to="assistant" if fact.attributed_to == "assistant" else "user",
+            related_ids=tuple(existing[i].id for i in fact.related),
+            role="assistant" if fact.attributed_to == "assistant" else "user",
+            actor_id=request.actor_id,
+        )
+        for fact in parsed.facts
+    ]

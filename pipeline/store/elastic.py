@@ -1,0 +1,290 @@
+"""``ElasticStore``: the ``Store`` protocol over Elasticsearch.
+
+Writes use deterministic ids with ``op_type=create``, so a replayed write meets itself as a
+conflict instead of a duplicate. Links between entities and memories are updated with optimistic
+concurrency (``if_seq_no``/``if_primary_term``) because the minimal distribution has no scripting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from elasticsearch import ConflictError, Elasticsearch, NotFoundError
+
+from pipeline.errors import TransientError
+from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
+from pipeline.store.client import error_reason, es_errors
+from pipeline.store.indices import IndexNames
+from pipeline.store.protocol import (
+    EntityDoc,
+    HistoryDoc,
+    JobRecord,
+    MemoryDoc,
+    StoredHash,
+    WriteOutcome,
+)
+
+log = logging.getLogger("memq.store")
+
+_BULK_ITEM_RETRIES = 3
+_LINK_ATTEMPTS = 20
+
+
+def scope_filter(scope: Scope) -> list[dict[str, Any]]:
+    """Term filters selecting exactly the documents of ``scope``."""
+    return [{"term": {field: value}} for field, value in scope.fields().items()]
+
+
+def cosine_from_score(score: float) -> float:
+    """Elasticsearch reports cosine similarity as (1 + cos) / 2; undo that."""
+    return 2.0 * score - 1.0
+
+
+class ElasticStore:
+    """The real store. ``refresh`` is "wait_for" only where a read follows in the same flow."""
+
+    def __init__(self, client: Elasticsearch, names: IndexNames) -> None:
+        self.client = client
+        self.names = names
+
+    def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
+        with es_errors("read the message window"):
+            body = self.client.search(
+                index=self.names.messages,
+                query={"bool": {"filter": [{"term": {"session_key": scope.key}}]}},
+                sort=[{"created_at": "desc"}, {"seq": "desc"}],
+                size=limit,
+                source_excludes=["embedding"],
+            ).body
+        hits = [h["_source"] for h in body["hits"]["hits"]]
+        return [
+            ContextMessage(role=h["role"], content=h["content"], name=h.get("name"))
+            for h in reversed(hits)
+        ]
+
+    def append_messages(
+        self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
+    ) -> None:
+        actions: list[dict[str, Any]] = []
+        for seq, message in enumerate(messages):
+            actions.append(
+                {"index": {"_index": self.names.messages, "_id": message_id(job_id, seq)}}
+            )
+            actions.append(
+                {
+                    **scope.fields(),
+                    "session_key": scope.key,
+                    "job_id": job_id,
+                    "seq": seq,
+                    "role": message.role,
+                    "name": message.name,
+                    "content": message.content,
+                    "created_at": at.isoformat(),
+                }
+            )
+        if actions:
+            self._bulk_all_or_raise(actions, "save the message window")
+
+    def similar_memories(
+        self, scope: Scope, vector: Sequence[float], k: int
+    ) -> list[ExistingMemory]:
+        with es_errors("retrieve similar memories"):
+            body = self.client.search(
+                index=self.names.memories,
+                knn={
+                    "field": "embedding",
+                    "query_vector": list(vector),
+                    "k": k,
+                    "num_candidates": max(100, 10 * k),
+                    "filter": scope_filter(scope),
+                },
+                size=k,
+                source_includes=["text"],
+            ).body
+        return [
+            ExistingMemory(id=h["_id"], text=h["_source"]["text"]) for h in body["hits"]["hits"]
+        ]
+
+    def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
+        if not hashes:
+            return set()
+        with es_errors("look up fact hashes"):
+            body = self.client.search(
+                index=self.names.memories,
+                query={
+                    "bool": {"filter": [*scope_filter(scope), {"terms": {"hash": list(hashes)}}]}
+                },
+                size=len(hashes),
+                source_includes=["hash"],
+            ).body
+        return {h["_source"]["hash"] for h in body["hits"]["hits"]}
+
+    def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
+        outcome = self._create_all(self.names.memories, {d.id: d.source() for d in docs})
+        if outcome.conflicts:
+            outcome.conflicts = self._stored_hashes(list(outcome.conflicts))
+        return outcome
+
+    def write_history(self, rows: Sequence[HistoryDoc]) -> WriteOutcome:
+        return self._create_all(self.names.history, {r.id: r.source() for r in rows})
+
+    def nearest_entities(
+        self, scope: Scope, vectors: Sequence[Sequence[float]]
+    ) -> list[tuple[str, float] | None]:
+        if not vectors:
+            return []
+        searches: list[dict[str, Any]] = []
+        for vector in vectors:
+            searches.append({"index": self.names.entities})
+            searches.append(
+                {
+                    "knn": {
+                        "field": "embedding",
+                        "query_vector": list(vector),
+                        "k": 1,
+                        "num_candidates": 50,
+                        "filter": scope_filter(scope),
+                    },
+                    "size": 1,
+                    "_source": False,
+                }
+            )
+        with es_errors("search similar entities"):
+            responses = self.client.msearch(searches=searches).body["responses"]
+        return [self._top_hit(r) for r in responses]
+
+    def link_entity(self, entity: EntityDoc, memory_ids: Sequence[str], into: str | None) -> str:
+        target = into or entity.id
+        if into is None and self._create_entity(entity, memory_ids):
+            return target
+        for _ in range(_LINK_ATTEMPTS):
+            if self._add_links(target, memory_ids):
+                return target
+        raise TransientError(f"entity {target}: too many concurrent link updates")
+
+    def set_memory_entities(self, links: dict[str, list[str]]) -> None:
+        actions: list[dict[str, Any]] = []
+        for memory, entities in links.items():
+            actions.append({"update": {"_index": self.names.memories, "_id": memory}})
+            actions.append({"doc": {"entity_ids": sorted(set(entities))}})
+        if actions:
+            self._bulk_all_or_raise(actions, "record entity links on memories")
+
+    def save_job(self, record: JobRecord) -> None:
+        with es_errors(f"save job {record.job_id}"):
+            self.client.index(
+                index=self.names.jobs,
+                id=record.job_id,
+                document=record.model_dump(mode="json"),
+                refresh="wait_for",
+            )
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with es_errors(f"read job {job_id}"):
+            try:
+                body = self.client.get(index=self.names.jobs, id=job_id).body
+            except NotFoundError:
+                return None
+        return JobRecord.model_validate(body["_source"])
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _create_all(self, index: str, sources: dict[str, dict[str, Any]]) -> WriteOutcome:
+        """Bulk-create ``sources`` by id; items rejected with 429 are retried, item by item."""
+        outcome = WriteOutcome()
+        pending = dict(sources)
+        for attempt in range(_BULK_ITEM_RETRIES + 1):
+            if not pending:
+                break
+            if attempt:
+                time.sleep(0.2 * 2**attempt)
+            pending = self._create_round(
+                index, pending, outcome, last=attempt == _BULK_ITEM_RETRIES
+            )
+        return outcome
+
+    def _create_round(
+        self, index: str, pending: dict[str, dict[str, Any]], outcome: WriteOutcome, last: bool
+    ) -> dict[str, dict[str, Any]]:
+        actions: list[dict[str, Any]] = []
+        for doc_id, source in pending.items():
+            actions.append({"create": {"_index": index, "_id": doc_id}})
+            actions.append(source)
+        with es_errors(f"bulk create into {index}"):
+            items = self.client.bulk(operations=actions).body["items"]
+        retry: dict[str, dict[str, Any]] = {}
+        for item in items:
+            result = item["create"]
+            status, doc_id = result["status"], result["_id"]
+            if status in (200, 201):
+                outcome.created.append(doc_id)
+            elif status == 409:
+                outcome.conflicts[doc_id] = StoredHash(hash="", job_id=None)
+            elif status == 429 and not last:
+                retry[doc_id] = pending[doc_id]
+            else:
+                outcome.failed[doc_id] = f"HTTP {status} {error_reason(result.get('error'))}"
+        return retry
+
+    def _stored_hashes(self, ids: list[str]) -> dict[str, StoredHash]:
+        with es_errors("read conflicting memories"):
+            docs = self.client.mget(
+                index=self.names.memories, ids=ids, source_includes=["hash", "job_id"]
+            ).body["docs"]
+        return {
+            d["_id"]: StoredHash(
+                hash=d["_source"].get("hash", ""), job_id=d["_source"].get("job_id")
+            )
+            for d in docs
+            if d.get("found")
+        }
+
+    def _bulk_all_or_raise(self, actions: list[dict[str, Any]], what: str) -> None:
+        with es_errors(what):
+            body = self.client.bulk(operations=actions).body
+        if body.get("errors"):
+            first = next(i for i in body["items"] if next(iter(i.values())).get("error"))
+            result = next(iter(first.values()))
+            raise TransientError(f"{what}: HTTP {result['status']} {error_reason(result['error'])}")
+
+    @staticmethod
+    def _top_hit(response: dict[str, Any]) -> tuple[str, float] | None:
+        if "error" in response:
+            raise TransientError(f"entity search: {error_reason(response['error'])}")
+        hits = response["hits"]["hits"]
+        return (hits[0]["_id"], cosine_from_score(hits[0]["_score"])) if hits else None
+
+    def _create_entity(self, entity: EntityDoc, memory_ids: Sequence[str]) -> bool:
+        with es_errors(f"create entity {entity.id}"):
+            try:
+                self.client.create(
+                    index=self.names.entities, id=entity.id, document=entity.source(memory_ids)
+                )
+            except ConflictError:
+                return False
+        return True
+
+    def _add_links(self, entity_id: str, memory_ids: Sequence[str]) -> bool:
+        """One optimistic read-merge-write; False when another writer got there first."""
+        with es_errors(f"link entity {entity_id}"):
+            current = self.client.get(
+                index=self.names.entities, id=entity_id, source_includes=["linked_memory_ids"]
+            ).body
+            linked = set(current["_source"].get("linked_memory_ids", []))
+            if linked.issuperset(memory_ids):
+                return True
+            try:
+                self.client.update(
+                    index=self.names.entities,
+                    id=entity_id,
+                    doc={"linked_memory_ids": sorted(linked | set(memory_ids))},
+                    if_seq_no=current["_seq_no"],
+                    if_primary_term=current["_primary_term"],
+                )
+            except ConflictError:
+                return False
+        return True

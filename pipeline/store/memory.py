@@ -1,0 +1,140 @@
+"""``InMemoryStore``: the ``Store`` protocol in process memory, with the same semantics as
+``ElasticStore`` (create conflicts, scope filters, cosine ranking). For unit tests and the
+SDK's local mode; thread-safe, not persistent."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
+from pipeline.store.protocol import (
+    EntityDoc,
+    HistoryDoc,
+    JobRecord,
+    MemoryDoc,
+    StoredHash,
+    WriteOutcome,
+)
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+def in_scope(source: dict[str, Any], scope: Scope) -> bool:
+    return all(source.get(field) == value for field, value in scope.fields().items())
+
+
+class InMemoryStore:
+    def __init__(self) -> None:
+        self.memories: dict[str, dict[str, Any]] = {}
+        self.history: dict[str, dict[str, Any]] = {}
+        self.entities: dict[str, dict[str, Any]] = {}
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.jobs: dict[str, JobRecord] = {}
+        self._lock = threading.RLock()
+
+    def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
+        with self._lock:
+            window = [m for m in self.messages.values() if m["session_key"] == scope.key]
+        window.sort(key=lambda m: (m["created_at"], m["seq"]))
+        return [
+            ContextMessage(role=m["role"], content=m["content"], name=m["name"])
+            for m in window[-limit:]
+        ]
+
+    def append_messages(
+        self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
+    ) -> None:
+        with self._lock:
+            for seq, message in enumerate(messages):
+                self.messages[message_id(job_id, seq)] = {
+                    "session_key": scope.key,
+                    "seq": seq,
+                    "created_at": at,
+                    **message.model_dump(),
+                }
+
+    def similar_memories(
+        self, scope: Scope, vector: Sequence[float], k: int
+    ) -> list[ExistingMemory]:
+        with self._lock:
+            candidates = [(i, m) for i, m in self.memories.items() if in_scope(m, scope)]
+        ranked = sorted(candidates, key=lambda im: -cosine(vector, im[1]["embedding"]))
+        return [ExistingMemory(id=i, text=m["text"]) for i, m in ranked[:k]]
+
+    def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
+        wanted = set(hashes)
+        with self._lock:
+            return {
+                m["hash"]
+                for m in self.memories.values()
+                if m["hash"] in wanted and in_scope(m, scope)
+            }
+
+    def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
+        outcome = WriteOutcome()
+        with self._lock:
+            for doc in docs:
+                if doc.id in self.memories:
+                    held = self.memories[doc.id]
+                    outcome.conflicts[doc.id] = StoredHash(held["hash"], held.get("job_id"))
+                else:
+                    self.memories[doc.id] = doc.source()
+                    outcome.created.append(doc.id)
+        return outcome
+
+    def write_history(self, rows: Sequence[HistoryDoc]) -> WriteOutcome:
+        outcome = WriteOutcome()
+        with self._lock:
+            for row in rows:
+                if row.id in self.history:
+                    outcome.conflicts[row.id] = StoredHash("", row.job_id)
+                else:
+                    self.history[row.id] = row.source()
+                    outcome.created.append(row.id)
+        return outcome
+
+    def nearest_entities(
+        self, scope: Scope, vectors: Sequence[Sequence[float]]
+    ) -> list[tuple[str, float] | None]:
+        with self._lock:
+            pool = [(i, e) for i, e in self.entities.items() if in_scope(e, scope)]
+        return [self._nearest(pool, vector) for vector in vectors]
+
+    @staticmethod
+    def _nearest(
+        pool: list[tuple[str, dict[str, Any]]], vector: Sequence[float]
+    ) -> tuple[str, float] | None:
+        scored = [(i, cosine(vector, e["embedding"])) for i, e in pool]
+        return max(scored, key=lambda s: s[1]) if scored else None
+
+    def link_entity(self, entity: EntityDoc, memory_ids: Sequence[str], into: str | None) -> str:
+        target = into or entity.id
+        with self._lock:
+            if target not in self.entities:
+                self.entities[target] = entity.source(memory_ids)
+            else:
+                held = self.entities[target]
+                held["linked_memory_ids"] = sorted(set(held["linked_memory_ids"]) | set(memory_ids))
+        return target
+
+    def set_memory_entities(self, links: dict[str, list[str]]) -> None:
+        with self._lock:
+            for memory, entities in links.items():
+                if memory in self.memories:
+                    self.memories[memory]["entity_ids"] = sorted(set(entities))
+
+    def save_job(self, record: JobRecord) -> None:
+        with self._lock:
+            self.jobs[record.job_id] = record
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            return self.jobs.get(job_id)

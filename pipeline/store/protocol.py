@@ -1,0 +1,201 @@
+"""What the ingestion phases need from storage, and the documents they write.
+
+Two implementations keep the same contract (tests/unit/test_store_contract.py runs over both):
+``ElasticStore`` (the real one) and ``InMemoryStore`` (for unit tests and the SDK's local mode
+without Elasticsearch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.models import ContextMessage, ExistingMemory, Scope
+
+
+@dataclass(frozen=True)
+class MemoryDoc:
+    """A memory as stored. ``id`` is deterministic (see ``models.memory_id``)."""
+
+    id: str
+    scope: Scope
+    text: str
+    text_lemmatized: str
+    embedding: list[float]
+    hash: str
+    job_id: str
+    created_at: datetime
+    observed_at: datetime
+    role: str = "user"
+    attributed_to: str = "user"
+    actor_id: str | None = None
+    memory_type: str | None = None
+    language: str = "en"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    expiration_date: datetime | None = None
+    entity_ids: tuple[str, ...] = ()
+
+    def source(self) -> dict[str, Any]:
+        """The Elasticsearch ``_source`` of this memory."""
+        doc: dict[str, Any] = {
+            **self.scope.fields(),
+            "text": self.text,
+            "text_lemmatized": self.text_lemmatized,
+            "embedding": self.embedding,
+            "hash": self.hash,
+            "job_id": self.job_id,
+            "role": self.role,
+            "attributed_to": self.attributed_to,
+            "language": self.language,
+            "metadata": self.metadata,
+            "entity_ids": list(self.entity_ids),
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.created_at.isoformat(),
+            "observed_at": self.observed_at.isoformat(),
+        }
+        optional = {
+            "actor_id": self.actor_id,
+            "memory_type": self.memory_type,
+            "expiration_date": self.expiration_date.isoformat() if self.expiration_date else None,
+        }
+        doc.update({k: v for k, v in optional.items() if v is not None})
+        return doc
+
+
+@dataclass(frozen=True)
+class HistoryDoc:
+    id: str
+    memory_id: str
+    scope: Scope
+    event: str
+    job_id: str
+    created_at: datetime
+    old: str | None = None
+    new: str | None = None
+    actor: str | None = None
+
+    def source(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            **self.scope.fields(),
+            "memory_id": self.memory_id,
+            "event": self.event,
+            "job_id": self.job_id,
+            "created_at": self.created_at.isoformat(),
+        }
+        optional = {"old": self.old, "new": self.new, "actor": self.actor}
+        doc.update({k: v for k, v in optional.items() if v is not None})
+        return doc
+
+
+@dataclass(frozen=True)
+class EntityDoc:
+    id: str
+    scope: Scope
+    text: str
+    normalized: str
+    type: str
+    embedding: list[float]
+    created_at: datetime
+
+    def source(self, linked_memory_ids: Sequence[str]) -> dict[str, Any]:
+        return {
+            **self.scope.fields(),
+            "text": self.text,
+            "normalized": self.normalized,
+            "type": self.type,
+            "embedding": self.embedding,
+            "linked_memory_ids": sorted(set(linked_memory_ids)),
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class StoredHash:
+    """What holds an id already: its text hash and the job that wrote it."""
+
+    hash: str
+    job_id: str | None
+
+
+@dataclass
+class WriteOutcome:
+    """The per-item result of a bulk create: nothing is reported stored unless it was."""
+
+    created: list[str] = field(default_factory=list)
+    conflicts: dict[str, StoredHash] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class JobRecord(BaseModel):
+    """The readable record of a job, kept in the ``jobs`` index."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    tenant: str
+    status: str
+    phase: str | None = None
+    session_key: str | None = None
+    batch_id: str | None = None
+    attempts: int = 0
+    counts: dict[str, int] = Field(default_factory=dict)
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    reason: str | None = None
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    results: list[dict[str, Any]] = Field(default_factory=list)
+    request: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class Store(Protocol):
+    """Storage used by the ingestion phases. Every write is idempotent under its ids.
+
+    Failures raise ``TransientError`` (retry) or ``PermanentError``; per-item problems of bulk
+    writes are returned in ``WriteOutcome``, never raised.
+    """
+
+    def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
+        """The last ``limit`` messages of the scope's window, oldest first."""
+        ...
+
+    def append_messages(
+        self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
+    ) -> None: ...
+
+    def similar_memories(
+        self, scope: Scope, vector: Sequence[float], k: int
+    ) -> list[ExistingMemory]: ...
+
+    def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
+        """Which of ``hashes`` some memory of the scope already has."""
+        ...
+
+    def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
+        """Create each doc unless its id exists (then it is listed in ``conflicts``)."""
+        ...
+
+    def write_history(self, rows: Sequence[HistoryDoc]) -> WriteOutcome: ...
+
+    def nearest_entities(
+        self, scope: Scope, vectors: Sequence[Sequence[float]]
+    ) -> list[tuple[str, float] | None]:
+        """For each vector, the most similar entity of the scope and its cosine similarity."""
+        ...
+
+    def link_entity(self, entity: EntityDoc, memory_ids: Sequence[str], into: str | None) -> str:
+        """Add ``memory_ids`` to entity ``into`` (an existing id) or create ``entity``;
+        concurrent callers never lose each other's links. Returns the entity id."""
+        ...
+
+    def set_memory_entities(self, links: dict[str, list[str]]) -> None: ...
+
+    def save_job(self, record: JobRecord) -> None: ...
+
+    def get_job(self, job_id: str) -> JobRecord | None: ...

@@ -1,0 +1,367 @@
+"""A scripted OpenAI-compatible HTTP server: the one thing the tests fake is the model.
+
+It speaks OpenAI's wire format over real HTTP, so memq's own client code (the ``openai`` SDK,
+timeouts, retries, error translation) runs for real against it.
+
+- ``POST /v1/chat/completions``: answers the next scripted step, or ``responder(request)``
+  when the script is empty (default: ``{"memory": []}``).
+- ``POST /v1/embeddings``: deterministic unit vectors derived from a hash of each input text.
+  They stand in for an embedding model only; similar texts do NOT get similar vectors.
+- ``GET /v1/models``: one model, so health checks pass.
+- Admin (not recorded): ``POST /_script`` ``{"chat": [step...], "embeddings": [step...],
+  "default": "reply text"}``, ``GET /_requests``, ``POST /_reset``.
+
+A step is a reply text, ``Fail(status, message)``, ``Delay(seconds, then)``, ``Garbage()`` or
+``Normal()`` (answer as if unscripted). As JSON: ``{"reply": "..."}``, ``{"fail": 500,
+"message": "..."}``, ``{"delay": 3, "then": {...}}``, ``{"garbage": true}``, ``{"normal": true}``.
+
+In-process: ``with FakeLLMServer() as server: ... server.base_url``. As a process:
+``python -m tests.fakellm --port N [--replies-file F]`` (one reply text per line, served in
+order before the default); it prints ``FAKELLM_URL=<base_url>`` once it is listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import random
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+DEFAULT_REPLY = '{"memory": []}'
+MODEL_NAME = "fake-llm"
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Answer with an OpenAI-style error body and this HTTP status."""
+
+    status: int = 500
+    message: str = "scripted failure"
+
+
+@dataclass(frozen=True)
+class Garbage:
+    """Answer 200 with a body that is not JSON."""
+
+    body: str = "<html>definitely not json</html>"
+
+
+@dataclass(frozen=True)
+class Normal:
+    """Answer as if the script were empty (chat: the responder; embeddings: vectors)."""
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Sleep ``seconds`` (so a client timeout fires), then answer ``then``."""
+
+    seconds: float
+    then: Step = Normal()
+
+
+Step = str | Fail | Delay | Garbage | Normal
+Responder = Callable[[dict[str, Any]], str]
+
+
+def step_from_json(data: Any) -> Step:
+    """Build a step from its JSON form (see the module docstring); ValueError if unknown."""
+    if isinstance(data, str):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError(f"a step is a string or an object, not {data!r}")
+    if "reply" in data:
+        return str(data["reply"])
+    if "fail" in data:
+        return Fail(int(data["fail"]), str(data.get("message", "scripted failure")))
+    if "delay" in data:
+        return Delay(float(data["delay"]), step_from_json(data.get("then", {"normal": True})))
+    if data.get("garbage"):
+        return Garbage()
+    if data.get("normal"):
+        return Normal()
+    raise ValueError(f"unknown step {data!r}")
+
+
+def fake_embedding(text: str, dims: int) -> list[float]:
+    """A unit vector of ``dims`` floats, the same for the same text in any process."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    rng = random.Random(seed)
+    vector = [rng.uniform(-1.0, 1.0) for _ in range(dims)]
+    norm = sum(x * x for x in vector) ** 0.5 or 1.0
+    return [x / norm for x in vector]
+
+
+def chat_body(text: str, model: str) -> dict[str, Any]:
+    """An OpenAI chat.completion object whose one choice says ``text``."""
+    return {
+        "id": f"chatcmpl-fake-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+class _State:
+    """Script queues and the request log, shared by handler threads under one lock."""
+
+    def __init__(self, dims: int) -> None:
+        self.dims = dims
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.chat: deque[Step] = deque()
+        self.embeddings: deque[Step] = deque()
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.responder: Responder = lambda _request: DEFAULT_REPLY
+
+    def next_step(self, path: str, body: dict[str, Any]) -> Step:
+        """Record the request and pop the next step of its script (``Normal()`` when empty)."""
+        with self.lock:
+            self.requests.append((path, body))
+            queue = self.chat if path.endswith("/chat/completions") else self.embeddings
+            return queue.popleft() if queue else Normal()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.chat.clear()
+            self.embeddings.clear()
+            self.requests.clear()
+            self.responder = lambda _request: DEFAULT_REPLY
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request. HTTP/1.0: one request per connection, so stop() never waits on keep-alive."""
+
+    server: _Server
+    timeout = 10  # a client that stops sending must not pin a thread forever
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the request log is ``requests``, not stderr."""
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            models = [{"id": MODEL_NAME, "object": "model", "owned_by": "memq-tests"}]
+            self._send_json(200, {"object": "list", "data": models})
+        elif self.path == "/_requests":
+            with self.server.state.lock:
+                recorded = [{"path": p, "body": b} for p, b in self.server.state.requests]
+            self._send_json(200, {"requests": recorded})
+        else:
+            self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        body = self._read_json()
+        if body is None:
+            self._send_json(400, {"error": {"message": "request body is not a JSON object"}})
+        elif self.path in ("/v1/chat/completions", "/v1/embeddings"):
+            self._answer(self.server.state.next_step(self.path, body), body)
+        elif self.path.startswith("/_"):
+            self._admin(body)
+        else:
+            self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _admin(self, body: dict[str, Any]) -> None:
+        try:
+            self.server.admin(self.path, body)
+        except (ValueError, TypeError, KeyError) as exc:
+            self._send_json(400, {"error": {"message": str(exc)}})
+        else:
+            self._send_json(200, {"ok": True})
+
+    def _answer(self, step: Step, request: dict[str, Any]) -> None:
+        while isinstance(step, Delay):
+            # An event, not time.sleep: stop() wakes delayed handlers so shutdown is prompt.
+            self.server.state.stopping.wait(step.seconds)
+            step = step.then
+        if isinstance(step, Fail):
+            error = {"message": step.message, "type": "fake_error", "code": step.status}
+            self._send_json(step.status, {"error": error})
+        elif isinstance(step, Garbage):
+            self._send(200, step.body.encode(), "text/plain")
+        elif self.path.endswith("/embeddings"):
+            self._send_json(200, self._embeddings(request))
+        else:
+            text = step if isinstance(step, str) else self.server.state.responder(request)
+            self._send_json(200, chat_body(text, str(request.get("model", MODEL_NAME))))
+
+    def _embeddings(self, request: dict[str, Any]) -> dict[str, Any]:
+        texts = request.get("input", [])
+        texts = [texts] if isinstance(texts, str) else [str(t) for t in texts]
+        dims = int(request.get("dimensions") or self.server.state.dims)
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_embedding(t, dims)}
+            for i, t in enumerate(texts)
+        ]
+        usage = {"prompt_tokens": 0, "total_tokens": 0}
+        return {"object": "list", "data": data, "model": request.get("model"), "usage": usage}
+
+    def _read_json(self) -> dict[str, Any] | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json")
+
+    def _send(self, status: int, payload: bytes, content_type: str) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its timeout fired): nothing left to answer
+
+
+class _Server(ThreadingHTTPServer):
+    # Handler threads are joined on close, so a test ends with no thread or socket left over.
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, address: tuple[str, int], state: _State) -> None:
+        super().__init__(address, _Handler)
+        self.state = state
+
+    def admin(self, path: str, body: dict[str, Any]) -> None:
+        """Apply ``POST /_script`` or ``POST /_reset``; ValueError for anything else."""
+        if path == "/_reset":
+            self.state.reset()
+            return
+        if path != "/_script":
+            raise ValueError(f"no admin route {path}")
+        chat = [step_from_json(s) for s in body.get("chat", [])]
+        embeddings = [step_from_json(s) for s in body.get("embeddings", [])]
+        with self.state.lock:
+            self.state.chat.extend(chat)
+            self.state.embeddings.extend(embeddings)
+            if "default" in body:
+                default = str(body["default"])
+                self.state.responder = lambda _request: default
+
+
+class FakeLLMServer:
+    """The fake in a background thread on 127.0.0.1 (``port=0``: a free port).
+
+    ``responder`` answers chat requests when the script is empty; tests may replace it.
+    ``requests`` is a copy of every model request so far, as ``(path, json body)``.
+    """
+
+    def __init__(self, port: int = 0, dims: int = 384, host: str = "127.0.0.1") -> None:
+        self._state = _State(dims)
+        self._server = _Server((host, port), self._state)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def responder(self) -> Responder:
+        return self._state.responder
+
+    @responder.setter
+    def responder(self, responder: Responder) -> None:
+        with self._state.lock:
+            self._state.responder = responder
+
+    @property
+    def requests(self) -> list[tuple[str, dict[str, Any]]]:
+        with self._state.lock:
+            return list(self._state.requests)
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """The bodies of the chat completion requests, in order."""
+        return [body for path, body in self.requests if path.endswith("/chat/completions")]
+
+    def script_chat(self, *steps: Step) -> None:
+        with self._state.lock:
+            self._state.chat.extend(steps)
+
+    def script_embeddings(self, *steps: Step) -> None:
+        with self._state.lock:
+            self._state.embeddings.extend(steps)
+
+    def reset(self) -> None:
+        """Forget the scripts and the recorded requests; restore the default responder."""
+        self._state.reset()
+
+    def start(self) -> FakeLLMServer:
+        # A short poll interval keeps stop() fast (shutdown waits for the next poll).
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, wake delayed handlers, join every thread and close the socket."""
+        self._state.stopping.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until interrupted (the process entry point)."""
+        try:
+            self._server.serve_forever()
+        finally:
+            self._state.stopping.set()
+            self._server.server_close()
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def read_replies(path: Path) -> Iterable[str]:
+    """The non-empty lines of ``path``, each one reply text."""
+    return [line for line in path.read_text().splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="memq's scripted OpenAI-compatible server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--dims", type=int, default=384)
+    parser.add_argument("--replies-file", type=Path)
+    args = parser.parse_args(argv)
+    server = FakeLLMServer(port=args.port, dims=args.dims, host=args.host)
+    if args.replies_file is not None:
+        server.script_chat(*read_replies(args.replies_file))
+    # SIGTERM ends serve_forever through SystemExit, so the socket is closed on the way out.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+    print(f"FAKELLM_URL={server.base_url}", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""OpenAILLM against the scripted fake server, over real HTTP: the SDK, timeouts, retries and
+error translation all run for real; only the model is fake."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from pipeline.config import LLMConfig
+from pipeline.errors import ConfigurationError, PermanentError, RetriesExhaustedError
+from pipeline.llm.openai_llm import DEFAULT_BACKOFF, NO_BACKOFF, OpenAILLM
+from pipeline.llm.parse import parse_json_object
+from pipeline.protocols import LLM, ChatMessage
+from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage, fake_embedding
+
+REPLY = '{"memory": [{"text": "The user likes tea", "attributed_to": "user"}]}'
+MESSAGES = [ChatMessage("system", "extract facts"), ChatMessage("user", "I like tea")]
+
+MakeLLM = Callable[..., OpenAILLM]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def make_llm(server: FakeLLMServer) -> Iterator[MakeLLM]:
+    """Builds adapters aimed at ``server`` (zero backoff), closing them before it stops."""
+    made: list[OpenAILLM] = []
+
+    def make(**overrides: Any) -> OpenAILLM:
+        fields = {"base_url": server.base_url, "model": "test-model", "timeout_s": 2.0}
+        llm = OpenAILLM(LLMConfig(**{**fields, "max_retries": 2, **overrides}), None, NO_BACKOFF)
+        made.append(llm)
+        return llm
+
+    yield make
+    for llm in made:
+        llm.close()
+
+
+def test_success_returns_the_reply_text_and_sends_model_and_json_mode(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat(REPLY)
+    llm = make_llm()
+    assert isinstance(llm, LLM)
+
+    assert llm.complete_json(MESSAGES) == REPLY
+
+    (request,) = server.chat_requests()
+    assert request["model"] == "test-model"
+    assert request["response_format"] == {"type": "json_object"}
+    assert request["temperature"] == 0
+    assert request["messages"] == [
+        {"role": "system", "content": "extract facts"},
+        {"role": "user", "content": "I like tea"},
+    ]
+
+
+def test_fenced_reply_is_returned_raw_and_repaired_by_the_parser(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    fenced = f"Sure! Here you go:\n```json\n{REPLY}\n```"
+    server.script_chat(fenced)
+
+    raw = make_llm().complete_json(MESSAGES)
+
+    assert raw == fenced
+    assert parse_json_object(raw) == json.loads(REPLY)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [Fail(500, "boom"), Fail(503, "overloaded"), Fail(429, "slow down"), Garbage(), ""],
+    ids=["500", "503", "429", "garbage-200", "empty-reply"],
+)
+def test_a_transient_failure_is_retried_then_succeeds(
+    server: FakeLLMServer, make_llm: MakeLLM, failure: Any
+) -> None:
+    server.script_chat(failure, REPLY)
+
+    assert make_llm().complete_json(MESSAGES) == REPLY
+    assert len(server.chat_requests()) == 2
+
+
+def test_a_reply_slower_than_the_timeout_is_retried(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    # The server would sleep 5 s; the client gives up at 0.3 s and retries; stop() wakes it.
+    server.script_chat(Delay(5.0, then="too late"), REPLY)
+
+    assert make_llm(timeout_s=0.3).complete_json(MESSAGES) == REPLY
+    assert len(server.chat_requests()) == 2
+
+
+def test_exhausted_retries_name_the_attempts_and_the_last_error(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat(Fail(500, "first"), Fail(502, "second"), Fail(503, "third"))
+
+    with pytest.raises(RetriesExhaustedError) as caught:
+        make_llm(max_retries=2).complete_json(MESSAGES)
+
+    assert "3 attempt(s)" in caught.value.reason
+    assert "HTTP 503" in caught.value.reason and "third" in caught.value.reason
+    assert "RetryError" not in caught.value.reason
+    assert len(server.chat_requests()) == 3
+
+
+def test_no_retries_configured_means_one_attempt(server: FakeLLMServer, make_llm: MakeLLM) -> None:
+    server.script_chat(Fail(500, "boom"), REPLY)
+
+    with pytest.raises(RetriesExhaustedError, match=r"1 attempt\(s\)"):
+        make_llm(max_retries=0).complete_json(MESSAGES)
+    assert len(server.chat_requests()) == 1
+
+
+def test_an_unreachable_server_is_transient_then_exhausted() -> None:
+    with FakeLLMServer() as gone:
+        base_url = gone.base_url
+    config = LLMConfig(base_url=base_url, timeout_s=1.0, max_retries=1)
+
+    with OpenAILLM(config, None, NO_BACKOFF) as llm, pytest.raises(RetriesExhaustedError) as caught:
+        llm.complete_json(MESSAGES)
+
+    assert "2 attempt(s)" in caught.value.reason
+    assert "APIConnectionError" in caught.value.reason
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_a_refused_request_is_permanent_and_not_retried(
+    server: FakeLLMServer, make_llm: MakeLLM, status: int
+) -> None:
+    server.script_chat(Fail(status, "model 'test-model' does not exist"), REPLY)
+
+    with pytest.raises(PermanentError) as caught:
+        make_llm().complete_json(MESSAGES)
+
+    assert f"HTTP {status}" in caught.value.reason
+    assert "model 'test-model' does not exist" in caught.value.reason
+    assert len(server.chat_requests()) == 1
+
+
+def test_describe_image_sends_a_text_part_and_an_image_part(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat("A red bicycle leaning on a wall.")
+
+    text = make_llm().describe_image("https://example.com/bike.png", "Describe this image.")
+
+    assert text == "A red bicycle leaning on a wall."
+    (request,) = server.chat_requests()
+    assert "response_format" not in request
+    assert request["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Describe this image."},
+                {"type": "image_url", "image_url": {"url": "https://example.com/bike.png"}},
+            ],
+        }
+    ]
+
+
+def test_each_retry_is_logged(
+    server: FakeLLMServer, make_llm: MakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.script_chat(Fail(500, "boom"), Fail(429, "later"), REPLY)
+
+    with caplog.at_level(logging.WARNING, logger="memq.llm"):
+        make_llm().complete_json(MESSAGES)
+
+    retries = [r for r in caplog.records if r.name == "memq.llm"]
+    assert len(retries) == 2
+    assert "HTTP 500" in retries[0].getMessage() and "HTTP 429" in retries[1].getMessage()
+
+
+def test_a_key_or_a_base_url_is_required() -> None:
+    with pytest.raises(ConfigurationError, match="MEMQ_LLM_API_KEY"):
+        OpenAILLM(LLMConfig(), None)
+    OpenAILLM(LLMConfig(), SecretStr("sk-test")).close()
+
+
+def test_default_backoff_is_jittered_exponential_capped_at_8s() -> None:
+    wait = DEFAULT_BACKOFF.wait()
+    for attempt, ceiling in [(1, 0.5), (2, 1.0), (4, 4.0), (5, 8.0), (12, 8.0)]:
+        samples = [wait(SimpleNamespace(attempt_number=attempt)) for _ in range(50)]  # type: ignore[arg-type]
+        assert all(0.0 <= s <= ceiling for s in samples)
+        assert len(set(samples)) > 1  # jitter: not a fixed schedule
+
+
+def test_fake_embeddings_are_deterministic_unit_vectors(server: FakeLLMServer) -> None:
+    body = {"model": "e", "input": ["alpha", "beta"]}
+    data = httpx.post(f"{server.base_url}/embeddings", json=body).json()["data"]
+
+    vectors = [item["embedding"] for item in data]
+    assert vectors[0] == fake_embedding("alpha", 384) and vectors[0] != vectors[1]
+    assert all(len(v) == 384 and abs(sum(x * x for x in v) - 1.0) < 1e-9 for v in vectors)
+
+
+def test_fake_is_scriptable_over_http(server: FakeLLMServer, make_llm: MakeLLM) -> None:
+    steps = [{"fail": 500, "message": "boom"}, {"reply": REPLY}]
+    httpx.post(f"{server.base_url[:-3]}/_script", json={"chat": steps, "default": "{}"})
+
+    llm = make_llm()
+    assert llm.complete_json(MESSAGES) == REPLY
+    assert llm.complete_json(MESSAGES) == "{}"
+
+    recorded = httpx.get(f"{server.base_url[:-3]}/_requests").json()["requests"]
+    assert [r["path"] for r in recorded] == ["/v1/chat/completions"] * 3
+    httpx.post(f"{server.base_url[:-3]}/_reset", json={})
+    assert server.requests == []
+
+
+def test_fake_runs_as_a_process_serving_a_replies_file(tmp_path: Path) -> None:
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(f"{REPLY}\n")
+    command = [sys.executable, "-m", "tests.fakellm", "--port", "0", "--replies-file", str(replies)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            base_url = process.stdout.readline().strip().removeprefix("FAKELLM_URL=")
+            with OpenAILLM(LLMConfig(base_url=base_url, timeout_s=5.0), None) as llm:
+                assert llm.complete_json(MESSAGES) == REPLY
+                assert llm.complete_json(MESSAGES) == '{"memory": []}'
+        finally:
+            process.terminate()
+    assert process.returncode == 0

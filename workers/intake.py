@@ -1,0 +1,90 @@
+"""Accepting jobs: the same path for the API, the CLI and backfills.
+
+``submit`` answers in milliseconds: it claims the job id (atomic, so a conversation posted twice
+is one job), writes the ``queued`` record and the state, joins the session's line and enqueues
+the chain. Nothing runs here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from kombu.exceptions import OperationalError
+
+from pipeline.errors import InvalidInputError, TransientError
+from pipeline.jobs import job_record
+from pipeline.models import NAMESPACE, AddRequest
+from pipeline.state import JobState, JobStatus
+from pipeline.store.protocol import JobRecord
+from workers.app import MemqCelery
+from workers.chain import job_chain
+
+
+@dataclass(frozen=True)
+class Accepted:
+    record: JobRecord
+    created: bool
+
+
+def job_id_for(request: AddRequest, idempotency_key: str | None) -> str:
+    """The caller's Idempotency-Key (per tenant) if given, else a hash of the conversation."""
+    if idempotency_key is None:
+        return request.job_id()
+    return str(uuid.uuid5(NAMESPACE, f"idempotency\x1f{request.scope.tenant}\x1f{idempotency_key}"))
+
+
+def submit(
+    app: MemqCelery,
+    request: AddRequest,
+    idempotency_key: str | None = None,
+    batch_id: str | None = None,
+    backfill: bool = False,
+) -> Accepted:
+    """Accept ``request`` as a job, or return the job it already is."""
+    runtime = app.runtime
+    job_id = job_id_for(request, idempotency_key)
+    if not runtime.states.claim(job_id):
+        return Accepted(existing_record(app, job_id, request), created=False)
+    state = JobState(job_id=job_id, request=request, received_at=runtime.clock(), batch_id=batch_id)
+    return Accepted(enqueue(app, state, backfill, attempts=0), created=True)
+
+
+def existing_record(app: MemqCelery, job_id: str, request: AddRequest) -> JobRecord:
+    record = app.runtime.store.get_job(job_id)
+    if record is None:  # claimed a moment ago by a concurrent request, not yet written
+        now = app.runtime.clock()
+        record = job_record(
+            JobState(job_id=job_id, request=request, received_at=now), JobStatus.QUEUED, now
+        )
+    return record
+
+
+def enqueue(app: MemqCelery, state: JobState, backfill: bool, attempts: int) -> JobRecord:
+    runtime = app.runtime
+    record = job_record(state, JobStatus.QUEUED, runtime.clock(), attempts=attempts)
+    runtime.states.save(state)
+    runtime.store.save_job(record)
+    runtime.states.enter_line(state.request.scope.key, state.job_id)
+    try:
+        job_chain(app, state.job_id, runtime.settings.queues, backfill).apply_async()
+    except OperationalError as exc:
+        runtime.states.leave_line(state.request.scope.key, state.job_id)
+        runtime.states.unclaim(state.job_id)
+        raise TransientError(f"could not enqueue job {state.job_id}: {exc}") from exc
+    return record
+
+
+def replay(app: MemqCelery, job_id: str, backfill: bool = False) -> JobRecord:
+    """Run a ``dead`` or ``failed`` job again from its recorded request."""
+    record = app.runtime.store.get_job(job_id)
+    if record is None:
+        raise InvalidInputError(f"no job {job_id}", field="job_id")
+    if record.status not in (JobStatus.DEAD, JobStatus.FAILED):
+        raise InvalidInputError(f"job {job_id} is {record.status}; only dead or failed jobs replay")
+    request = AddRequest.model_validate(record.request)
+    state = JobState(
+        job_id=job_id, request=request, received_at=record.created_at, batch_id=record.batch_id
+    )
+    app.runtime.states.claim(job_id)
+    return enqueue(app, state, backfill, attempts=record.attempts + 1)

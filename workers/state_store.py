@@ -1,0 +1,100 @@
+"""Job state between tasks, and the per-session turnstile, both in Redis.
+
+Broker messages carry only job ids; the state of a job (its request and each phase's output)
+lives under ``memq:job:{id}:state`` until the job ends. The turnstile is a Redis list per
+session: jobs of one session run one at a time, in the order they were accepted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import redis
+
+from pipeline.errors import TransientError
+from pipeline.state import JobState
+
+STATE_TTL_S = 7 * 86_400
+
+
+def _session(session_key: str) -> str:
+    return "memq:session:" + hashlib.sha1(session_key.encode(), usedforsecurity=False).hexdigest()
+
+
+class RedisStateStore:
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def save(self, state: JobState) -> None:
+        with redis_errors("save job state"):
+            self.client.set(
+                f"memq:job:{state.job_id}:state", state.model_dump_json(), ex=STATE_TTL_S
+            )
+
+    def load(self, job_id: str) -> JobState | None:
+        with redis_errors("load job state"):
+            raw = self.client.get(f"memq:job:{job_id}:state")
+        return JobState.model_validate_json(raw) if raw is not None else None
+
+    def exists(self, job_id: str) -> bool:
+        with redis_errors("check job state"):
+            return bool(self.client.exists(f"memq:job:{job_id}:state"))
+
+    def delete(self, job_id: str) -> None:
+        with redis_errors("delete job state"):
+            self.client.delete(f"memq:job:{job_id}:state")
+
+    def claim(self, job_id: str) -> bool:
+        """True for the first caller only: makes accepting a job atomic across API processes."""
+        with redis_errors("claim job id"):
+            return bool(self.client.set(f"memq:job:{job_id}:claimed", 1, nx=True, ex=STATE_TTL_S))
+
+    def unclaim(self, job_id: str) -> None:
+        with redis_errors("unclaim job id"):
+            self.client.delete(f"memq:job:{job_id}:claimed")
+
+    # -- the per-session turnstile --------------------------------------------------------------
+
+    def enter_line(self, session_key: str, job_id: str) -> None:
+        key = _session(session_key)
+        with redis_errors("join the session line"):
+            pipe = self.client.pipeline()
+            pipe.lrem(key, 0, job_id)
+            pipe.rpush(key, job_id)
+            pipe.expire(key, STATE_TTL_S)
+            pipe.execute()
+
+    def my_turn(self, session_key: str, job_id: str) -> bool:
+        """True when ``job_id`` heads its session's line. A head whose state is gone (it ended
+        or expired without leaving the line) is removed, so one lost job cannot block a session."""
+        key = _session(session_key)
+        with redis_errors("check the session line"):
+            head = self._head(key)
+            while head is not None and head != job_id and not self.exists(head):
+                self.client.lrem(key, 1, head)
+                head = self._head(key)
+        return head is None or head == job_id
+
+    def _head(self, key: str) -> str | None:
+        raw = self.client.lindex(key, 0)
+        return raw.decode() if isinstance(raw, bytes) else None
+
+    def leave_line(self, session_key: str, job_id: str) -> None:
+        with redis_errors("leave the session line"):
+            self.client.lrem(_session(session_key), 0, job_id)
+
+
+class redis_errors:  # noqa: N801 - used as a context manager, like contextlib's
+    """Translate redis-py failures into ``TransientError`` (Redis down or busy: retry)."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, redis.RedisError):
+            raise TransientError(f"{self.action}: Redis {exc.__class__.__name__}: {exc}") from exc
