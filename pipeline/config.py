@@ -121,8 +121,8 @@ class WorkerConfig(_Section):
     task_time_limit_s: int = Field(default=600, ge=1)
     task_soft_time_limit_s: int = Field(default=540, ge=1)
     max_retries: int = Field(default=5, ge=0, le=50)
-    retry_backoff_s: float = Field(default=2.0, gt=0)
-    retry_backoff_max_s: float = Field(default=120.0, gt=0)
+    retry_backoff_s: int = Field(default=2, ge=1)
+    retry_backoff_max_s: int = Field(default=120, ge=1)
     visibility_timeout_s: int = Field(default=900, ge=5)
 
     @model_validator(mode="after")

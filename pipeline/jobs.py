@@ -16,7 +16,6 @@ def job_record(
     *,
     phase: str | None = None,
     reason: str | None = None,
-    attempts: int = 0,
 ) -> JobRecord:
     """The record of ``state`` in ``status``; finished statuses carry ``finished_at``."""
     finished = status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD)
@@ -27,7 +26,7 @@ def job_record(
         phase=phase,
         session_key=state.request.scope.key,
         batch_id=state.batch_id,
-        attempts=attempts,
+        attempts=state.attempts,
         counts=state.counts,
         timings_ms=state.timings_ms,
         reason=reason,

@@ -65,6 +65,7 @@ class JobState(BaseModel):
     request: AddRequest
     received_at: datetime
     batch_id: str | None = None
+    attempts: int = 0  # how many times the job was replayed
     done: tuple[Phase, ...] = ()
     timings_ms: dict[str, float] = Field(default_factory=dict)
     context: list[ContextMessage] = Field(default_factory=list)

@@ -14,6 +14,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
+from tests.fakellm import FakeLLMServer
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery, create_celery
 
@@ -30,8 +31,17 @@ def test_id() -> str:
 
 
 @pytest.fixture(scope="session")
-def test_env(stack_settings: Settings, test_id: str) -> dict[str, str]:
-    """Environment for memq processes the tests start: same services, private names."""
+def fake_llm() -> Iterator[FakeLLMServer]:
+    """The scripted OpenAI-compatible server: the only fake in the integration tests (the
+    model); memq's own client code talks to it over real HTTP."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def test_env(stack_settings: Settings, test_id: str, fake_llm: FakeLLMServer) -> dict[str, str]:
+    """Environment for memq processes the tests start: same services, private names, the
+    scripted LLM, and short timeouts so retries and redeliveries happen within a test."""
     return {
         **os.environ,
         "MEMQ_ES_URL": stack_settings.es.url,
@@ -40,6 +50,16 @@ def test_env(stack_settings: Settings, test_id: str) -> dict[str, str]:
         "MEMQ_QUEUES_IO": f"test-{test_id}.io",
         "MEMQ_QUEUES_CPU": f"test-{test_id}.cpu",
         "MEMQ_QUEUES_BACKFILL": f"test-{test_id}.backfill",
+        "MEMQ_LLM_BASE_URL": fake_llm.base_url,
+        "MEMQ_LLM_MODEL": "scripted",
+        "MEMQ_LLM_TIMEOUT_S": "2",
+        "MEMQ_LLM_MAX_RETRIES": "2",
+        "MEMQ_WORKER_MAX_RETRIES": "2",
+        "MEMQ_WORKER_RETRY_BACKOFF_S": "1",
+        "MEMQ_WORKER_RETRY_BACKOFF_MAX_S": "2",
+        "MEMQ_WORKER_TASK_SOFT_TIME_LIMIT_S": "20",
+        "MEMQ_WORKER_TASK_TIME_LIMIT_S": "25",
+        "MEMQ_WORKER_VISIBILITY_TIMEOUT_S": "30",
     }
 
 

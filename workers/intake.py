@@ -44,25 +44,27 @@ def submit(
     """Accept ``request`` as a job, or return the job it already is."""
     runtime = app.runtime
     job_id = job_id_for(request, idempotency_key)
-    if not runtime.states.claim(job_id):
-        return Accepted(existing_record(app, job_id, request), created=False)
+    existing = runtime.store.get_job(job_id)
+    if existing is not None:
+        return Accepted(existing, created=False)
+    if not runtime.states.claim(job_id):  # the same job is being accepted right now
+        return Accepted(in_flight_record(app, job_id, request), created=False)
     state = JobState(job_id=job_id, request=request, received_at=runtime.clock(), batch_id=batch_id)
-    return Accepted(enqueue(app, state, backfill, attempts=0), created=True)
+    return Accepted(enqueue(app, state, backfill), created=True)
 
 
-def existing_record(app: MemqCelery, job_id: str, request: AddRequest) -> JobRecord:
+def in_flight_record(app: MemqCelery, job_id: str, request: AddRequest) -> JobRecord:
     record = app.runtime.store.get_job(job_id)
     if record is None:  # claimed a moment ago by a concurrent request, not yet written
         now = app.runtime.clock()
-        record = job_record(
-            JobState(job_id=job_id, request=request, received_at=now), JobStatus.QUEUED, now
-        )
+        state = JobState(job_id=job_id, request=request, received_at=now)
+        record = job_record(state, JobStatus.QUEUED, now)
     return record
 
 
-def enqueue(app: MemqCelery, state: JobState, backfill: bool, attempts: int) -> JobRecord:
+def enqueue(app: MemqCelery, state: JobState, backfill: bool) -> JobRecord:
     runtime = app.runtime
-    record = job_record(state, JobStatus.QUEUED, runtime.clock(), attempts=attempts)
+    record = job_record(state, JobStatus.QUEUED, runtime.clock())
     runtime.states.save(state)
     runtime.store.save_job(record)
     runtime.states.enter_line(state.request.scope.key, state.job_id)
@@ -87,4 +89,4 @@ def replay(app: MemqCelery, job_id: str, backfill: bool = False) -> JobRecord:
         job_id=job_id, request=request, received_at=record.created_at, batch_id=record.batch_id
     )
     app.runtime.states.claim(job_id)
-    return enqueue(app, state, backfill, attempts=record.attempts + 1)
+    return enqueue(app, state.with_(attempts=record.attempts + 1), backfill)

@@ -38,7 +38,7 @@ class Runtime:
 
     @cached_property
     def states(self) -> RedisStateStore:
-        return RedisStateStore(self.redis)
+        return RedisStateStore(self.redis, self.settings.es.index_prefix)
 
     @cached_property
     def store(self) -> ElasticStore:

@@ -1,7 +1,7 @@
 """Job state between tasks, and the per-session turnstile, both in Redis.
 
 Broker messages carry only job ids; the state of a job (its request and each phase's output)
-lives under ``memq:job:{id}:state`` until the job ends. The turnstile is a Redis list per
+lives under ``memq:{namespace}:job:{id}:state`` until the job ends. The turnstile is a Redis list per
 session: jobs of one session run one at a time, in the order they were accepted.
 """
 
@@ -15,48 +15,57 @@ from pipeline.errors import TransientError
 from pipeline.state import JobState
 
 STATE_TTL_S = 7 * 86_400
-
-
-def _session(session_key: str) -> str:
-    return "memq:session:" + hashlib.sha1(session_key.encode(), usedforsecurity=False).hexdigest()
+CLAIM_TTL_S = 120
 
 
 class RedisStateStore:
-    def __init__(self, client: redis.Redis) -> None:
+    """Keys live under ``memq:{namespace}:`` (the index prefix), so deployments or test runs
+    sharing one Redis never see each other's jobs."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
+        self.prefix = f"memq:{namespace}"
+
+    def _state(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:state"
+
+    def _session(self, session_key: str) -> str:
+        digest = hashlib.sha1(session_key.encode(), usedforsecurity=False).hexdigest()
+        return f"{self.prefix}:session:{digest}"
 
     def save(self, state: JobState) -> None:
         with redis_errors("save job state"):
-            self.client.set(
-                f"memq:job:{state.job_id}:state", state.model_dump_json(), ex=STATE_TTL_S
-            )
+            self.client.set(self._state(state.job_id), state.model_dump_json(), ex=STATE_TTL_S)
 
     def load(self, job_id: str) -> JobState | None:
         with redis_errors("load job state"):
-            raw = self.client.get(f"memq:job:{job_id}:state")
+            raw = self.client.get(self._state(job_id))
         return JobState.model_validate_json(raw) if raw is not None else None
 
     def exists(self, job_id: str) -> bool:
         with redis_errors("check job state"):
-            return bool(self.client.exists(f"memq:job:{job_id}:state"))
+            return bool(self.client.exists(self._state(job_id)))
 
     def delete(self, job_id: str) -> None:
         with redis_errors("delete job state"):
-            self.client.delete(f"memq:job:{job_id}:state")
+            self.client.delete(self._state(job_id))
 
     def claim(self, job_id: str) -> bool:
-        """True for the first caller only: makes accepting a job atomic across API processes."""
+        """True for the first caller only: makes accepting a job atomic across API processes.
+        Short-lived: once the job record exists, the record is what says the job exists."""
         with redis_errors("claim job id"):
-            return bool(self.client.set(f"memq:job:{job_id}:claimed", 1, nx=True, ex=STATE_TTL_S))
+            return bool(
+                self.client.set(f"{self.prefix}:job:{job_id}:claimed", 1, nx=True, ex=CLAIM_TTL_S)
+            )
 
     def unclaim(self, job_id: str) -> None:
         with redis_errors("unclaim job id"):
-            self.client.delete(f"memq:job:{job_id}:claimed")
+            self.client.delete(f"{self.prefix}:job:{job_id}:claimed")
 
     # -- the per-session turnstile --------------------------------------------------------------
 
     def enter_line(self, session_key: str, job_id: str) -> None:
-        key = _session(session_key)
+        key = self._session(session_key)
         with redis_errors("join the session line"):
             pipe = self.client.pipeline()
             pipe.lrem(key, 0, job_id)
@@ -67,7 +76,7 @@ class RedisStateStore:
     def my_turn(self, session_key: str, job_id: str) -> bool:
         """True when ``job_id`` heads its session's line. A head whose state is gone (it ended
         or expired without leaving the line) is removed, so one lost job cannot block a session."""
-        key = _session(session_key)
+        key = self._session(session_key)
         with redis_errors("check the session line"):
             head = self._head(key)
             while head is not None and head != job_id and not self.exists(head):
@@ -81,7 +90,7 @@ class RedisStateStore:
 
     def leave_line(self, session_key: str, job_id: str) -> None:
         with redis_errors("leave the session line"):
-            self.client.lrem(_session(session_key), 0, job_id)
+            self.client.lrem(self._session(session_key), 0, job_id)
 
 
 class redis_errors:  # noqa: N801 - used as a context manager, like contextlib's

@@ -41,10 +41,10 @@ class JobTask(Task):  # type: ignore[type-arg]
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         job_id = args[0] if args else kwargs.get("job_id")
         if job_id is not None:
-            record_failure(self.runtime, job_id, exc, self.request.retries)
+            record_failure(self.runtime, job_id, exc)
 
 
-def record_failure(runtime: Runtime, job_id: str, exc: Exception, attempts: int) -> None:
+def record_failure(runtime: Runtime, job_id: str, exc: Exception) -> None:
     state = runtime.states.load(job_id)
     if state is None:
         log.error("job %s failed after its state was gone: %s", job_id, exc)
@@ -53,11 +53,10 @@ def record_failure(runtime: Runtime, job_id: str, exc: Exception, attempts: int)
     status = JobStatus.DEAD if dead else JobStatus.FAILED
     reason = getattr(exc, "reason", None) or f"internal error: {exc.__class__.__name__}: {exc}"
     phase = next((s.phase.value for s in PHASES if not state.is_done(s.phase)), None)
-    runtime.store.save_job(
-        job_record(state, status, runtime.clock(), phase=phase, reason=reason, attempts=attempts)
-    )
+    record = job_record(state, status, runtime.clock(), phase=phase, reason=reason)
     runtime.states.leave_line(state.request.scope.key, job_id)
     runtime.states.delete(job_id)
+    runtime.store.save_job(record)  # last: once it reads dead, a replay may start at once
     log.warning("job %s %s in phase %s: %s", job_id, status.value, phase, reason)
 
 

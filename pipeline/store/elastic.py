@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 
@@ -86,8 +86,8 @@ class ElasticStore:
                     "created_at": at.isoformat(),
                 }
             )
-        if actions:
-            self._bulk_all_or_raise(actions, "save the message window")
+        if actions:  # the session's next job reads the window: make it visible first
+            self._bulk_all_or_raise(actions, "save the message window", refresh="wait_for")
 
     def similar_memories(
         self, scope: Scope, vector: Sequence[float], k: int
@@ -180,7 +180,6 @@ class ElasticStore:
                 index=self.names.jobs,
                 id=record.job_id,
                 document=record.model_dump(mode="json"),
-                refresh="wait_for",
             )
 
     def get_job(self, job_id: str) -> JobRecord | None:
@@ -243,9 +242,11 @@ class ElasticStore:
             if d.get("found")
         }
 
-    def _bulk_all_or_raise(self, actions: list[dict[str, Any]], what: str) -> None:
+    def _bulk_all_or_raise(
+        self, actions: list[dict[str, Any]], what: str, refresh: Literal["wait_for", False] = False
+    ) -> None:
         with es_errors(what):
-            body = self.client.bulk(operations=actions).body
+            body = self.client.bulk(operations=actions, refresh=refresh).body
         if body.get("errors"):
             first = next(i for i in body["items"] if next(iter(i.values())).get("error"))
             result = next(iter(first.values()))

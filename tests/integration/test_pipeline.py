@@ -1,0 +1,290 @@
+"""The ingestion chain end to end: a real worker process, real Elasticsearch and Redis, and the
+scripted OpenAI-compatible server standing in for the model."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.state import JobState, Phase
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.indices import IndexNames
+from pipeline.store.protocol import JobRecord
+from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage
+from tests.processes import WorkerProcess
+from workers.app import MemqCelery
+from workers.intake import replay, submit
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = {"succeeded", "failed", "dead"}
+
+
+def facts_from_conversation(request: dict[str, Any]) -> str:
+    """The scripted model: one fact per line of the new messages that says 'fact: ...'."""
+    user = request["messages"][-1]["content"]
+    new = user.split("New messages:", 1)[-1]
+    facts = re.findall(r"fact: ([^\n]+)", new)
+    return json.dumps({"memory": [{"text": f, "attributed_to": "user"} for f in facts]})
+
+
+@pytest.fixture(autouse=True)
+def scripted(fake_llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    fake_llm.reset()
+    fake_llm.responder = facts_from_conversation
+    yield fake_llm
+    fake_llm.reset()
+
+
+@pytest.fixture
+def scope() -> Scope:
+    return Scope(tenant="it", user_id=f"user-{uuid.uuid4().hex[:8]}")
+
+
+def ask(scope: Scope, *facts: str, **kw: Any) -> AddRequest:
+    text = "\n".join(f"fact: {f}" for f in facts) or "just chatting"
+    return AddRequest(scope=scope, messages=[MessageIn(role="user", content=text)], **kw)  # type: ignore[arg-type]
+
+
+def wait_job(store: ElasticStore, job_id: str, timeout_s: float = 90) -> JobRecord:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = store.get_job(job_id)
+        if record is not None and record.status in TERMINAL:
+            return record
+        time.sleep(0.2)
+    raise AssertionError(
+        f"job {job_id} did not finish within {timeout_s}s: {store.get_job(job_id)}"
+    )
+
+
+def memories_of(es: Elasticsearch, names: IndexNames, scope: Scope) -> list[dict[str, Any]]:
+    es.indices.refresh(index=names.memories)
+    hits = es.search(index=names.memories, query={"term": {"user_id": scope.user_id}}, size=1000)
+    return [h["_source"] | {"_id": h["_id"]} for h in hits["hits"]["hits"]]
+
+
+@pytest.fixture
+def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
+    return celery_app.runtime.store
+
+
+def test_a_conversation_becomes_memories_entities_history_and_a_job_record(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+    scripted: FakeLLMServer,
+) -> None:
+    when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    accepted = submit(
+        celery_app,
+        ask(
+            scope,
+            "Caroline joined an LGBTQ support group in Boston",
+            "Caroline paints sunsets",
+            timestamp=when,
+        ),
+    )
+    assert accepted.created and accepted.record.status == "queued"
+    record = wait_job(store, accepted.record.job_id)
+    assert record.status == "succeeded", record.reason
+    assert record.counts["stored"] == 2 and len(record.results) == 2
+    assert set(record.timings_ms) >= {p.value for p in Phase if p is not Phase.FINALIZE}
+    stored = memories_of(es, indices, scope)
+    assert {m["text"] for m in stored} == {
+        "Caroline joined an LGBTQ support group in Boston",
+        "Caroline paints sunsets",
+    }
+    assert all(m["observed_at"].startswith("2023-05-08") for m in stored)
+    es.indices.refresh(index=[indices.entities, indices.history, indices.messages])
+    entities = es.search(
+        index=indices.entities, query={"term": {"user_id": scope.user_id}}, size=50
+    )
+    names = {e["_source"]["text"] for e in entities["hits"]["hits"]}
+    assert {"Caroline", "LGBTQ", "Boston"} <= names
+    caroline = next(
+        e["_source"] for e in entities["hits"]["hits"] if e["_source"]["text"] == "Caroline"
+    )
+    assert sorted(caroline["linked_memory_ids"]) == sorted(m["_id"] for m in stored)
+    history = es.search(index=indices.history, query={"term": {"user_id": scope.user_id}})
+    assert history["hits"]["total"]["value"] == 2
+    window = es.search(index=indices.messages, query={"term": {"session_key": scope.key}})
+    assert window["hits"]["total"]["value"] == 1
+    system_prompt = scripted.chat_requests()[-1]["messages"][0]["content"]
+    assert "2023-05-08" in system_prompt
+
+
+def test_the_same_conversation_posted_twice_is_one_job_and_one_set(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+    scripted: FakeLLMServer,
+) -> None:
+    first = submit(celery_app, ask(scope, "Melanie runs marathons"))
+    second = submit(celery_app, ask(scope, "Melanie runs marathons"))
+    assert first.created and not second.created
+    assert first.record.job_id == second.record.job_id
+    wait_job(store, first.record.job_id)
+    third = submit(celery_app, ask(scope, "Melanie runs marathons"))
+    assert not third.created and third.record.status == "succeeded"
+    assert len(memories_of(es, indices, scope)) == 1
+    assert len(scripted.chat_requests()) == 1
+
+
+def test_an_idempotency_key_names_the_job(
+    celery_app: MemqCelery, store: ElasticStore, scope: Scope
+) -> None:
+    first = submit(celery_app, ask(scope, "Jon owns a dance studio"), idempotency_key="req-1")
+    second = submit(celery_app, ask(scope, "something else entirely"), idempotency_key="req-1")
+    assert first.record.job_id == second.record.job_id and not second.created
+    assert wait_job(store, first.record.job_id).results[0]["text"] == "Jon owns a dance studio"
+
+
+def test_garbage_from_the_model_fails_the_job_with_the_reply(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+    scripted: FakeLLMServer,
+) -> None:
+    scripted.responder = lambda _request: "Sure! Here are the facts: the user likes tea."
+    record = wait_job(store, submit(celery_app, ask(scope, "tea")).record.job_id)
+    assert record.status == "failed" and record.phase == "extract"
+    assert "the user likes tea" in (record.reason or "")
+    assert memories_of(es, indices, scope) == []
+
+
+def test_a_model_timeout_is_retried_then_succeeds(
+    celery_app: MemqCelery, store: ElasticStore, scope: Scope, scripted: FakeLLMServer
+) -> None:
+    scripted.script_chat(Delay(3.0, then=Garbage()))  # longer than MEMQ_LLM_TIMEOUT_S=2
+    record = wait_job(store, submit(celery_app, ask(scope, "Gina adopted a puppy")).record.job_id)
+    assert record.status == "succeeded", record.reason
+    assert [r["text"] for r in record.results] == ["Gina adopted a puppy"]
+    assert len(scripted.chat_requests()) == 2
+
+
+def test_a_model_that_stays_down_makes_the_job_dead_then_replay_succeeds(
+    celery_app: MemqCelery, store: ElasticStore, scope: Scope, scripted: FakeLLMServer
+) -> None:
+    scripted.script_chat(*[Fail(503, "overloaded")] * 3)  # 1 call + MEMQ_LLM_MAX_RETRIES=2
+    job_id = submit(celery_app, ask(scope, "Nate plays chess")).record.job_id
+    record = wait_job(store, job_id)
+    assert record.status == "dead" and "503" in (record.reason or "")
+    assert len(scripted.chat_requests()) == 3  # retried at the call layer only, not again by Celery
+    replayed = replay(celery_app, job_id)
+    assert replayed.status == "queued" and replayed.attempts == 1
+    final = wait_job(store, job_id)
+    assert final.status == "succeeded" and final.results[0]["text"] == "Nate plays chess"
+
+
+def test_jobs_of_one_session_run_in_order(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+) -> None:
+    jobs = [submit(celery_app, ask(scope, f"step {i} of the plan")).record.job_id for i in range(4)]
+    records = [wait_job(store, job) for job in jobs]
+    finished = [r.finished_at for r in records]
+    assert all(r.status == "succeeded" for r in records)
+    assert finished == sorted(finished)  # type: ignore[type-var]
+    window = celery_app.runtime.store.recent_messages(scope, 10)
+    assert [m.content for m in window] == [f"fact: step {i} of the plan" for i in range(4)]
+
+
+def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+    scripted: FakeLLMServer,
+    worker: WorkerProcess,
+) -> None:
+    scripted.script_chat(Delay(1.5, then=Garbage()))  # the worker is killed while it waits
+    job_id = submit(
+        celery_app, ask(scope, "Audrey has three dogs", "Audrey lives in Ohio")
+    ).record.job_id
+    deadline = time.monotonic() + 30
+    while not scripted.chat_requests() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert scripted.chat_requests(), "the job never reached the model"
+    worker.kill()
+    worker.start()
+    worker.wait_ready(celery_app)
+    record = wait_job(store, job_id, timeout_s=120)
+    assert record.status == "succeeded", record.reason
+    texts = sorted(m["text"] for m in memories_of(es, indices, scope))
+    assert texts == ["Audrey has three dogs", "Audrey lives in Ohio"]
+
+
+def test_a_partly_rejected_bulk_reports_only_what_was_stored(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+) -> None:
+    """Elasticsearch refuses one document of the bulk (a vector of the wrong size): the
+    persist phase reports the others as stored and that one as an error."""
+    from pipeline.models import Fact
+    from pipeline.phases.persist import persist_memories
+
+    runtime = celery_app.runtime
+    good = [0.1] * 384
+    state = JobState(
+        job_id=f"partial-{uuid.uuid4().hex[:6]}",
+        request=ask(scope, "x"),
+        received_at=datetime.now(UTC),
+        facts=[Fact(text="kept one"), Fact(text="refused one"), Fact(text="kept two")],
+        embeddings=[good, [0.1] * 7, good],
+        lemmas=["keep one", "refuse one", "keep two"],
+        hashes=["h1", "h2", "h3"],
+        keep=[True, True, True],
+    )
+    result = persist_memories(state, runtime.deps)
+    assert sorted(m.text for m in result.stored) == ["kept one", "kept two"]
+    assert [(e.phase, e.text) for e in result.errors] == [(Phase.PERSIST, "refused one")]
+    assert "HTTP 400" in result.errors[0].reason
+    assert sorted(m["text"] for m in memories_of(es, indices, scope)) == ["kept one", "kept two"]
+
+
+def test_ingestion_without_inference_needs_no_model(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+    scripted: FakeLLMServer,
+) -> None:
+    request = AddRequest(
+        scope=scope,
+        infer=False,
+        metadata={"dia_id": "D1:3"},
+        messages=[
+            MessageIn(role="user", content="I went to the LGBTQ support group yesterday"),
+            MessageIn(role="assistant", content="That sounds meaningful!"),
+        ],
+    )
+    record = wait_job(store, submit(celery_app, request).record.job_id)
+    assert record.status == "succeeded" and record.counts["stored"] == 2
+    assert scripted.chat_requests() == []
+    stored = memories_of(es, indices, scope)
+    assert {m["metadata"]["dia_id"] for m in stored} == {"D1:3"}
+    assert {m["attributed_to"] for m in stored} == {"user", "assistant"}
