@@ -1,8 +1,8 @@
 """Job state between tasks, and the per-session turnstile, both in Redis.
 
-Broker messages carry only job ids; the state of a job (its request and each phase's output)
-lives under ``memq:{namespace}:job:{id}:state`` until the job ends. The turnstile is a Redis list per
-session: jobs of one session run one at a time, in the order they were accepted.
+Broker messages carry only job ids; the state of a job (its request and each phase's
+output) lives under ``memq:{namespace}:job:{id}:state`` until the job ends. The turnstile is a
+Redis list per session: jobs of one session run one at a time, in the order they were accepted.
 """
 
 from __future__ import annotations
