@@ -116,6 +116,19 @@ class QueueConfig(_Section):
         return value
 
 
+class SearchConfig(_Section):
+    """Hybrid search: how much each signal weighs in the fused score, and how wide to look."""
+
+    weight_semantic: float = Field(default=0.45, ge=0, le=1)
+    weight_bm25: float = Field(default=0.40, ge=0, le=1)
+    weight_entity: float = Field(default=0.15, ge=0, le=1)
+    default_top_k: int = Field(default=20, ge=1, le=200)
+    max_top_k: int = Field(default=200, ge=1, le=1000)
+    candidates_per_signal: int = Field(default=50, ge=10, le=1000)
+    rerank_overfetch: int = Field(default=3, ge=1, le=10)
+    entity_links_per_entity: int = Field(default=200, ge=1, le=10_000)
+
+
 class WorkerConfig(_Section):
     concurrency: int = Field(default=2, ge=1, le=256)
     task_time_limit_s: int = Field(default=600, ge=1)
@@ -164,6 +177,7 @@ class Settings(BaseSettings):
     embedder: EmbedderConfig = EmbedderConfig()
     queues: QueueConfig = QueueConfig()
     worker: WorkerConfig = WorkerConfig()
+    search: SearchConfig = SearchConfig()
     api: ApiConfig = ApiConfig()
     flower: FlowerConfig = FlowerConfig()
     openai_api_key: SecretStr | None = Field(

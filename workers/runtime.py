@@ -15,6 +15,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.models import utcnow
+from pipeline.search import Searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
@@ -48,6 +49,18 @@ class Runtime:
     @cached_property
     def deps(self) -> Deps:
         return build_deps(self.settings, self.store, self.clock)
+
+    @cached_property
+    def searcher(self) -> Searcher:
+        deps = self.deps
+        return Searcher(
+            store=self.store,
+            embedder=deps.embedder,
+            lemmatizer=deps.lemmatizer,
+            entities=deps.entities,
+            config=self.settings.search,
+            entity_similarity=deps.limits.entity_merge_similarity,
+        )
 
 
 def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], datetime]) -> Deps:

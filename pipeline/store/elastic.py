@@ -166,6 +166,35 @@ class ElasticStore:
                 return target
         raise TransientError(f"entity {target}: too many concurrent link updates")
 
+    def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
+        """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
+        if not names:
+            return {}
+        with es_errors("look up entities by name"):
+            body = self.client.search(
+                index=self.names.entities,
+                query={
+                    "bool": {
+                        "filter": [*scope_filter(scope), {"terms": {"normalized": list(names)}}]
+                    }
+                },
+                size=len(names),
+                source_includes=["normalized"],
+            ).body
+        return {h["_source"]["normalized"]: h["_id"] for h in body["hits"]["hits"]}
+
+    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to."""
+        if not entity_ids:
+            return {}
+        with es_errors("read entity links"):
+            docs = self.client.mget(
+                index=self.names.entities,
+                ids=list(entity_ids),
+                source_includes=["linked_memory_ids"],
+            ).body["docs"]
+        return {d["_id"]: d["_source"].get("linked_memory_ids", []) for d in docs if d.get("found")}
+
     def set_memory_entities(self, links: dict[str, list[str]]) -> None:
         actions: list[dict[str, Any]] = []
         for memory, entities in links.items():
@@ -173,6 +202,15 @@ class ElasticStore:
             actions.append({"doc": {"entity_ids": sorted(set(entities))}})
         if actions:
             self._bulk_all_or_raise(actions, "record entity links on memories")
+
+    def delete_memories(self, ids: Sequence[str]) -> set[str]:
+        """Delete memories by id; returns the ids that existed and are now gone."""
+        if not ids:
+            return set()
+        actions = [{"delete": {"_index": self.names.memories, "_id": i}} for i in ids]
+        with es_errors("delete memories"):
+            items = self.client.bulk(operations=actions, refresh="wait_for").body["items"]
+        return {i["delete"]["_id"] for i in items if i["delete"].get("result") == "deleted"}
 
     def save_job(self, record: JobRecord) -> None:
         with es_errors(f"save job {record.job_id}"):

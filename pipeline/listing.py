@@ -1,0 +1,167 @@
+"""Listing and bulk deletion of a scope's memories: cursor pagination over a point in time.
+
+A page is read from a point in time (PIT) opened by the first call, sorted by ``created_at``
+then the PIT's own tiebreaker, so pages never overlap or skip a memory however many there are
+and whatever is written meanwhile. The cursor is opaque to callers (base64 of the PIT id and
+the last sort values). ``delete_all`` pages the same way and deletes in bulk: it needs no
+delete-by-query, which the minimal Elasticsearch distribution lacks.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from elasticsearch import NotFoundError
+
+from pipeline.errors import InvalidInputError
+from pipeline.filters import translate_filters
+from pipeline.models import Scope, history_id
+from pipeline.search import not_expired
+from pipeline.store.client import es_errors
+from pipeline.store.elastic import ElasticStore, scope_filter
+from pipeline.store.protocol import HistoryDoc
+
+PIT_KEEP_ALIVE = "5m"
+MAX_PAGE_SIZE = 1000
+_FIELDS = [
+    "text",
+    "user_id",
+    "agent_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "memory_type",
+    "attributed_to",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "observed_at",
+    "expiration_date",
+    "hash",
+    "entity_ids",
+]
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    cursor: str | None  # None: this was the last page
+
+
+def list_memories(
+    store: ElasticStore,
+    scope: Scope,
+    filters: Mapping[str, Any] | None = None,
+    *,
+    page_size: int = 100,
+    cursor: str | None = None,
+    show_expired: bool = True,
+) -> Page:
+    """One page of the scope's memories (oldest first). Pass the returned cursor for the next.
+    Raises ``InvalidInputError`` for a bad page size or a cursor that is malformed or expired."""
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise InvalidInputError(f"page_size must be 1..{MAX_PAGE_SIZE}", field="page_size")
+    clauses = [*scope_filter(scope), *translate_filters(filters)]
+    if not show_expired:
+        clauses.append(not_expired())
+    pit, after = decode_cursor(cursor) if cursor else (open_pit(store), None)
+    hits = page_of(store, clauses, pit, after, page_size)
+    items = [{"id": h["_id"], **h["_source"]} for h in hits]
+    if len(hits) < page_size:
+        close_pit(store, pit)
+        return Page(items, None)
+    return Page(items, encode_cursor(pit, hits[-1]["sort"]))
+
+
+def iter_pages(
+    store: ElasticStore, scope: Scope, filters: Mapping[str, Any] | None = None
+) -> Iterator[Page]:
+    """Every page of the scope's memories, the largest page size at a time."""
+    cursor: str | None = None
+    while True:
+        page = list_memories(store, scope, filters, page_size=MAX_PAGE_SIZE, cursor=cursor)
+        yield page
+        if page.cursor is None:
+            return
+        cursor = page.cursor
+
+
+def delete_all(
+    store: ElasticStore, scope: Scope, filters: Mapping[str, Any] | None, now: datetime
+) -> int:
+    """Delete every memory of the scope (matching ``filters``), page by page from one point in
+    time, each with a DELETE history row; returns how many were deleted."""
+    deleted = 0
+    for page in iter_pages(store, scope, filters):
+        gone = store.delete_memories([item["id"] for item in page.items])
+        rows = [deletion_row(item, scope, now) for item in page.items if item["id"] in gone]
+        store.write_history(rows)
+        deleted += len(gone)
+    return deleted
+
+
+def deletion_row(item: dict[str, Any], scope: Scope, now: datetime) -> HistoryDoc:
+    return HistoryDoc(
+        id=history_id(item["id"], "DELETE", now.isoformat()),
+        memory_id=item["id"],
+        scope=scope,
+        event="DELETE",
+        job_id="",
+        created_at=now,
+        old=item.get("text"),
+    )
+
+
+def open_pit(store: ElasticStore) -> str:
+    with es_errors("open a point in time"):
+        pit: str = store.client.open_point_in_time(
+            index=store.names.memories, keep_alive=PIT_KEEP_ALIVE
+        )["id"]
+    return pit
+
+
+def close_pit(store: ElasticStore, pit: str) -> None:
+    with es_errors("close a point in time"):
+        store.client.options(ignore_status=404).close_point_in_time(id=pit)
+
+
+def page_of(
+    store: ElasticStore, clauses: list[dict[str, Any]], pit: str, after: list[Any] | None, size: int
+) -> list[dict[str, Any]]:
+    body: dict[str, Any] = {
+        "size": size,
+        "query": {"bool": {"filter": clauses}},
+        "sort": [{"created_at": {"order": "asc", "missing": "_first"}}],
+        "pit": {"id": pit, "keep_alive": PIT_KEEP_ALIVE},
+        "_source": {"includes": _FIELDS},
+        "track_total_hits": False,
+    }
+    if after is not None:
+        body["search_after"] = after
+    with es_errors("list memories"):
+        try:
+            hits: list[dict[str, Any]] = store.client.search(**body)["hits"]["hits"]
+        except NotFoundError as exc:
+            raise InvalidInputError(
+                "the cursor has expired; start again without it", field="cursor"
+            ) from exc
+    return hits
+
+
+def encode_cursor(pit: str, after: list[Any]) -> str:
+    raw = json.dumps({"pit": pit, "after": after}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[str, list[Any]]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return str(data["pit"]), list(data["after"])
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise InvalidInputError("the cursor is not one memq gave out", field="cursor") from exc

@@ -1,0 +1,424 @@
+"""Hybrid search: vectors + BM25 + entities, fused per candidate.
+
+For each query, three candidate lists are gathered inside the caller's scope and filters
+(expired memories excluded unless asked for, inside the query):
+- semantic: kNN over ``embedding`` (the filter inside the kNN clause, num_candidates well above k);
+- bm25: the lemmatized query over ``text_lemmatized`` plus the raw query over ``text``;
+- entity: entities found in the query → the scope's entity index (exact name, or an embedding
+  at least as similar as the merge threshold) → their linked memories, damped for hub entities.
+The union of the three is scored on every signal (cosine from the stored vectors, BM25 by an
+ids-restricted query), so a keyword-only or entity-only hit competes on equal terms. Signals are
+normalized to [0, 1] and fused with the weights of ``SearchConfig``; ``threshold`` applies to the
+fused score. Several queries are served by one msearch per round trip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pipeline.config import SearchConfig
+from pipeline.errors import InvalidInputError, TransientError
+from pipeline.filters import translate_filters
+from pipeline.models import Scope
+from pipeline.phases.link import normalize_entity
+from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
+from pipeline.store.client import error_reason, es_errors
+from pipeline.store.elastic import ElasticStore, cosine_from_score, scope_filter
+
+_RESULT_FIELDS = [
+    "text",
+    "user_id",
+    "agent_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "memory_type",
+    "attributed_to",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "observed_at",
+    "expiration_date",
+    "hash",
+    "entity_ids",
+]
+
+
+class SearchQuery(BaseModel):
+    """One search. ``scope`` names whose memories; ``filters`` narrows them further."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    query: str = Field(min_length=1, max_length=4000)
+    scope: Scope
+    filters: dict[str, Any] | None = None
+    top_k: int = Field(default=20, ge=1, le=1000)
+    threshold: float | None = Field(default=None, ge=0, le=1)
+    rerank: bool = False
+    explain: bool = False
+    show_expired: bool = False
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query is empty")
+        return value
+
+
+class Explain(BaseModel):
+    semantic: float
+    bm25: float
+    bm25_raw: float
+    entity: float
+    fused: float
+    rerank: float | None = None
+    rank_semantic: int | None = None
+    rank_bm25: int | None = None
+    rank_entity: int | None = None
+
+
+class SearchHit(BaseModel):
+    id: str
+    memory: str
+    score: float
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    actor_id: str | None = None
+    role: str | None = None
+    memory_type: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    observed_at: datetime | None = None
+    expiration_date: datetime | None = None
+    explain: Explain | None = None
+
+
+class Reranker(Protocol):
+    """Scores ``texts`` against ``query`` in [0, 1], one score per text, in order."""
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
+
+@dataclass
+class Candidates:
+    """What the first round found for one query: ranks per signal, raw scores, entity weights."""
+
+    semantic: dict[str, float] = field(default_factory=dict)
+    bm25: dict[str, float] = field(default_factory=dict)
+    entity: dict[str, float] = field(default_factory=dict)
+    rank_semantic: dict[str, int] = field(default_factory=dict)
+    rank_bm25: dict[str, int] = field(default_factory=dict)
+    rank_entity: dict[str, int] = field(default_factory=dict)
+
+    def ids(self) -> list[str]:
+        return list(dict.fromkeys([*self.semantic, *self.bm25, *self.entity]))
+
+
+@dataclass(frozen=True)
+class Searcher:
+    """Runs hybrid searches over an ``ElasticStore`` with the given models."""
+
+    store: ElasticStore
+    embedder: Embedder
+    lemmatizer: Lemmatizer
+    entities: EntityExtractor
+    config: SearchConfig
+    entity_similarity: float = 0.95
+    reranker: Reranker | None = None
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        return self.search_many([query])[0]
+
+    def search_many(self, queries: Sequence[SearchQuery]) -> list[list[SearchHit]]:
+        """Several searches, batched: one msearch per round trip for all of them."""
+        for query in queries:
+            self._check(query)
+        vectors = self.embedder.embed([q.query for q in queries])
+        filters = [self._filter(q) for q in queries]
+        found = self._first_round(queries, vectors, filters)
+        docs, bm25 = self._second_round(queries, found, filters)
+        return [
+            self._rank(q, v, c, d, b)
+            for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
+        ]
+
+    # -- validation and filters -------------------------------------------------------------
+
+    def _check(self, query: SearchQuery) -> None:
+        if query.top_k > self.config.max_top_k:
+            raise InvalidInputError(f"top_k is at most {self.config.max_top_k}", field="top_k")
+        if query.rerank and self.reranker is None:
+            raise InvalidInputError(
+                "rerank was asked for but no reranker is configured", field="rerank"
+            )
+
+    def _filter(self, query: SearchQuery) -> list[dict[str, Any]]:
+        clauses = [*scope_filter(query.scope), *translate_filters(query.filters)]
+        if not query.show_expired:
+            clauses.append(not_expired())
+        return clauses
+
+    def _fetch(self, query: SearchQuery) -> int:
+        wanted = query.top_k * (self.config.rerank_overfetch if query.rerank else 1)
+        return max(wanted, self.config.candidates_per_signal)
+
+    # -- round 1: the three candidate lists ---------------------------------------------------
+
+    def _first_round(
+        self,
+        queries: Sequence[SearchQuery],
+        vectors: list[list[float]],
+        filters: list[list[dict[str, Any]]],
+    ) -> list[Candidates]:
+        searches: list[dict[str, Any]] = []
+        for query, vector, clauses in zip(queries, vectors, filters, strict=True):
+            size = self._fetch(query)
+            searches += [{"index": self.store.names.memories}, knn_body(vector, clauses, size)]
+            searches += [
+                {"index": self.store.names.memories},
+                self._bm25_body(query.query, clauses, size),
+            ]
+        responses = self._msearch(searches, "hybrid search")
+        found = []
+        for i, query in enumerate(queries):
+            candidates = Candidates()
+            read_hits(
+                responses[2 * i], candidates.semantic, candidates.rank_semantic, cosine_from_score
+            )
+            read_hits(responses[2 * i + 1], candidates.bm25, candidates.rank_bm25, float)
+            self._entity_candidates(query, candidates)
+            found.append(candidates)
+        return found
+
+    def _bm25_body(self, text: str, clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
+        should = [{"match": {"text": {"query": text}}}]
+        lemmas = self.lemmatizer.lemmatize(text)
+        if lemmas:
+            should.append({"match": {"text_lemmatized": {"query": lemmas}}})
+        return {
+            "size": size,
+            "_source": False,
+            "query": {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}},
+        }
+
+    def _entity_candidates(self, query: SearchQuery, candidates: Candidates) -> None:
+        """Memories linked to the query's entities, weighted 1/log2(2 + links): an entity linked
+        to everything (the user's own name, say) says little about any one memory."""
+        found = self.entities.extract([query.query])[0]
+        names = list(dict.fromkeys(normalize_entity(e.text) for e in found))
+        if not names:
+            return
+        for links in self._entity_links(query.scope, names):
+            weight = 1.0 / math.log2(2 + len(links))
+            for memory in links[: self.config.entity_links_per_entity]:
+                candidates.entity[memory] = candidates.entity.get(memory, 0.0) + weight
+        ordered = sorted(candidates.entity, key=lambda m: -candidates.entity[m])
+        candidates.rank_entity.update({m: i + 1 for i, m in enumerate(ordered)})
+        top = max(candidates.entity.values(), default=0.0)
+        for memory in candidates.entity:
+            candidates.entity[memory] /= max(top, 1.0)
+
+    def _entity_links(self, scope: Scope, names: list[str]) -> list[list[str]]:
+        """For each query entity: the linked memories of the scope's matching entity, if any."""
+        by_name = self.store.entities_by_name(scope, names)
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            vectors = self.embedder.embed(missing)
+            for name, near in zip(
+                missing, self.store.nearest_entities(scope, vectors), strict=True
+            ):
+                if near is not None and near[1] >= self.entity_similarity:
+                    by_name[name] = near[0]
+        return [links for links in self.store.entity_links(list(set(by_name.values()))).values()]
+
+    # -- round 2: every candidate scored on every signal --------------------------------------
+
+    def _second_round(
+        self,
+        queries: Sequence[SearchQuery],
+        found: list[Candidates],
+        filters: list[list[dict[str, Any]]],
+    ) -> tuple[list[dict[str, dict[str, Any]]], list[dict[str, float]]]:
+        searches: list[dict[str, Any]] = []
+        for query, candidates, clauses in zip(queries, found, filters, strict=True):
+            ids = candidates.ids()
+            searches += [{"index": self.store.names.memories}, docs_body(ids, clauses)]
+            body = self._bm25_body(query.query, [*clauses, {"ids": {"values": ids}}], len(ids) or 1)
+            searches += [{"index": self.store.names.memories}, body]
+        responses = self._msearch(searches, "hybrid search (scoring)")
+        docs = [
+            {h["_id"]: h["_source"] for h in hits_of(responses[2 * i])} for i in range(len(queries))
+        ]
+        bm25 = [
+            {h["_id"]: float(h["_score"]) for h in hits_of(responses[2 * i + 1])}
+            for i in range(len(queries))
+        ]
+        return docs, bm25
+
+    def _msearch(self, searches: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        with es_errors(what):
+            responses: list[dict[str, Any]] = self.store.client.msearch(searches=searches).body[
+                "responses"
+            ]
+        for response in responses:
+            if "error" in response:
+                raise TransientError(f"{what}: {error_reason(response['error'])}")
+        return responses
+
+    # -- fusion ---------------------------------------------------------------------------------
+
+    def _rank(
+        self,
+        query: SearchQuery,
+        vector: list[float],
+        candidates: Candidates,
+        docs: dict[str, dict[str, Any]],
+        bm25: dict[str, float],
+    ) -> list[SearchHit]:
+        """Fuse the signals of every candidate still visible (filters re-applied in round 2)."""
+        ids = [i for i in candidates.ids() if i in docs]
+        if not ids:
+            return []
+        semantic = cosines(vector, [docs[i].get("embedding") for i in ids])
+        top_bm25 = max(bm25.values(), default=0.0)
+        hits = [
+            self._hit(
+                i,
+                docs[i],
+                semantic=semantic[n],
+                bm25_raw=bm25.get(i, 0.0),
+                top_bm25=top_bm25,
+                candidates=candidates,
+            )
+            for n, i in enumerate(ids)
+        ]
+        hits = self._reranked(query, hits)
+        hits.sort(key=lambda h: -h.score)
+        if query.threshold is not None:
+            hits = [h for h in hits if h.score >= query.threshold]
+        hits = hits[: query.top_k]
+        return hits if query.explain else [h.model_copy(update={"explain": None}) for h in hits]
+
+    def _hit(
+        self,
+        memory: str,
+        source: dict[str, Any],
+        *,
+        semantic: float,
+        bm25_raw: float,
+        top_bm25: float,
+        candidates: Candidates,
+    ) -> SearchHit:
+        weights = self.config
+        bm25 = bm25_raw / top_bm25 if top_bm25 > 0 else 0.0
+        entity = candidates.entity.get(memory, 0.0)
+        fused = (
+            weights.weight_semantic * semantic
+            + weights.weight_bm25 * bm25
+            + weights.weight_entity * entity
+        )
+        total = weights.weight_semantic + weights.weight_bm25 + weights.weight_entity
+        fused = fused / total if total > 0 else 0.0
+        explain = Explain(
+            semantic=round(semantic, 6),
+            bm25=round(bm25, 6),
+            bm25_raw=round(bm25_raw, 6),
+            entity=round(entity, 6),
+            fused=round(fused, 6),
+            rank_semantic=candidates.rank_semantic.get(memory),
+            rank_bm25=candidates.rank_bm25.get(memory),
+            rank_entity=candidates.rank_entity.get(memory),
+        )
+        fields = {k: v for k, v in source.items() if k in _RESULT_FIELDS and k != "text"}
+        return SearchHit(
+            id=memory, memory=source["text"], score=round(fused, 6), explain=explain, **fields
+        )
+
+    def _reranked(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
+        if not query.rerank or self.reranker is None:
+            return hits
+        hits = sorted(hits, key=lambda h: -h.score)[: query.top_k * self.config.rerank_overfetch]
+        scores = self.reranker.rerank(query.query, [h.memory for h in hits])
+        return [
+            h.model_copy(
+                update={
+                    "score": round(s, 6),
+                    "explain": h.explain.model_copy(update={"rerank": round(s, 6)})
+                    if h.explain
+                    else None,
+                }
+            )
+            for h, s in zip(hits, scores, strict=True)
+        ]
+
+
+def not_expired() -> dict[str, Any]:
+    """Memories without an expiration date, or whose date is still ahead."""
+    return {
+        "bool": {
+            "should": [
+                {"bool": {"must_not": {"exists": {"field": "expiration_date"}}}},
+                {"range": {"expiration_date": {"gt": "now"}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
+    return {
+        "size": size,
+        "_source": False,
+        "knn": {
+            "field": "embedding",
+            "query_vector": list(vector),
+            "k": size,
+            "num_candidates": min(10_000, max(100, 4 * size)),
+            "filter": clauses,
+        },
+    }
+
+
+def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "size": len(ids) or 1,
+        "_source": {"includes": [*_RESULT_FIELDS, "embedding"], "exclude_vectors": False},
+        "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
+    }
+
+
+def hits_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    hits: list[dict[str, Any]] = response["hits"]["hits"]
+    return hits
+
+
+def read_hits(
+    response: Mapping[str, Any], scores: dict[str, float], ranks: dict[str, int], convert: Any
+) -> None:
+    for rank, hit in enumerate(hits_of(response), start=1):
+        scores[hit["_id"]] = convert(hit["_score"])
+        ranks[hit["_id"]] = rank
+
+
+def cosines(vector: Sequence[float], others: Sequence[Sequence[float] | None]) -> list[float]:
+    """Cosine of ``vector`` with each of ``others`` (0 where a vector is missing), clipped at 0."""
+    query = np.asarray(vector, dtype=np.float32)
+    query = query / max(float(np.linalg.norm(query)), 1e-12)
+    result = []
+    for other in others:
+        if not other:
+            result.append(0.0)
+            continue
+        array = np.asarray(other, dtype=np.float32)
+        result.append(max(0.0, float(query @ array) / max(float(np.linalg.norm(array)), 1e-12)))
+    return result
