@@ -1,0 +1,382 @@
+"""memq's search filter language, translated into Elasticsearch query DSL.
+
+The same clauses go into the kNN ``filter`` and the BM25 ``bool.filter``, so both retrievers
+see exactly the same candidate set. A filter is a JSON object as a client sends it:
+
+- ``{field: value}`` is equality; ``{field: "*"}`` means the field exists;
+  ``{field: {op: value, ...}}`` applies operators ``eq ne gt gte lt lte in nin contains
+  icontains`` (several operators on one field, or several fields in one object, are ANDed).
+- ``{"AND": [f, ...]}``, ``{"OR": [f, ...]}``, ``{"NOT": f}`` or ``{"NOT": [f, ...]}`` (none of
+  them) nest freely; lower-case ``and`` / ``or`` / ``not`` are aliases.
+
+Fields and how they compare:
+
+- keyword fields (``user_id agent_id run_id actor_id role memory_type attributed_to job_id hash
+  language entity_ids``): exact terms; ``contains`` / ``icontains`` are substring matches built
+  as a ``wildcard`` query with the value's wildcard characters escaped (never regexp or script).
+- date fields (``created_at updated_at observed_at expiration_date``): ISO-8601 strings, dates or
+  datetimes, normalized to UTC (a date or a naive value means UTC, a date alone its midnight).
+- ``text``: full text; only ``contains`` / ``icontains`` (both a ``match_phrase``: the standard
+  analyzer lower-cases, so the phrase match is already case-insensitive) and ``"*"``.
+- metadata: ``metadata.<key>`` (``metadata.a.b`` for nested keys), or any other name (mem0
+  compatibility: ``{"category": "food"}`` means ``metadata.category``). Metadata is a
+  ``flattened`` field: every value is indexed as a keyword string, so numbers and booleans are
+  compared as the strings JSON writes them (``10``, ``1.5``, ``true``) and range operators compare
+  *lexicographically* (``"9" > "10"``; zero-pad numbers you mean to range over). Elasticsearch
+  has no substring query on a metadata key, so ``contains`` / ``icontains`` are refused there;
+  ``{"metadata": {"contains": ...}}`` matches when *any* metadata value contains the substring.
+- ``ne`` / ``nin`` also match documents that lack the field (as in mem0).
+
+``tenant`` (it comes from the caller's key), ``embedding`` and ``text_lemmatized`` cannot be
+filtered. Every mistake raises ``InvalidInputError`` whose ``field`` is the dotted path of the
+offending key inside the filter object (list items by index, e.g. ``OR.1.created_at.gte``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from enum import StrEnum
+from typing import Any
+
+from pipeline.errors import InvalidInputError
+
+MAX_DEPTH = 8
+"""Filter objects nested deeper than this (the top-level object is level 1) are refused."""
+MAX_LEAVES = 256
+"""Conditions (one per field operator, ``"*"`` included) allowed in one filter."""
+MAX_LIST_ITEMS = 1024
+MAX_CONTAINS_CHARS = 256
+
+Clause = dict[str, Any]
+Scalar = str | int | float | bool
+
+
+class _Kind(StrEnum):
+    KEYWORD = "keyword"
+    DATE = "date"
+    TEXT = "text"
+    METADATA = "metadata"
+    METADATA_ROOT = "metadata root"
+
+
+_KEYWORD_FIELDS = frozenset(
+    {
+        "user_id",
+        "agent_id",
+        "run_id",
+        "actor_id",
+        "role",
+        "memory_type",
+        "attributed_to",
+        "job_id",
+        "hash",
+        "language",
+        "entity_ids",
+    }
+)
+_DATE_FIELDS = frozenset({"created_at", "updated_at", "observed_at", "expiration_date"})
+_FORBIDDEN = {
+    "tenant": "the tenant always comes from the caller's key",
+    "embedding": "vectors are searched, not filtered",
+    "text_lemmatized": "it is internal: filter on 'text'",
+}
+_LOGICAL = {"AND": "AND", "and": "AND", "OR": "OR", "or": "OR", "NOT": "NOT", "not": "NOT"}
+_RANGE_OPS = ("gt", "gte", "lt", "lte")
+_OPS = ("eq", "ne", *_RANGE_OPS, "in", "nin", "contains", "icontains")
+_ALLOWED_OPS = {
+    _Kind.KEYWORD: frozenset({*_OPS, "exists"}),
+    _Kind.DATE: frozenset({"eq", "ne", *_RANGE_OPS, "in", "nin", "exists"}),
+    _Kind.TEXT: frozenset({"contains", "icontains", "exists"}),
+    _Kind.METADATA: frozenset({"eq", "ne", *_RANGE_OPS, "in", "nin", "exists"}),
+    _Kind.METADATA_ROOT: frozenset({*_OPS, "exists"}),
+}
+_REGEX_LOOKING = re.compile(r"[\^$\[\](){}|+]|\.\*")
+_WILDCARD_SPECIAL = re.compile(r"([\\*?])")
+
+
+@dataclass(frozen=True)
+class _Field:
+    """A resolved filter field: its Elasticsearch path and how its values compare."""
+
+    path: str
+    kind: _Kind
+
+
+class _Budget:
+    """Counts the conditions of one translation against ``MAX_LEAVES``."""
+
+    def __init__(self) -> None:
+        self.leaves = 0
+
+    def take(self, where: str) -> None:
+        self.leaves += 1
+        if self.leaves > MAX_LEAVES:
+            raise InvalidInputError(
+                f"filter has more than {MAX_LEAVES} conditions (at {where!r})", field=where
+            )
+
+
+def translate_filters(filters: Mapping[str, Any] | None) -> list[Clause]:
+    """Translate a filter object into Elasticsearch clauses for a bool ``filter``.
+
+    Returns ``[]`` for ``None`` or ``{}``; otherwise one clause per top-level key (and per
+    operator of a field), all meant to be ANDed: put them in ``bool.filter`` or a kNN ``filter``.
+    Raises ``InvalidInputError`` (``field`` = dotted path of the offending key) on any mistake.
+    """
+    if filters is None:
+        return []
+    return _clauses(filters, "", 1, _Budget())
+
+
+def _clauses(node: object, path: str, depth: int, budget: _Budget) -> list[Clause]:
+    """The clauses of one filter object (its keys ANDed)."""
+    where = path or "filters"
+    if not isinstance(node, Mapping):
+        raise InvalidInputError(
+            f"filter {where!r} must be an object, not {type(node).__name__}", field=path or None
+        )
+    if depth > MAX_DEPTH:
+        raise InvalidInputError(
+            f"filter {where!r} is nested deeper than {MAX_DEPTH} levels", field=path or None
+        )
+    out: list[Clause] = []
+    for key, value in node.items():
+        key_path = _join(path, key)
+        logical = _LOGICAL.get(key) if isinstance(key, str) else None
+        if logical is None:
+            out.extend(_leaf(key, value, key_path, budget))
+        else:
+            out.append(_logical(logical, value, key_path, depth, budget))
+    return out
+
+
+def _logical(op: str, value: object, path: str, depth: int, budget: _Budget) -> Clause:
+    """AND / OR over a non-empty list, NOT over one filter or a non-empty list (none of them)."""
+    if op == "NOT" and isinstance(value, Mapping):
+        return {"bool": {"must_not": [_single(value, path, depth + 1, budget)]}}
+    if not isinstance(value, list | tuple) or not value:
+        expected = "a filter or a non-empty list of filters" if op == "NOT" else "a non-empty list"
+        raise InvalidInputError(f"{path!r}: {op} needs {expected}", field=path)
+    children = [_single(item, f"{path}.{i}", depth + 1, budget) for i, item in enumerate(value)]
+    if op == "AND":
+        return {"bool": {"filter": children}}
+    if op == "OR":
+        return {"bool": {"should": children, "minimum_should_match": 1}}
+    return {"bool": {"must_not": children}}
+
+
+def _single(node: object, path: str, depth: int, budget: _Budget) -> Clause:
+    """One filter object as one clause; an empty object is refused (it would match all)."""
+    clauses = _clauses(node, path, depth, budget)
+    if not clauses:
+        raise InvalidInputError(f"filter {path!r} is empty", field=path)
+    return clauses[0] if len(clauses) == 1 else {"bool": {"filter": clauses}}
+
+
+def _leaf(key: object, value: object, path: str, budget: _Budget) -> list[Clause]:
+    """The clauses of ``{key: value}``: one per operator."""
+    field = _resolve_field(key, path)
+    clauses: list[Clause] = []
+    for op, operand, op_path in _conditions(value, path):
+        budget.take(op_path)
+        if op not in _ALLOWED_OPS[field.kind]:
+            raise InvalidInputError(_refusal(field, op, path), field=op_path)
+        clauses.append(_BUILDERS[op](field, operand, op_path))
+    return clauses
+
+
+def _conditions(value: object, path: str) -> list[tuple[str, object, str]]:
+    """``(operator, operand, path)`` triples of one field's value."""
+    if value == "*" and isinstance(value, str):
+        return [("exists", None, path)]
+    if not isinstance(value, Mapping):
+        return [("eq", value, path)]
+    if not value:
+        raise InvalidInputError(f"{path!r} has no operator", field=path)
+    out: list[tuple[str, object, str]] = []
+    for op, operand in value.items():
+        op_path = _join(path, op)
+        if op not in _OPS:
+            raise InvalidInputError(
+                f"{path!r}: unknown operator {op!r} (expected one of {', '.join(_OPS)})",
+                field=op_path,
+            )
+        out.append((op, operand, op_path))
+    return out
+
+
+def _resolve_field(key: object, path: str) -> _Field:
+    """Map a filter key to an Elasticsearch field, refusing malformed and forbidden names."""
+    name = _checked_name(key, path)
+    if name in _FORBIDDEN:
+        raise InvalidInputError(f"cannot filter on {name!r}: {_FORBIDDEN[name]}", field=path)
+    if name in _KEYWORD_FIELDS:
+        return _Field(name, _Kind.KEYWORD)
+    if name in _DATE_FIELDS:
+        return _Field(name, _Kind.DATE)
+    if name == "text":
+        return _Field(name, _Kind.TEXT)
+    if name == "metadata":
+        return _Field(name, _Kind.METADATA_ROOT)
+    if name.startswith("metadata."):
+        return _Field(name, _Kind.METADATA)
+    return _Field(f"metadata.{name}", _Kind.METADATA)
+
+
+def _checked_name(key: object, path: str) -> str:
+    if not isinstance(key, str) or not key:
+        raise InvalidInputError(f"filter field names must be non-empty strings: {path!r}", path)
+    if key.startswith("_"):
+        raise InvalidInputError(f"filter field {key!r} may not start with '_'", field=path)
+    if "*" in key or any(char.isspace() for char in key):
+        raise InvalidInputError(
+            f"filter field {key!r} may not contain whitespace or '*'", field=path
+        )
+    if "" in key.split("."):
+        raise InvalidInputError(f"filter field {key!r} has an empty path segment", field=path)
+    return key
+
+
+def _refusal(field: _Field, op: str, path: str) -> str:
+    if field.kind is _Kind.METADATA and op in ("contains", "icontains"):
+        return (
+            f"{path!r}: {op} is not supported on a metadata key (Elasticsearch cannot search "
+            "substrings of flattened values): use eq/in on the key, or "
+            f'{{"metadata": {{"{op}": ...}}}} to match any metadata value'
+        )
+    shown = "'*'" if op == "exists" else op
+    return f"{path!r}: operator {shown} is not allowed on a {field.kind} field"
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def _scalar(field: _Field, value: object, path: str) -> Scalar:
+    """One comparable value for ``field``: dates normalized, metadata values as strings."""
+    if value is None or not isinstance(value, str | int | float | bool | date):
+        kind = "null" if value is None else type(value).__name__
+        raise InvalidInputError(f"{path!r} needs a single value, not {kind}", field=path)
+    if field.kind is _Kind.DATE:
+        return _date_value(value, path)
+    if isinstance(value, date):
+        raise InvalidInputError(f"{path!r}: dates only compare on date fields", field=path)
+    if field.kind in (_Kind.METADATA, _Kind.METADATA_ROOT):
+        return _metadata_string(value)
+    return value
+
+
+def _date_value(value: object, path: str) -> str:
+    """An ISO-8601 string, date or datetime as a UTC ISO-8601 string."""
+    parsed: object = value
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidInputError(
+                f"{path!r}: {value!r} is not an ISO-8601 date or datetime", field=path
+            ) from None
+    if isinstance(parsed, datetime):
+        aware = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat(timespec="milliseconds")
+    if isinstance(parsed, date):
+        return datetime(parsed.year, parsed.month, parsed.day, tzinfo=UTC).isoformat(
+            timespec="milliseconds"
+        )
+    raise InvalidInputError(f"{path!r} needs an ISO-8601 date, not {value!r}", field=path)
+
+
+def _metadata_string(value: Scalar) -> str:
+    """The string a flattened field indexed for this JSON value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _values(field: _Field, value: object, path: str) -> list[Scalar]:
+    if not isinstance(value, list | tuple):
+        raise InvalidInputError(f"{path!r} needs a list of values", field=path)
+    if not 1 <= len(value) <= MAX_LIST_ITEMS:
+        raise InvalidInputError(
+            f"{path!r} needs between 1 and {MAX_LIST_ITEMS} values, not {len(value)}", field=path
+        )
+    return [_scalar(field, item, f"{path}.{i}") for i, item in enumerate(value)]
+
+
+def _substring(value: object, path: str) -> str:
+    """A ``contains`` operand: a non-empty string that does not look like a regex."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{path!r} needs a non-empty string", field=path)
+    if len(value) > MAX_CONTAINS_CHARS:
+        raise InvalidInputError(
+            f"{path!r} is longer than {MAX_CONTAINS_CHARS} characters", field=path
+        )
+    if _REGEX_LOOKING.search(value):
+        raise InvalidInputError(
+            f"{path!r}: {value!r} looks like a regular expression; contains matches a plain "
+            "substring (regex characters ^ $ [ ] ( ) { } | + and .* are not allowed)",
+            field=path,
+        )
+    return value
+
+
+# -- clauses ---------------------------------------------------------------------------------
+
+
+def _eq(field: _Field, value: object, path: str) -> Clause:
+    return {"term": {field.path: _scalar(field, value, path)}}
+
+
+def _ne(field: _Field, value: object, path: str) -> Clause:
+    return {"bool": {"must_not": [_eq(field, value, path)]}}
+
+
+def _in(field: _Field, value: object, path: str) -> Clause:
+    return {"terms": {field.path: _values(field, value, path)}}
+
+
+def _nin(field: _Field, value: object, path: str) -> Clause:
+    return {"bool": {"must_not": [_in(field, value, path)]}}
+
+
+def _range(op: str) -> Callable[[_Field, object, str], Clause]:
+    def build(field: _Field, value: object, path: str) -> Clause:
+        if isinstance(value, bool):
+            raise InvalidInputError(f"{path!r}: {op} cannot compare a boolean", field=path)
+        return {"range": {field.path: {op: _scalar(field, value, path)}}}
+
+    return build
+
+
+def _contains(insensitive: bool) -> Callable[[_Field, object, str], Clause]:
+    def build(field: _Field, value: object, path: str) -> Clause:
+        text = _substring(value, path)
+        if field.kind is _Kind.TEXT:
+            return {"match_phrase": {field.path: {"query": text}}}
+        escaped = _WILDCARD_SPECIAL.sub(r"\\\1", text)
+        wildcard = {"value": f"*{escaped}*", "case_insensitive": insensitive}
+        return {"wildcard": {field.path: wildcard}}
+
+    return build
+
+
+def _exists(field: _Field, _value: object, _path: str) -> Clause:
+    return {"exists": {"field": field.path}}
+
+
+_BUILDERS: dict[str, Callable[[_Field, object, str], Clause]] = {
+    "eq": _eq,
+    "ne": _ne,
+    "in": _in,
+    "nin": _nin,
+    **{op: _range(op) for op in _RANGE_OPS},
+    "contains": _contains(insensitive=False),
+    "icontains": _contains(insensitive=True),
+    "exists": _exists,
+}
