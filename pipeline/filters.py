@@ -22,9 +22,11 @@ Fields and how they compare:
   compatibility: ``{"category": "food"}`` means ``metadata.category``). Metadata is a
   ``flattened`` field: every value is indexed as a keyword string, so numbers and booleans are
   compared as the strings JSON writes them (``10``, ``1.5``, ``true``) and range operators compare
-  *lexicographically* (``"9" > "10"``; zero-pad numbers you mean to range over). Elasticsearch
-  has no substring query on a metadata key, so ``contains`` / ``icontains`` are refused there;
-  ``{"metadata": {"contains": ...}}`` matches when *any* metadata value contains the substring.
+  *lexicographically* (``"9" > "10"``; zero-pad numbers you mean to range over). A flattened
+  field has no substring query on one key, so every memory also carries ``metadata_kv``, its
+  metadata as ``"key.path=value"`` keywords: ``contains`` / ``icontains`` on a key is a wildcard
+  ``key.path=*value*`` there. ``{"metadata": {"contains": ...}}`` matches when *any* metadata
+  value contains the substring.
 - ``ne`` / ``nin`` also match documents that lack the field (as in mem0).
 
 ``tenant`` (it comes from the caller's key), ``embedding`` and ``text_lemmatized`` cannot be
@@ -90,7 +92,7 @@ _ALLOWED_OPS = {
     _Kind.KEYWORD: frozenset({*_OPS, "exists"}),
     _Kind.DATE: frozenset({"eq", "ne", *_RANGE_OPS, "in", "nin", "exists"}),
     _Kind.TEXT: frozenset({"contains", "icontains", "exists"}),
-    _Kind.METADATA: frozenset({"eq", "ne", *_RANGE_OPS, "in", "nin", "exists"}),
+    _Kind.METADATA: frozenset({*_OPS, "exists"}),
     _Kind.METADATA_ROOT: frozenset({*_OPS, "exists"}),
 }
 _REGEX_LOOKING = re.compile(r"[\^$\[\](){}|+]|\.\*")
@@ -241,12 +243,6 @@ def _checked_name(key: object, path: str) -> str:
 
 
 def _refusal(field: _Field, op: str, path: str) -> str:
-    if field.kind is _Kind.METADATA and op in ("contains", "icontains"):
-        return (
-            f"{path!r}: {op} is not supported on a metadata key (Elasticsearch cannot search "
-            "substrings of flattened values): use eq/in on the key, or "
-            f'{{"metadata": {{"{op}": ...}}}} to match any metadata value'
-        )
     shown = "'*'" if op == "exists" else op
     return f"{path!r}: operator {shown} is not allowed on a {field.kind} field"
 
@@ -290,6 +286,26 @@ def _date_value(value: object, path: str) -> str:
             timespec="milliseconds"
         )
     raise InvalidInputError(f"{path!r} needs an ISO-8601 date, not {value!r}", field=path)
+
+
+METADATA_PAIRS_FIELD = "metadata_kv"
+MAX_METADATA_PAIRS = 1000
+
+
+def metadata_pairs(metadata: Mapping[str, Any]) -> list[str]:
+    """``"key.path=value"`` for each scalar of ``metadata`` (list items each), values written
+    as the flattened field indexes them; at most ``MAX_METADATA_PAIRS``."""
+    pairs: list[str] = []
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in metadata.items()]
+    while stack and len(pairs) < MAX_METADATA_PAIRS:
+        key, value = stack.pop(0)
+        if isinstance(value, Mapping):
+            stack += [(f"{key}.{k}", v) for k, v in value.items()]
+        elif isinstance(value, list | tuple):
+            stack += [(key, item) for item in value]
+        elif value is not None:
+            pairs.append(f"{key}={_metadata_string(value)}")
+    return pairs
 
 
 def _metadata_string(value: Scalar) -> str:
@@ -360,6 +376,10 @@ def _contains(insensitive: bool) -> Callable[[_Field, object, str], Clause]:
         if field.kind is _Kind.TEXT:
             return {"match_phrase": {field.path: {"query": text}}}
         escaped = _WILDCARD_SPECIAL.sub(r"\\\1", text)
+        if field.kind is _Kind.METADATA:
+            key = _WILDCARD_SPECIAL.sub(r"\\\1", field.path.removeprefix("metadata."))
+            pattern = {"value": f"{key}=*{escaped}*", "case_insensitive": insensitive}
+            return {"wildcard": {METADATA_PAIRS_FIELD: pattern}}
         wildcard = {"value": f"*{escaped}*", "case_insensitive": insensitive}
         return {"wildcard": {field.path: wildcard}}
 

@@ -18,7 +18,7 @@ from typing import Any
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from pipeline.config import ElasticsearchConfig
-from pipeline.errors import ConfigurationError
+from pipeline.errors import ConfigurationError, PermanentError
 from pipeline.store.client import error_reason, es_errors
 
 SCHEMA_VERSION = 1
@@ -102,6 +102,7 @@ def memory_properties(dims: int) -> dict[str, Any]:
         "job_id": _KEYWORD,
         "language": _KEYWORD,
         "metadata": {"type": "flattened", "depth_limit": 20, "ignore_above": 1024},
+        "metadata_kv": {"type": "keyword", "ignore_above": 1024},
         "entity_ids": _KEYWORD,
         "created_at": _DATE,
         "updated_at": _DATE,
@@ -218,7 +219,24 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
                 name=names.template(kind), **template_body(names, kind, config, dims)
             )
         _ensure_index(client, names, kind)
+        _add_new_fields(client, names, kind, dims)
     return names
+
+
+def _add_new_fields(client: Elasticsearch, names: IndexNames, kind: Kind, dims: int) -> None:
+    """Bring an existing index up to the declared mapping. Adding fields is allowed in place;
+    a changed field is a conflict that needs a new versioned index, reported as such."""
+    declared = mappings(kind, dims)
+    try:
+        with es_errors(f"update the mapping of {names.alias(kind)}"):
+            client.indices.put_mapping(
+                index=names.alias(kind), properties=declared["properties"], meta=declared["_meta"]
+            )
+    except PermanentError as exc:
+        raise ConfigurationError(
+            f"{names.alias(kind)} has a mapping this memq cannot extend in place ({exc.reason}); "
+            "it needs a new index version"
+        ) from exc
 
 
 def _ensure_index(client: Elasticsearch, names: IndexNames, kind: Kind) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.filters import metadata_pairs
 from pipeline.models import ContextMessage, ExistingMemory, Scope
 
 
@@ -52,6 +53,7 @@ class MemoryDoc:
             "attributed_to": self.attributed_to,
             "language": self.language,
             "metadata": self.metadata,
+            "metadata_kv": metadata_pairs(self.metadata),
             "entity_ids": list(self.entity_ids),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.created_at.isoformat(),

@@ -12,7 +12,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.filters import translate_filters
+from pipeline.filters import metadata_pairs, translate_filters
 from pipeline.store.indices import IndexNames
 
 pytestmark = pytest.mark.integration
@@ -64,6 +64,7 @@ def _document(i: int, dims: int) -> dict[str, Any]:
         "text_lemmatized": text.lower(),
         "hash": _HASHES.get(i, f"hash-{i}"),
         "metadata": metadata,
+        "metadata_kv": metadata_pairs(metadata),
         "created_at": created,
         "observed_at": created,
         "embedding": [1.0 if d == i else 0.0 for d in range(dims)],
@@ -147,6 +148,9 @@ CASES: list[tuple[str, dict[str, Any], set[int]]] = [
     ("meta-nin", {"category": {"nin": ["food", "travel"]}}, {2, 5, 6, 7, 10, 11}),
     ("meta-exists", {"category": "*"}, ALL - {5, 10, 11}),
     ("meta-any-value-icontains", {"metadata": {"icontains": "LISB"}}, {8}),
+    ("meta-key-icontains", {"metadata.place.city": {"icontains": "PAR"}}, {1}),
+    ("meta-key-contains-miss", {"metadata.place.city": {"contains": "PAR"}}, set()),
+    ("meta-top-level-contains", {"category": {"contains": "oo"}}, {0, 3, 9}),
     ("meta-any-value-contains", {"metadata": {"contains": "move"}}, {11}),
     ("contains", {"agent_id": {"contains": "travel"}}, {0, 4, 8}),
     ("icontains", {"agent_id": {"icontains": "travel"}}, {0, 1, 4, 8}),

@@ -8,7 +8,14 @@ from elasticsearch import BadRequestError, Elasticsearch
 from pipeline.config import Settings
 from pipeline.errors import ConfigurationError, PermanentError
 from pipeline.store.client import es_errors
-from pipeline.store.indices import SCHEMA_VERSION, IndexNames, Kind, ensure_indices, mappings
+from pipeline.store.indices import (
+    SCHEMA_VERSION,
+    IndexNames,
+    Kind,
+    drop_indices,
+    ensure_indices,
+    mappings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -96,3 +103,24 @@ def test_no_request_touches_a_module_the_minimal_distribution_lacks(es: Elastics
     assert (
         es.indices.analyze(analyzer="standard", text="Running")["tokens"][0]["token"] == "running"
     )
+
+
+def test_a_field_added_to_the_schema_reaches_existing_indices(
+    es: Elasticsearch, settings: Settings
+) -> None:
+    """An index created before a field was declared gets it on the next start."""
+    config = settings.es.model_copy(update={"index_prefix": f"{settings.es.index_prefix}-old"})
+    names = IndexNames(config.index_prefix)
+    legacy = mappings(Kind.MEMORIES, settings.embedder.dims)
+    del legacy["properties"]["metadata_kv"]
+    es.indices.create(
+        index=names.concrete(Kind.MEMORIES),
+        mappings=legacy,
+        aliases={names.memories: {"is_write_index": True}},
+    )
+    try:
+        ensure_indices(es, config, settings.embedder.dims)
+        stored = es.indices.get_mapping(index=names.memories).body[names.concrete(Kind.MEMORIES)]
+        assert stored["mappings"]["properties"]["metadata_kv"]["type"] == "keyword"
+    finally:
+        drop_indices(es, names)
