@@ -25,15 +25,20 @@ Handler = Callable[[Settings, argparse.Namespace], int]
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
     from workers.app import create_celery
 
-    queues = args.queues or ",".join(
-        [settings.queues.io, settings.queues.cpu, settings.queues.backfill]
-    )
+    queues = settings.queues
+    role = {
+        "io": ([queues.io], "threads", settings.worker.io_concurrency),
+        "cpu": ([queues.cpu, queues.backfill], "prefork", settings.worker.concurrency),
+        "all": ([queues.io, queues.cpu, queues.backfill], "prefork", settings.worker.concurrency),
+    }[args.role]
+    names, pool, concurrency = role
     argv = [
         "worker",
-        f"--queues={queues}",
-        f"--concurrency={args.concurrency or settings.worker.concurrency}",
+        f"--queues={args.queues or ','.join(names)}",
+        f"--pool={pool}",
+        f"--concurrency={args.concurrency or concurrency}",
         f"--loglevel={args.loglevel}",
-        f"--hostname={args.hostname}",
+        f"--hostname={args.hostname or f'memq-{args.role}@%h'}",
         "--without-gossip",
         "--without-mingle",
     ]
@@ -75,10 +80,11 @@ def _health(settings: Settings, args: argparse.Namespace) -> int:
     from workers.app import HEALTH_TASK, create_celery
 
     app = create_celery(settings)
+    queue = getattr(settings.queues, args.queue)
     try:
-        reply = app.send_task(HEALTH_TASK).get(timeout=args.timeout_s)
+        reply = app.send_task(HEALTH_TASK, queue=queue).get(timeout=args.timeout_s)
     except CeleryTimeout:
-        print(f"memq: no worker answered within {args.timeout_s:g}s", file=sys.stderr)
+        print(f"memq: no worker answered on {queue} within {args.timeout_s:g}s", file=sys.stderr)
         return 1
     print(json.dumps(reply))
     return 0
@@ -115,12 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run a Celery worker")
-    worker.add_argument("--queues", help="comma-separated queue names (default: all of memq's)")
+    worker.add_argument(
+        "--role",
+        choices=["io", "cpu", "all"],
+        default="all",
+        help="io: LLM and Elasticsearch phases on threads; cpu: model phases and backfill "
+        "on processes; all: every queue (default)",
+    )
+    worker.add_argument("--queues", help="comma-separated queue names (overrides --role's)")
     worker.add_argument(
         "--concurrency", type=int, help="processes (default: MEMQ_WORKER_CONCURRENCY)"
     )
     worker.add_argument("--loglevel", default="INFO")
-    worker.add_argument("--hostname", default="memq@%h")
+    worker.add_argument("--hostname", help="default: memq-<role>@%%h")
     worker.set_defaults(handler=_worker)
 
     sub.add_parser("flower", help="run the Flower dashboard").set_defaults(handler=_flower)
@@ -129,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     health = sub.add_parser("health", help="round-trip a task through a worker")
     health.add_argument("--timeout-s", type=float, default=30.0)
+    health.add_argument("--queue", choices=["io", "cpu", "backfill"], default="io")
     health.set_defaults(handler=_health)
 
     sub.add_parser("settings", help="print resolved ports for ops/").set_defaults(handler=_settings)

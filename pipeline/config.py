@@ -130,7 +130,11 @@ class SearchConfig(_Section):
 
 
 class WorkerConfig(_Section):
+    """Worker processes: ``concurrency`` processes for CPU phases, ``io_concurrency`` threads for
+    the I/O phases (LLM and Elasticsearch calls), retry policy and time limits."""
+
     concurrency: int = Field(default=2, ge=1, le=256)
+    io_concurrency: int = Field(default=8, ge=1, le=512)
     task_time_limit_s: int = Field(default=600, ge=1)
     task_soft_time_limit_s: int = Field(default=540, ge=1)
     max_retries: int = Field(default=5, ge=0, le=50)

@@ -27,6 +27,7 @@ from pipeline.config import SearchConfig
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.filters import translate_filters
 from pipeline.models import Scope
+from pipeline.nlp.stopwords import without_stopwords
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
 from pipeline.store.client import error_reason, es_errors
@@ -201,8 +202,13 @@ class Searcher:
         return found
 
     def _bm25_body(self, text: str, clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
-        should = [{"match": {"text": {"query": text}}}]
-        lemmas = self.lemmatizer.lemmatize(text)
+        """BM25 over the raw and the lemmatized text, function words left out of the query
+        (unless nothing else is left)."""
+        raw = without_stopwords(text) or text
+        lemmas = without_stopwords(self.lemmatizer.lemmatize(text)) or self.lemmatizer.lemmatize(
+            text
+        )
+        should: list[dict[str, Any]] = [{"match": {"text": {"query": raw}}}]
         if lemmas:
             should.append({"match": {"text_lemmatized": {"query": lemmas}}})
         return {

@@ -356,3 +356,13 @@ def test_extraction_is_deterministic(extractor: RuleEntityExtractor) -> None:
     texts = ["Caroline met Melanie in Paris on 7 May 2023 at NASA."] * 3
     first, *rest = extractor.extract(texts)
     assert all(result == first for result in rest)
+
+
+def test_questions_lose_their_function_words() -> None:
+    from pipeline.nlp.stopwords import without_stopwords
+
+    assert without_stopwords("Where does the user live and what do they eat?") == "user live eat"
+    assert without_stopwords("When did Caroline go to the LGBTQ support group?") == (
+        "Caroline go LGBTQ support group"
+    )
+    assert without_stopwords("what is it") == ""
