@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 
 from pipeline.errors import TransientError
-from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
+from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.client import error_reason, es_errors
 from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import (
@@ -31,12 +32,17 @@ from pipeline.store.protocol import (
 log = logging.getLogger("memq.store")
 
 _BULK_ITEM_RETRIES = 3
+WINDOW_KEEP = 50  # messages kept in a session's window document (phases read the last 10)
 _LINK_ATTEMPTS = 20
 
 
 def scope_filter(scope: Scope) -> list[dict[str, Any]]:
     """Term filters selecting exactly the documents of ``scope``."""
     return [{"term": {field: value}} for field, value in scope.fields().items()]
+
+
+def window_id(scope: Scope) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"window\x1f{scope.key}"))
 
 
 def cosine_from_score(score: float) -> float:
@@ -52,23 +58,26 @@ class ElasticStore:
         self.names = names
 
     def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
+        """The scope's window document, read by id: a realtime GET, so the session's previous
+        job is always seen, with no index refresh to wait for."""
         with es_errors("read the message window"):
-            body = self.client.search(
-                index=self.names.messages,
-                query={"bool": {"filter": [{"term": {"session_key": scope.key}}]}},
-                sort=[{"created_at": "desc"}, {"seq": "desc"}],
-                size=limit,
-                source_excludes=["embedding"],
-            ).body
-        hits = [h["_source"] for h in body["hits"]["hits"]]
+            try:
+                source = self.client.get(
+                    index=self.names.messages, id=window_id(scope), source_includes=["window"]
+                ).body["_source"]
+            except NotFoundError:
+                return []
         return [
-            ContextMessage(role=h["role"], content=h["content"], name=h.get("name"))
-            for h in reversed(hits)
+            ContextMessage.model_validate(entry["message"]) for entry in source["window"][-limit:]
         ]
 
     def append_messages(
         self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
     ) -> None:
+        """One document per message (the full record), and the window document updated with
+        them (replaying a job does not append its messages twice)."""
+        if not messages:
+            return
         actions: list[dict[str, Any]] = []
         for seq, message in enumerate(messages):
             actions.append(
@@ -77,6 +86,7 @@ class ElasticStore:
             actions.append(
                 {
                     **scope.fields(),
+                    "kind": "message",
                     "session_key": scope.key,
                     "job_id": job_id,
                     "seq": seq,
@@ -86,8 +96,38 @@ class ElasticStore:
                     "created_at": at.isoformat(),
                 }
             )
-        if actions:  # the session's next job reads the window: make it visible first
-            self._bulk_all_or_raise(actions, "save the message window", refresh="wait_for")
+        self._bulk_all_or_raise(actions, "save messages")
+        self._extend_window(scope, job_id, messages, at)
+
+    def _extend_window(
+        self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
+    ) -> None:
+        """Jobs of one session run one at a time, so this read-modify-write has no rival."""
+        with es_errors("update the message window"):
+            try:
+                window = self.client.get(index=self.names.messages, id=window_id(scope)).body[
+                    "_source"
+                ]["window"]
+            except NotFoundError:
+                window = []
+            if any(entry["job_id"] == job_id for entry in window):
+                return
+            window += [
+                {"job_id": job_id, "seq": seq, "message": m.model_dump()}
+                for seq, m in enumerate(messages)
+            ]
+            self.client.index(
+                index=self.names.messages,
+                id=window_id(scope),
+                document={
+                    **scope.fields(),
+                    "kind": "window",
+                    "session_key": scope.key,
+                    "job_id": job_id,
+                    "window": window[-WINDOW_KEEP:],
+                    "created_at": at.isoformat(),
+                },
+            )
 
     def similar_memories(
         self, scope: Scope, vector: Sequence[float], k: int
@@ -280,11 +320,9 @@ class ElasticStore:
             if d.get("found")
         }
 
-    def _bulk_all_or_raise(
-        self, actions: list[dict[str, Any]], what: str, refresh: Literal["wait_for", False] = False
-    ) -> None:
+    def _bulk_all_or_raise(self, actions: list[dict[str, Any]], what: str) -> None:
         with es_errors(what):
-            body = self.client.bulk(operations=actions, refresh=refresh).body
+            body = self.client.bulk(operations=actions).body
         if body.get("errors"):
             first = next(i for i in body["items"] if next(iter(i.values())).get("error"))
             result = next(iter(first.values()))

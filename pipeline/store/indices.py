@@ -140,9 +140,11 @@ def history_properties() -> dict[str, Any]:
 def message_properties() -> dict[str, Any]:
     return {
         **_SCOPE,
+        "kind": _KEYWORD,  # "message", or "window": a session's last messages in one document
         "session_key": _KEYWORD,
         "job_id": _KEYWORD,
         "seq": {"type": "long"},
+        "window": _STORED_ONLY,
         "role": _KEYWORD,
         "name": _KEYWORD,
         "content": {"type": "text", "index": False},

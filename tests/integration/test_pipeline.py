@@ -119,7 +119,14 @@ def test_a_conversation_becomes_memories_entities_history_and_a_job_record(
     assert sorted(caroline["linked_memory_ids"]) == sorted(m["_id"] for m in stored)
     history = es.search(index=indices.history, query={"term": {"user_id": scope.user_id}})
     assert history["hits"]["total"]["value"] == 2
-    window = es.search(index=indices.messages, query={"term": {"session_key": scope.key}})
+    window = es.search(
+        index=indices.messages,
+        query={
+            "bool": {
+                "filter": [{"term": {"session_key": scope.key}}, {"term": {"kind": "message"}}]
+            }
+        },
+    )
     assert window["hits"]["total"]["value"] == 1
     system_prompt = scripted.chat_requests()[-1]["messages"][0]["content"]
     assert "2023-05-08" in system_prompt
