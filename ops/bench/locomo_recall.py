@@ -3,8 +3,9 @@
 Every turn ("Speaker: text", as a chat log reads) is ingested through memq's own phases with
 infer=False (one memory per turn, its dia_id in metadata, the session date as observation time)
 into a private index prefix of the running Elasticsearch; then every question searches its
-conversation's scope, and we check whether the evidence turns are in the top k. Reported per category and overall (categories 1-4):
-all@5, all@10 (every evidence turn retrieved) and any@10 (at least one).
+conversation's scope, and we check whether the evidence turns are in the top k. Reported per
+category and overall (categories 1-4): all@5, all@10 (every evidence turn retrieved) and any@10
+(at least one).
 
     .venv/bin/python ops/bench/locomo_recall.py [--data ../shared/data/locomo-dev] [--keep]
 """
