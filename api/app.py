@@ -1,21 +1,99 @@
-"""``create_app(settings)``: the FastAPI application."""
+"""``create_app(settings)``: the FastAPI application, thin over ``pipeline`` and ``workers``."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import time
+from collections.abc import Awaitable, Callable
 
+from fastapi import FastAPI, Request, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error, install_error_handlers
+from api.metrics import Metrics
+from api.routes import admin, health, jobs, mem0, memories
 from pipeline.config import Settings
+from pipeline.keys import KeyStore
+from workers.app import MemqCelery, create_celery
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        body, more = await self._buffer(receive)
+        if more:
+            await self._refuse(scope, receive, send)
+            return
+        await self.app(scope, replay(body), send)
+
+    async def _buffer(self, receive: Receive) -> tuple[bytes, bool]:
+        """Read a body of unknown length; True when it went past the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self.limit:
+                return b"", True
+            if not message.get("more_body", False):
+                return b"".join(chunks), False
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await error(413, "too_large", f"request body over {self.limit} bytes")(scope, receive, send)
+
+
+def replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def create_app(settings: Settings | None = None, celery: MemqCelery | None = None) -> FastAPI:
     """Build the API for ``settings`` (read from the environment when omitted)."""
     settings = settings or Settings()
+    celery = celery or create_celery(settings)
     app = FastAPI(title="memq", version="0.1.0", description="Long-term memory for AI agents.")
-    app.state.settings = settings
-
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        """The process is up and serving."""
-        return {"status": "ok"}
-
+    app.state.celery = celery
+    app.state.keys = KeyStore(celery.runtime.es, celery.runtime.store.names)
+    app.state.metrics = Metrics()
+    install_error_handlers(app)
+    app.middleware("http")(count_requests)
+    app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
+    for router in (health.router, memories.router, jobs.router, admin.router, mem0.router):
+        app.include_router(router)
     return app
+
+
+async def count_requests(
+    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+) -> Response:
+    started = time.perf_counter()
+    response = await call_next(request)
+    route = request.scope.get("route")
+    path = getattr(route, "path", "unmatched")
+    request.app.state.metrics.requests.labels(request.method, path, str(response.status_code)).inc()
+    request.state.elapsed_s = time.perf_counter() - started
+    return response

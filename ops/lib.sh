@@ -33,6 +33,17 @@ load_settings() {
   eval "$resolved"
 }
 
+# The bootstrap admin key of the API: MEMQ_API_ADMIN_KEY if set, else one generated once and kept
+# (mode 600) in the state directory.
+admin_key() {
+  if [ -n "${MEMQ_API_ADMIN_KEY:-}" ]; then echo "$MEMQ_API_ADMIN_KEY"; return 0; fi
+  local file="$MEMQ_STATE_DIR/admin-key"
+  if [ ! -s "$file" ]; then
+    (umask 077 && head -c 32 /dev/urandom | base64 | tr -d '/+=\n' | head -c 40 >"$file")
+  fi
+  cat "$file"
+}
+
 # port_owner PORT -> prints "pid/command" of the listener, empty when the port is free.
 port_owner() {
   ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]*",pid=[0-9]*\).*/\1/p' | head -n1

@@ -153,8 +153,21 @@ class WorkerConfig(_Section):
 
 
 class ApiConfig(_Section):
+    """The HTTP API. ``admin_key`` is the bootstrap key that creates tenant keys (at least 24
+    characters); without it only existing tenant keys work."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    admin_key: SecretStr | None = None
+    max_body_bytes: int = Field(default=5_000_000, ge=1_000, le=100_000_000)
+    wait_max_s: float = Field(default=30.0, gt=0, le=300)
+
+    @field_validator("admin_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 24:
+            raise ValueError("the admin key needs at least 24 characters")
+        return value
 
 
 class FlowerConfig(_Section):

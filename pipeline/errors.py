@@ -36,6 +36,10 @@ class InvalidInputError(PermanentError):
         self.field = field
 
 
+class NotFoundError(PermanentError):
+    """No such thing for this caller (absent, or another tenant's: the two look the same)."""
+
+
 class ConfigurationError(PermanentError):
     """memq is configured in a way that cannot work (wrong dims, unreachable model file...)."""
 

@@ -4,6 +4,7 @@ pipeline carries between phases, and what is stored (``*Doc``)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import uuid
 from datetime import UTC, datetime
@@ -151,6 +152,7 @@ class AddRequest(_Model):
     @classmethod
     def _strip_identity(cls, value: dict[str, Any]) -> dict[str, Any]:
         """Identity comes from the scope only: ids inside metadata are dropped."""
+        check_metadata(value)
         return {k: v for k, v in value.items() if k not in _IDENTITY_KEYS}
 
     def job_id(self) -> str:
@@ -162,6 +164,41 @@ class AddRequest(_Model):
 
 
 _IDENTITY_KEYS = frozenset({"user_id", "agent_id", "run_id", "tenant"})
+METADATA_MAX_DEPTH = 8
+METADATA_MAX_KEYS = 500
+METADATA_MAX_BYTES = 64_000
+
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    """Bounded metadata: at most 8 levels, 500 keys in all, 64 kB as JSON; keys are
+    non-empty strings without a leading '_' or a dot at an edge. Raises ValueError naming the
+    limit."""
+    keys = 0
+    stack: list[tuple[Any, int]] = [(metadata, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > METADATA_MAX_DEPTH:
+            raise ValueError(f"metadata is nested deeper than {METADATA_MAX_DEPTH} levels")
+        if isinstance(node, dict):
+            keys += len(node)
+            _check_keys(node)
+            stack += [
+                (child, depth + 1) for child in node.values() if isinstance(child, dict | list)
+            ]
+        elif isinstance(node, list):
+            stack += [(child, depth + 1) for child in node if isinstance(child, dict | list)]
+    if keys > METADATA_MAX_KEYS:
+        raise ValueError(f"metadata has {keys} keys; at most {METADATA_MAX_KEYS}")
+    if len(json.dumps(metadata, default=str)) > METADATA_MAX_BYTES:
+        raise ValueError(f"metadata is larger than {METADATA_MAX_BYTES} bytes as JSON")
+
+
+def _check_keys(node: dict[Any, Any]) -> None:
+    for key in node:
+        if not isinstance(key, str) or not key or key != key.strip(".") or key.startswith("_"):
+            raise ValueError(
+                f"metadata key {key!r} is empty, starts with '_' or has a dot at an edge"
+            )
 
 
 class Fact(_Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_init, worker_process_init
 
 from pipeline.config import Settings
 from pipeline.phases import PHASES
@@ -67,4 +68,21 @@ def create_celery(settings: Settings) -> MemqCelery:
     app = MemqCelery(settings)
     app.conf.update(celery_config(settings))
     register_tasks(app)
+    connect_warm_up(app)
     return app
+
+
+def connect_warm_up(app: MemqCelery) -> None:
+    """Load models and open clients when a worker starts, not on its first job: in each prefork
+    child after the fork (never in the parent: model sessions do not survive a fork), and in the
+    main process of a threads pool."""
+
+    def in_child(**_: Any) -> None:
+        app.runtime.warm_up()
+
+    def in_threads_worker(sender: Any = None, **_: Any) -> None:
+        if "thread" in str(getattr(sender, "pool_cls", "")).lower():
+            app.runtime.warm_up()
+
+    worker_process_init.connect(in_child, weak=False)
+    worker_init.connect(in_threads_worker, weak=False)

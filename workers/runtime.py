@@ -5,6 +5,7 @@ session) with its parent."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
@@ -20,6 +21,8 @@ from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from workers.state_store import RedisStateStore
+
+log = logging.getLogger("memq.worker")
 
 
 class Runtime:
@@ -49,6 +52,17 @@ class Runtime:
     @cached_property
     def deps(self) -> Deps:
         return build_deps(self.settings, self.store, self.clock)
+
+    def warm_up(self) -> None:
+        """Build the clients and load the models now (a worker's first job is then as fast as
+        its next). Failures are left for the first task to meet and report."""
+        try:
+            deps = self.deps
+            deps.embedder.embed(["warm up"])
+            deps.lemmatizer.lemmatize("warm up")
+            deps.entities.extract(["Warm Up"])
+        except Exception as exc:
+            log.warning("warm-up failed (the first task will retry it): %s", exc)
 
     @cached_property
     def searcher(self) -> Searcher:

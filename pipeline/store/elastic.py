@@ -243,6 +243,35 @@ class ElasticStore:
         if actions:
             self._bulk_all_or_raise(actions, "record entity links on memories")
 
+    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
+        """A memory's source (without its vector), or None."""
+        with es_errors(f"read memory {memory_id}"):
+            try:
+                body = self.client.get(index=self.names.memories, id=memory_id).body
+            except NotFoundError:
+                return None
+        source: dict[str, Any] = body["_source"]
+        source.pop("embedding", None)
+        return source
+
+    def update_memory(self, memory_id: str, fields: dict[str, Any]) -> None:
+        with es_errors(f"update memory {memory_id}"):
+            self.client.update(
+                index=self.names.memories, id=memory_id, doc=fields, refresh="wait_for"
+            )
+
+    def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """History rows of a memory, oldest first."""
+        self.client.indices.refresh(index=self.names.history)
+        with es_errors(f"read the history of {memory_id}"):
+            body = self.client.search(
+                index=self.names.history,
+                query={"term": {"memory_id": memory_id}},
+                sort=[{"created_at": "asc"}],
+                size=limit,
+            ).body
+        return [{"id": h["_id"], **h["_source"]} for h in body["hits"]["hits"]]
+
     def delete_memories(self, ids: Sequence[str]) -> set[str]:
         """Delete memories by id; returns the ids that existed and are now gone."""
         if not ids:

@@ -40,6 +40,7 @@ class Kind(StrEnum):
     HISTORY = "history"
     MESSAGES = "messages"
     JOBS = "jobs"
+    KEYS = "keys"
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class IndexNames:
     @property
     def jobs(self) -> str:
         return self.alias(Kind.JOBS)
+
+    @property
+    def keys(self) -> str:
+        return self.alias(Kind.KEYS)
 
 
 def _vector(dims: int) -> dict[str, Any]:
@@ -173,6 +178,17 @@ def job_properties() -> dict[str, Any]:
     }
 
 
+def key_properties() -> dict[str, Any]:
+    return {
+        "tenant": _KEYWORD,
+        "name": _KEYWORD,
+        "role": _KEYWORD,
+        "secret_sha256": _KEYWORD,
+        "created_at": _DATE,
+        "revoked_at": _DATE,
+    }
+
+
 def mappings(kind: Kind, dims: int) -> dict[str, Any]:
     """The explicit mapping of ``kind``; ``dims`` sizes the vector fields."""
     properties = {
@@ -181,6 +197,7 @@ def mappings(kind: Kind, dims: int) -> dict[str, Any]:
         Kind.HISTORY: history_properties,
         Kind.MESSAGES: message_properties,
         Kind.JOBS: job_properties,
+        Kind.KEYS: key_properties,
     }[kind]()
     return {
         "dynamic": "strict",

@@ -1,0 +1,66 @@
+"""Between HTTP bodies and memq's domain models."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
+from pipeline.errors import InvalidInputError
+from pipeline.keys import Principal
+from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.store.protocol import JobRecord
+
+
+def scope_of(
+    principal: Principal, user_id: str | None, agent_id: str | None, run_id: str | None
+) -> Scope:
+    """The caller's tenant with the given ids; at least one id is required."""
+    if user_id is None and agent_id is None and run_id is None:
+        raise InvalidInputError("give at least one of user_id, agent_id, run_id", field="user_id")
+    return Scope(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+
+def messages_of(raw: str | dict[str, Any] | list[dict[str, Any]]) -> list[MessageIn]:
+    if isinstance(raw, str):
+        raw = [{"role": "user", "content": raw}]
+    elif isinstance(raw, dict):
+        raw = [raw]
+    if not raw:
+        raise InvalidInputError("messages is empty", field="messages")
+    return [MessageIn.model_validate(message) for message in raw]
+
+
+def add_request(body: MemoryCreate, principal: Principal) -> AddRequest:
+    """Validate a create body into an ``AddRequest`` (pydantic errors name the field)."""
+    timestamp = body.timestamp
+    if isinstance(timestamp, int):
+        timestamp = datetime.fromtimestamp(timestamp, UTC)
+    return AddRequest(
+        scope=scope_of(principal, body.user_id, body.agent_id, body.run_id),
+        messages=messages_of(body.messages),
+        metadata=body.metadata or {},
+        infer=body.infer,
+        memory_type=body.memory_type,
+        prompt=body.prompt,
+        timestamp=timestamp,
+        expiration_date=body.expiration_date,
+        webhook_url=body.webhook_url,
+        actor_id=body.actor_id,
+    )
+
+
+def job_public(record: JobRecord) -> JobPublic:
+    results = [
+        MemoryEvent(id=r["id"], memory=r["text"], event=r.get("event", "ADD"))
+        for r in record.results
+    ]
+    return JobPublic(
+        **record.model_dump(exclude={"results", "request", "tenant", "session_key"}),
+        results=results,
+    )
+
+
+def memory_public(item: dict[str, Any]) -> MemoryPublic:
+    fields = {k: v for k, v in item.items() if k in MemoryPublic.model_fields and k != "memory"}
+    return MemoryPublic(memory=item.get("text", item.get("memory", "")), **fields)

@@ -1,0 +1,67 @@
+"""Prometheus metrics of the API process: its own registry (never the global one), request and
+enqueue figures recorded as they happen, job and queue figures read at scrape time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from pipeline.errors import MemqError
+from pipeline.store.client import es_errors
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "memq_http_requests",
+            "HTTP requests",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.enqueue_seconds = Histogram(
+            "memq_enqueue_seconds",
+            "Time to accept a job",
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )
+        self.jobs = Gauge("memq_jobs", "Jobs by status", ["status"], registry=self.registry)
+        self.queue_depth = Gauge(
+            "memq_queue_depth", "Messages waiting per queue", ["queue"], registry=self.registry
+        )
+
+
+def render_metrics(runtime: Runtime, metrics: Metrics) -> tuple[bytes, str]:
+    for status, count in job_counts(runtime).items():
+        metrics.jobs.labels(status=status).set(count)
+    queues = runtime.settings.queues
+    for queue in (queues.io, queues.cpu, queues.backfill):
+        try:
+            metrics.queue_depth.labels(queue=queue).set(int(runtime.redis.llen(queue)))
+        except Exception:  # Redis down: the gauge keeps its last value
+            continue
+    return generate_latest(metrics.registry), CONTENT_TYPE_LATEST
+
+
+def job_counts(runtime: Runtime) -> dict[str, int]:
+    try:
+        with es_errors("count jobs"):
+            body = runtime.es.search(
+                index=runtime.store.names.jobs,
+                size=0,
+                aggs={"status": {"terms": {"field": "status", "size": 10}}},
+            ).body
+    except MemqError:
+        return {}
+    return {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}

@@ -1,0 +1,43 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from api.deps import RuntimeDep
+from api.metrics import render_metrics
+from pipeline.errors import MemqError
+from pipeline.health import elasticsearch_health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is up and serving."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(runtime: RuntimeDep) -> JSONResponse:
+    """Elasticsearch and Redis both reachable: 200; otherwise 503 naming what is not."""
+    checks: dict[str, str] = {}
+    try:
+        checks["elasticsearch"] = elasticsearch_health(runtime.es)["status"]
+    except MemqError as exc:
+        checks["elasticsearch"] = f"down: {exc.reason}"
+    try:
+        runtime.redis.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:  # any redis failure means not ready
+        checks["redis"] = f"down: {exc.__class__.__name__}"
+    ready = not any(value.startswith("down") for value in checks.values())
+    return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, **checks})
+
+
+@router.get("/metrics")
+def metrics(runtime: RuntimeDep, request: Request) -> Response:
+    """Prometheus text format: requests, enqueue latency, jobs by status, queue depths."""
+    body, content_type = render_metrics(runtime, request.app.state.metrics)
+    return Response(content=body, media_type=content_type)

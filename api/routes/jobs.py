@@ -1,0 +1,85 @@
+"""Jobs and batches."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Request, status
+
+from api.convert import add_request, job_public
+from api.deps import CeleryDep, PrincipalDep, RuntimeDep
+from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
+from pipeline.errors import NotFoundError
+from pipeline.keys import Principal
+from pipeline.store.client import es_errors
+from pipeline.store.protocol import JobRecord
+from workers.intake import replay, submit
+from workers.runtime import Runtime
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+
+def own_job(runtime: Runtime, principal: Principal, job_id: str) -> JobRecord:
+    record = runtime.store.get_job(job_id)
+    if record is None or record.tenant != principal.tenant:
+        raise NotFoundError(f"no job {job_id}")
+    return record
+
+
+@router.get("/jobs/{job_id}", response_model=JobPublic, name="get_job")
+def get_job(job_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> JobPublic:
+    """Status (queued, running, succeeded, failed, dead), phase, timings, results, errors."""
+    return job_public(own_job(runtime, principal, job_id))
+
+
+@router.post("/jobs/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic)
+def retry_job(job_id: str, app: CeleryDep, principal: PrincipalDep) -> JobPublic:
+    """Replay a dead or failed job from its recorded request."""
+    own_job(app.runtime, principal, job_id)
+    return job_public(replay(app, job_id))
+
+
+@router.post("/batches", status_code=status.HTTP_202_ACCEPTED, response_model=BatchAccepted)
+def create_batch(
+    body: BatchCreate, request: Request, app: CeleryDep, principal: PrincipalDep
+) -> BatchAccepted:
+    """Many conversations at once (importers): one job each, under one batch id. Every item is
+    validated before any is queued, so a bad item queues nothing."""
+    requests = [add_request(item, principal) for item in body.items]
+    batch_id = str(uuid.uuid4())
+    jobs = []
+    for add in requests:
+        accepted = submit(app, add, batch_id=batch_id)
+        url = str(request.url_for("get_job", job_id=accepted.record.job_id))
+        jobs.append(
+            JobAccepted(
+                job_id=accepted.record.job_id,
+                status=accepted.record.status,
+                status_url=url,
+                created=accepted.created,
+            )
+        )
+    url = str(request.url_for("get_batch", batch_id=batch_id))
+    return BatchAccepted(batch_id=batch_id, status_url=url, jobs=jobs)
+
+
+@router.get("/batches/{batch_id}", response_model=BatchPublic, name="get_batch")
+def get_batch(batch_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> BatchPublic:
+    """Counts of the batch's jobs per status (jobs that already existed when the batch was
+    posted are counted in their first batch)."""
+    query = {
+        "bool": {
+            "filter": [{"term": {"batch_id": batch_id}}, {"term": {"tenant": principal.tenant}}]
+        }
+    }
+    with es_errors("count batch jobs"):
+        body = runtime.es.search(
+            index=runtime.store.names.jobs,
+            size=0,
+            query=query,
+            aggs={"status": {"terms": {"field": "status", "size": 10}}},
+        ).body
+    counts = {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
+    if not counts:
+        raise NotFoundError(f"no batch {batch_id}")
+    return BatchPublic(batch_id=batch_id, total=sum(counts.values()), counts=counts)

@@ -1,0 +1,296 @@
+"""The wire contract of the ``mem0ai`` hosted client (``MemoryClient(api_key, host=...)``), so an
+application written against it works unchanged against memq: the same paths (trailing slashes
+included), bodies and reply shapes, over the same pipeline functions as memq's own routes."""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Request
+
+from api.convert import memory_public, scope_of
+from api.deps import CeleryDep, PrincipalDep, RuntimeDep
+from api.routes.memories import TERMINAL, accept, wait_for
+from api.schemas import MemoryCreate
+from pipeline import crud
+from pipeline.errors import InvalidInputError
+from pipeline.keys import Principal
+from pipeline.listing import delete_all, list_memories
+from pipeline.models import Scope
+from pipeline.search import SearchQuery
+from pipeline.store.elastic import scope_filter
+
+router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+MEM0_IGNORED = (
+    "version",
+    "output_format",
+    "async_mode",
+    "filters",
+    "enable_graph",
+    "includes",
+    "excludes",
+    "immutable",
+    "org_id",
+    "project_id",
+    "custom_categories",
+    "categories",
+)
+
+
+@router.get("/v1/ping/")
+def ping(principal: PrincipalDep) -> dict[str, str]:
+    """What the mem0 client reads at construction: an org and a project (here: the tenant)."""
+    return {
+        "status": "ok",
+        "org_id": principal.tenant,
+        "project_id": principal.tenant,
+        "user_email": "",
+    }
+
+
+@router.post("/v3/memories/add/")
+def add(
+    request: Request,
+    app: CeleryDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body()],
+) -> dict[str, Any]:
+    """mem0's add: blocking by default (results in the reply); ``async_mode=true`` only queues."""
+    ids = {
+        **scope_from_filters(body.get("filters")),
+        **{k: body[k] for k in SCOPE_KEYS if body.get(k)},
+    }
+    fields = {
+        k: v for k, v in body.items() if k not in (*MEM0_IGNORED, *SCOPE_KEYS) and v is not None
+    }
+    create = MemoryCreate.model_validate({**fields, **ids})
+    accepted, record = accept(app, request, create, principal, None)
+    if body.get("async_mode"):
+        return {
+            "results": [],
+            "status": "PENDING",
+            "event_id": accepted.job_id,
+            "job_id": accepted.job_id,
+        }
+    record = wait_for(app, record, app.runtime.settings.api.wait_max_s)
+    if record.status not in TERMINAL:
+        return {
+            "results": [],
+            "status": "PENDING",
+            "event_id": record.job_id,
+            "job_id": record.job_id,
+        }
+    if record.status != "succeeded":
+        raise InvalidInputError(f"job {record.job_id} {record.status}: {record.reason}")
+    return {
+        "results": [
+            {"id": r["id"], "memory": r["text"], "event": r.get("event", "ADD")}
+            for r in record.results
+        ]
+    }
+
+
+@router.post("/v3/memories/")
+def get_all(
+    *,
+    runtime: RuntimeDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body()],
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+    page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """mem0's get_all: scope ids inside ``filters``; page-number pagination over memq's cursor."""
+    scope, rest = split_filters(principal, body.get("filters"))
+    cursor, items = None, []
+    for _ in range(page):
+        result = list_memories(runtime.store, scope, rest, page_size=page_size, cursor=cursor)
+        items, cursor = result.items, result.cursor
+        if cursor is None:
+            break
+    total = runtime.es.count(
+        index=runtime.store.names.memories, query={"bool": {"filter": scope_filter(scope)}}
+    )["count"]
+    return {
+        "count": total,
+        "next": page + 1 if cursor else None,
+        "previous": page - 1 if page > 1 else None,
+        "results": [mem0_memory(i) for i in items],
+    }
+
+
+@router.post("/v3/memories/search/")
+def search(
+    runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    scope, rest = split_filters(principal, body.get("filters"))
+    query = SearchQuery(
+        query=str(body.get("query", "")),
+        scope=scope,
+        filters=rest,
+        top_k=int(body.get("top_k") or 10),
+        threshold=body.get("threshold"),
+    )
+    hits = runtime.searcher.search(query)
+    return {
+        "results": [
+            mem0_memory({**h.model_dump(exclude={"explain"}), "text": h.memory})
+            | {"score": h.score}
+            for h in hits
+        ]
+    }
+
+
+@router.get("/v1/memories/{memory_id}/")
+def get(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
+    return mem0_memory(crud.get_memory(runtime.store, principal.tenant, memory_id))
+
+
+@router.put("/v1/memories/{memory_id}/")
+def update(
+    memory_id: str,
+    runtime: RuntimeDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body()],
+) -> dict[str, Any]:
+    updated = crud.update_memory(
+        runtime.store,
+        runtime.deps,
+        principal.tenant,
+        memory_id,
+        text=body.get("text"),
+        metadata=body.get("metadata"),
+    )
+    return mem0_memory(updated) | {"message": "Memory updated successfully!"}
+
+
+@router.delete("/v1/memories/{memory_id}/")
+def delete(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
+    crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
+    return {"message": "Memory deleted successfully!"}
+
+
+@router.delete("/v1/memories/")
+def delete_everything(
+    *,
+    runtime: RuntimeDep,
+    principal: PrincipalDep,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    filters: str | None = None,
+) -> dict[str, Any]:
+    """mem0's delete_all: ids as query parameters (or, as its client sends them, a Python-repr
+    ``filters`` dict — read with ``ast.literal_eval``, which evaluates literals only)."""
+    ids = {
+        k: v for k, v in {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}.items() if v
+    }
+    ids |= scope_from_filters(literal(filters)) if filters else {}
+    scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
+    deleted = delete_all(runtime.store, scope, None, runtime.clock())
+    return {"message": "Memories deleted successfully!", "deleted": deleted}
+
+
+@router.get("/v1/memories/{memory_id}/history/")
+def history(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+    rows = crud.memory_history(runtime.store, principal.tenant, memory_id)
+    return [
+        {
+            "id": r["id"],
+            "memory_id": r["memory_id"],
+            "event": r["event"],
+            "old_memory": r.get("old"),
+            "new_memory": r.get("new"),
+            "created_at": r.get("created_at"),
+        }
+        for r in rows
+    ]
+
+
+@router.put("/v1/batch/")
+def batch_update(
+    runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    items = batch_items(body)
+    for item in items:  # all checked first: a bad item changes nothing
+        crud.get_memory(runtime.store, principal.tenant, item["memory_id"])
+    for item in items:
+        crud.update_memory(
+            runtime.store,
+            runtime.deps,
+            principal.tenant,
+            item["memory_id"],
+            text=item.get("text"),
+            metadata=item.get("metadata"),
+        )
+    return {"message": f"Successfully updated {len(items)} memories"}
+
+
+@router.delete("/v1/batch/")
+def batch_delete(
+    runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    items = batch_items(body)
+    for item in items:
+        crud.get_memory(runtime.store, principal.tenant, item["memory_id"])
+    for item in items:
+        crud.delete_memory(runtime.store, principal.tenant, item["memory_id"], runtime.clock())
+    return {"message": f"Successfully deleted {len(items)} memories"}
+
+
+def batch_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    items = body.get("memories")
+    if not isinstance(items, list) or not 1 <= len(items) <= 1000:
+        raise InvalidInputError("memories must be a list of 1..1000 items", field="memories")
+    if not all(isinstance(i, dict) and isinstance(i.get("memory_id"), str) for i in items):
+        raise InvalidInputError("each item needs a memory_id", field="memories")
+    return items
+
+
+def literal(raw: str) -> Any:
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise InvalidInputError(
+                "filters is neither JSON nor a literal", field="filters"
+            ) from exc
+
+
+def scope_from_filters(filters: Any) -> dict[str, str]:
+    """user_id / agent_id / run_id equalities at the top of mem0 filters (or in a top AND)."""
+    found: dict[str, str] = {}
+    nodes = filters.get("AND", [filters]) if isinstance(filters, dict) else []
+    for node in nodes if isinstance(nodes, list) else []:
+        if isinstance(node, dict):
+            found |= {k: v for k, v in node.items() if k in SCOPE_KEYS and isinstance(v, str)}
+    return found
+
+
+def split_filters(principal: Principal, filters: Any) -> tuple[Scope, dict[str, Any] | None]:
+    """mem0 filters → memq's scope (the ids) and the remaining filter."""
+    ids = scope_from_filters(filters)
+    scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
+    if not isinstance(filters, dict):
+        return scope, None
+    if "AND" in filters and isinstance(filters["AND"], list):
+        rest = [strip_ids(n) for n in filters["AND"]]
+        rest = [n for n in rest if n]
+        return scope, ({"AND": rest} if rest else None)
+    remaining = strip_ids(filters)
+    return scope, remaining or None
+
+
+def strip_ids(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: v for k, v in node.items() if k not in SCOPE_KEYS}
+    return node
+
+
+def mem0_memory(item: dict[str, Any]) -> dict[str, Any]:
+    public = memory_public(item).model_dump(mode="json")
+    return {k: v for k, v in public.items() if v is not None}

@@ -1,0 +1,202 @@
+"""Intake (fire-and-forget add), memory CRUD, listing and search."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response, status
+
+from api.convert import add_request, job_public, memory_public, scope_of
+from api.deps import AdminDep, CeleryDep, PrincipalDep, RuntimeDep
+from api.schemas import (
+    BatchSearchRequest,
+    JobAccepted,
+    JobPublic,
+    MemoryCreate,
+    MemoryPage,
+    MemoryPublic,
+    MemoryUpdate,
+    SearchRequest,
+)
+from pipeline import crud
+from pipeline.errors import InvalidInputError
+from pipeline.keys import Principal
+from pipeline.listing import delete_all, list_memories
+from pipeline.search import SearchHit, SearchQuery
+from pipeline.store.indices import Kind, ensure_indices
+from pipeline.store.protocol import JobRecord
+from workers.app import MemqCelery
+from workers.intake import submit
+
+router = APIRouter(prefix="/v1", tags=["memories"])
+TERMINAL = ("succeeded", "failed", "dead")
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+
+
+def accept(
+    app: MemqCelery, request: Request, body: MemoryCreate, principal: Principal, key: str | None
+) -> tuple[JobAccepted, JobRecord]:
+    started = time.perf_counter()
+    accepted = submit(app, add_request(body, principal), idempotency_key=key)
+    request.app.state.metrics.enqueue_seconds.observe(time.perf_counter() - started)
+    record = accepted.record
+    url = str(request.url_for("get_job", job_id=record.job_id))
+    return JobAccepted(
+        job_id=record.job_id, status=record.status, status_url=url, created=accepted.created
+    ), record
+
+
+def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobRecord:
+    deadline = time.monotonic() + timeout_s
+    while record.status not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.1)
+        record = app.runtime.store.get_job(record.job_id) or record
+    return record
+
+
+@router.post(
+    "/memories", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted | JobPublic
+)
+def add_memories(
+    *,
+    body: MemoryCreate,
+    request: Request,
+    response: Response,
+    app: CeleryDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKey = None,
+    wait: Annotated[bool, Query(description="wait (bounded) for the job to finish")] = False,
+    wait_s: Annotated[float, Query(gt=0, le=300)] = 30.0,
+) -> JobAccepted | JobPublic:
+    """Queue a conversation; answers at once with the job. ``wait=true`` waits for the result
+    (up to ``wait_s``, capped by the server) and returns the finished job, else 202."""
+    accepted, record = accept(app, request, body, principal, idempotency_key)
+    if not wait:
+        return accepted
+    record = wait_for(app, record, min(wait_s, app.runtime.settings.api.wait_max_s))
+    if record.status in TERMINAL:
+        response.status_code = status.HTTP_200_OK
+        return job_public(record)
+    return accepted
+
+
+@router.get("/memories", response_model=MemoryPage)
+def get_all(
+    *,
+    runtime: RuntimeDep,
+    principal: PrincipalDep,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    filters: Annotated[str | None, Query(description="a JSON filter object")] = None,
+    page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=10_000)] = None,
+) -> MemoryPage:
+    """The scope's memories, oldest first; pass ``next_cursor`` back for the next page."""
+    scope = scope_of(principal, user_id, agent_id, run_id)
+    page = list_memories(
+        runtime.store, scope, parse_filters(filters), page_size=page_size, cursor=cursor
+    )
+    return MemoryPage(results=[memory_public(i) for i in page.items], next_cursor=page.cursor)
+
+
+def parse_filters(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInputError("filters is not valid JSON", field="filters") from exc
+    if not isinstance(value, dict):
+        raise InvalidInputError("filters must be a JSON object", field="filters")
+    return value
+
+
+@router.delete("/memories")
+def delete_scope(
+    runtime: RuntimeDep,
+    principal: PrincipalDep,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Delete every memory of a scope (at least one id required)."""
+    scope = scope_of(principal, user_id, agent_id, run_id)
+    deleted = delete_all(runtime.store, scope, None, runtime.clock())
+    return {"message": f"deleted {deleted} memories", "deleted": deleted}
+
+
+@router.post("/memories/search")
+def search(
+    body: SearchRequest, runtime: RuntimeDep, principal: PrincipalDep
+) -> dict[str, list[SearchHit]]:
+    """Hybrid search in a scope: vectors + BM25 + entities, with filters and explain."""
+    return {"results": runtime.searcher.search(search_query(body, principal))}
+
+
+@router.post("/memories/search/batch")
+def search_batch(
+    body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep
+) -> dict[str, list[list[SearchHit]]]:
+    """Several searches in one call, answered in the order given."""
+    queries = [search_query(q, principal) for q in body.queries]
+    return {"results": runtime.searcher.search_many(queries)}
+
+
+def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:
+    return SearchQuery(
+        query=body.query,
+        scope=scope_of(principal, body.user_id, body.agent_id, body.run_id),
+        filters=body.filters,
+        top_k=body.top_k,
+        threshold=body.threshold,
+        rerank=body.rerank,
+        explain=body.explain,
+        show_expired=body.show_expired,
+    )
+
+
+@router.get("/memories/{memory_id}", response_model=MemoryPublic)
+def get_memory(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> MemoryPublic:
+    return memory_public(crud.get_memory(runtime.store, principal.tenant, memory_id))
+
+
+@router.put("/memories/{memory_id}", response_model=MemoryPublic)
+def update_memory(
+    memory_id: str, body: MemoryUpdate, runtime: RuntimeDep, principal: PrincipalDep
+) -> MemoryPublic:
+    """New text (re-embedded) and/or metadata; the id stays, the history records the change."""
+    updated = crud.update_memory(
+        runtime.store,
+        runtime.deps,
+        principal.tenant,
+        memory_id,
+        text=body.text,
+        metadata=body.metadata,
+    )
+    return memory_public(updated)
+
+
+@router.delete("/memories/{memory_id}")
+def delete_memory(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
+    crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
+    return {"message": "Memory deleted successfully!"}
+
+
+@router.get("/memories/{memory_id}/history")
+def history(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+    """ADD, UPDATE and DELETE events of a memory, oldest first."""
+    return crud.memory_history(runtime.store, principal.tenant, memory_id)
+
+
+@router.post("/reset")
+def reset(runtime: RuntimeDep, _admin: AdminDep) -> dict[str, str]:
+    """Delete every memory, entity, history row, message and job of every tenant (keys stay)."""
+    names = runtime.store.names
+    for kind in Kind:
+        if kind is not Kind.KEYS:
+            runtime.es.indices.delete(index=names.concrete(kind), ignore_unavailable=True)
+    ensure_indices(runtime.es, runtime.settings.es, runtime.settings.embedder.dims)
+    return {"message": "memq reset"}

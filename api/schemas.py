@@ -1,0 +1,145 @@
+"""Request and response bodies, by role: ``*Create`` / ``*Update`` in, ``*Public`` out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.models import AwareDatetime, Identifier, MemoryType
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScopeIds(_In):
+    user_id: Identifier | None = None
+    agent_id: Identifier | None = None
+    run_id: Identifier | None = None
+
+
+class MemoryCreate(ScopeIds):
+    """A conversation to remember: a string, one message, or a list of messages."""
+
+    messages: str | dict[str, Any] | list[dict[str, Any]]
+    metadata: dict[str, Any] | None = None
+    infer: bool = True
+    memory_type: MemoryType | None = None
+    prompt: str | None = None
+    timestamp: AwareDatetime | int | None = Field(
+        default=None, description="When the conversation happened (ISO-8601 or Unix seconds)"
+    )
+    expiration_date: AwareDatetime | None = None
+    webhook_url: str | None = None
+    actor_id: Identifier | None = None
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+    status: str
+    status_url: str
+    created: bool
+
+
+class MemoryEvent(BaseModel):
+    id: str
+    memory: str
+    event: str
+
+
+class JobPublic(BaseModel):
+    job_id: str
+    status: str
+    phase: str | None
+    batch_id: str | None
+    attempts: int
+    counts: dict[str, int]
+    timings_ms: dict[str, float]
+    reason: str | None
+    errors: list[dict[str, Any]]
+    results: list[MemoryEvent]
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class MemoryPublic(BaseModel):
+    id: str
+    memory: str
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    actor_id: str | None = None
+    role: str | None = None
+    memory_type: str | None = None
+    hash: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    observed_at: datetime | None = None
+    expiration_date: datetime | None = None
+
+
+class MemoryPage(BaseModel):
+    results: list[MemoryPublic]
+    next_cursor: str | None
+
+
+class MemoryUpdate(_In):
+    text: str | None = Field(default=None, max_length=20_000)
+    metadata: dict[str, Any] | None = None
+
+
+class SearchRequest(ScopeIds):
+    query: str = Field(min_length=1, max_length=4000)
+    filters: dict[str, Any] | None = None
+    top_k: int = Field(default=20, ge=1, le=1000)
+    threshold: float | None = Field(default=None, ge=0, le=1)
+    rerank: bool = False
+    explain: bool = False
+    show_expired: bool = False
+
+
+class BatchSearchRequest(_In):
+    queries: list[SearchRequest] = Field(min_length=1, max_length=50)
+
+
+class BatchCreate(_In):
+    items: list[MemoryCreate] = Field(min_length=1, max_length=1000)
+
+
+class BatchAccepted(BaseModel):
+    batch_id: str
+    status_url: str
+    jobs: list[JobAccepted]
+
+
+class BatchPublic(BaseModel):
+    batch_id: str
+    total: int
+    counts: dict[str, int]
+
+
+class KeyCreate(_In):
+    tenant: Identifier
+    name: str = Field(default="", max_length=200)
+    admin: bool = False
+
+
+class KeyCreated(BaseModel):
+    id: str
+    tenant: str
+    key: str = Field(description="The full key; shown once, stored only as a hash")
+
+
+class ErrorBody(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+    detail: str

@@ -1,0 +1,108 @@
+"""Reading and changing single memories. The tenant always comes from the caller; another
+tenant's memory is indistinguishable from an absent one (``NotFoundError``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pipeline.deps import Deps
+from pipeline.errors import InvalidInputError, NotFoundError
+from pipeline.filters import metadata_pairs
+from pipeline.models import Scope, check_metadata, history_id, md5_hex
+from pipeline.nlp.lemmatize import normalize_for_hash
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.protocol import HistoryDoc
+
+MAX_TEXT_CHARS = 20_000
+
+
+def get_memory(store: ElasticStore, tenant: str, memory_id: str) -> dict[str, Any]:
+    """The memory as ``{"id", **fields}``; ``NotFoundError`` if it is not this tenant's."""
+    source = store.get_memory(memory_id)
+    if source is None or source.get("tenant") != tenant:
+        raise NotFoundError(f"no memory {memory_id}")
+    return {"id": memory_id, **source}
+
+
+def update_memory(
+    store: ElasticStore,
+    deps: Deps,
+    tenant: str,
+    memory_id: str,
+    *,
+    text: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Change a memory's text (re-embedded, re-lemmatized, re-hashed) and/or metadata, with an
+    UPDATE history row. The id stays. Entity links are kept as they were."""
+    current = get_memory(store, tenant, memory_id)
+    fields: dict[str, Any] = {"updated_at": deps.clock().isoformat()}
+    if text is not None:
+        fields |= text_fields(deps, text)
+    if metadata is not None:
+        try:
+            check_metadata(metadata)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc), field="metadata") from exc
+        fields |= {"metadata": metadata, "metadata_kv": metadata_pairs(metadata)}
+    if len(fields) == 1:
+        raise InvalidInputError("nothing to update: give text and/or metadata", field="text")
+    store.update_memory(memory_id, fields)
+    row_at = deps.clock()
+    store.write_history([history_row(current, "UPDATE", row_at, old=current["text"], new=text)])
+    return get_memory(store, tenant, memory_id)
+
+
+def text_fields(deps: Deps, text: str) -> dict[str, Any]:
+    cleaned = text.strip()
+    if not cleaned or len(cleaned) > MAX_TEXT_CHARS:
+        raise InvalidInputError(f"text must be 1..{MAX_TEXT_CHARS} characters", field="text")
+    return {
+        "text": cleaned,
+        "text_lemmatized": deps.lemmatizer.lemmatize(cleaned),
+        "hash": md5_hex(normalize_for_hash(cleaned)),
+        "embedding": deps.embedder.embed([cleaned])[0],
+    }
+
+
+def delete_memory(store: ElasticStore, tenant: str, memory_id: str, now: datetime) -> None:
+    current = get_memory(store, tenant, memory_id)
+    store.delete_memories([memory_id])
+    store.write_history([history_row(current, "DELETE", now, old=current["text"])])
+
+
+def memory_history(store: ElasticStore, tenant: str, memory_id: str) -> list[dict[str, Any]]:
+    """The memory's history rows, oldest first (kept after the memory is deleted)."""
+    rows = store.memory_history(memory_id)
+    if not rows:
+        get_memory(store, tenant, memory_id)  # NotFoundError when it never was this tenant's
+    rows = [row for row in rows if row.get("tenant") == tenant]
+    if not rows:
+        raise NotFoundError(f"no memory {memory_id}")
+    return rows
+
+
+def history_row(
+    current: dict[str, Any],
+    event: str,
+    at: datetime,
+    old: str | None = None,
+    new: str | None = None,
+) -> HistoryDoc:
+    scope = Scope(
+        tenant=current["tenant"],
+        user_id=current.get("user_id"),
+        agent_id=current.get("agent_id"),
+        run_id=current.get("run_id"),
+    )
+    return HistoryDoc(
+        id=history_id(current["id"], event, at.isoformat()),
+        memory_id=current["id"],
+        scope=scope,
+        event=event,
+        job_id="",
+        created_at=at,
+        old=old,
+        new=new,
+    )

@@ -1,0 +1,107 @@
+"""API keys: ``mq_<id>_<secret>``, stored as the SHA-256 of the secret (never the secret).
+
+Each key belongs to one tenant. The bootstrap admin key comes from Settings
+(``MEMQ_API_ADMIN_KEY``); admins create and revoke tenant keys. A revoked or unknown key and a
+wrong secret all fail the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from elasticsearch import Elasticsearch, NotFoundError
+from pydantic import SecretStr
+
+from pipeline.errors import NotFoundError as MemqNotFoundError
+from pipeline.store.client import es_errors
+from pipeline.store.indices import IndexNames
+
+_TOKEN = re.compile(r"^mq_(?P<id>[0-9a-f]{16})_(?P<secret>[A-Za-z0-9_-]{20,100})$")
+ADMIN_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key's id, its tenant, and whether it may administer keys."""
+
+    key_id: str
+    tenant: str
+    admin: bool = False
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class KeyStore:
+    def __init__(self, client: Elasticsearch, names: IndexNames) -> None:
+        self.client = client
+        self.index = names.keys
+
+    def create(self, tenant: str, name: str, now: datetime, admin: bool = False) -> tuple[str, str]:
+        """A new key for ``tenant``: returns (key id, the full token — shown once)."""
+        key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+        document = {
+            "tenant": tenant,
+            "name": name,
+            "role": "admin" if admin else "tenant",
+            "secret_sha256": _digest(secret),
+            "created_at": now.isoformat(),
+        }
+        with es_errors("create an API key"):
+            self.client.create(index=self.index, id=key_id, document=document, refresh="wait_for")
+        return key_id, f"mq_{key_id}_{secret}"
+
+    def authenticate(self, token: str, admin_key: SecretStr | None) -> Principal | None:
+        """The principal of ``token``, or None when it is not a valid, unrevoked key."""
+        if admin_key is not None and hmac.compare_digest(
+            token.encode(), admin_key.get_secret_value().encode()
+        ):
+            return Principal(key_id="admin", tenant=ADMIN_TENANT, admin=True)
+        match = _TOKEN.match(token)
+        if match is None:
+            return None
+        stored = self._get(match.group("id"))
+        if stored is None or stored.get("revoked_at"):
+            return None
+        if not hmac.compare_digest(_digest(match.group("secret")), stored["secret_sha256"]):
+            return None
+        return Principal(
+            key_id=match.group("id"), tenant=stored["tenant"], admin=stored["role"] == "admin"
+        )
+
+    def revoke(self, key_id: str, now: datetime) -> None:
+        if self._get(key_id) is None:
+            raise MemqNotFoundError(f"no API key {key_id}")
+        with es_errors("revoke an API key"):
+            self.client.update(
+                index=self.index, id=key_id, doc={"revoked_at": now.isoformat()}, refresh="wait_for"
+            )
+
+    def list(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        query = {"term": {"tenant": tenant}} if tenant else {"match_all": {}}
+        with es_errors("list API keys"):
+            hits = self.client.search(
+                index=self.index,
+                query=query,
+                size=1000,
+                sort=[{"created_at": "asc"}],
+                source_excludes=["secret_sha256"],
+            ).body["hits"]["hits"]
+        return [{"id": h["_id"], **h["_source"]} for h in hits]
+
+    def _get(self, key_id: str) -> dict[str, Any] | None:
+        with es_errors("read an API key"):
+            try:
+                source: dict[str, Any] = self.client.get(index=self.index, id=key_id).body[
+                    "_source"
+                ]
+            except NotFoundError:
+                return None
+        return source
