@@ -10,7 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error, install_error_handlers
 from api.metrics import Metrics
-from api.routes import admin, health, jobs, mem0, memories
+from api.routes import admin, health, jobs, mem0, memories, webhooks
 from pipeline.config import Settings
 from pipeline.keys import KeyStore
 from workers.app import MemqCelery, create_celery
@@ -76,13 +76,21 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
     settings = settings or Settings()
     celery = celery or create_celery(settings)
     app = FastAPI(title="memq", version="0.1.0", description="Long-term memory for AI agents.")
+    app.state.settings = settings
     app.state.celery = celery
     app.state.keys = KeyStore(celery.runtime.es, celery.runtime.store.names)
     app.state.metrics = Metrics()
     install_error_handlers(app)
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
-    for router in (health.router, memories.router, jobs.router, admin.router, mem0.router):
+    for router in (
+        health.router,
+        memories.router,
+        jobs.router,
+        admin.router,
+        webhooks.router,
+        mem0.router,
+    ):
         app.include_router(router)
     return app
 

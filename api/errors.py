@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from api.deps import ForbiddenError, UnauthorizedError
+from pipeline.chat import SignatureError
 from pipeline.errors import (
     InvalidInputError,
     MemqError,
@@ -35,6 +36,7 @@ def _status(exc: MemqError) -> tuple[int, str]:
     table: list[tuple[type[MemqError], int, str]] = [
         (UnauthorizedError, 401, "unauthorized"),
         (ForbiddenError, 403, "forbidden"),
+        (SignatureError, 401, "bad_signature"),
         (NotFoundError, 404, "not_found"),
         (InvalidInputError, 422, "invalid_input"),
         (TransientError, 503, "unavailable"),

@@ -96,6 +96,12 @@ def _demo(settings: Settings, args: argparse.Namespace) -> int:
     return run_demo(settings, timeout_s=args.timeout_s)
 
 
+def _status(settings: Settings, args: argparse.Namespace) -> int:
+    from memq.status import run_status
+
+    return run_status(settings)
+
+
 def _settings(settings: Settings, args: argparse.Namespace) -> int:
     """Print what ops/ needs to know, as shell assignments (one source of truth for ports)."""
     es = urlsplit(settings.es.url)
@@ -146,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     health.set_defaults(handler=_health)
 
     sub.add_parser("settings", help="print resolved ports for ops/").set_defaults(handler=_settings)
+
+    sub.add_parser("status", help="queue depths, jobs by status, dead jobs, workers").set_defaults(
+        handler=_status
+    )
 
     demo = sub.add_parser("demo", help="show the running stack doing its main job")
     demo.add_argument("--timeout-s", type=float, default=60.0)

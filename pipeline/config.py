@@ -152,6 +152,20 @@ class WorkerConfig(_Section):
         return self
 
 
+class ChatConfig(_Section):
+    """Chat-platform webhooks. A platform is enabled by its secret; its messages land in
+    ``tenant``. Messages of one channel/thread arriving within ``debounce_s`` of each other
+    become one job."""
+
+    tenant: str = "default"
+    debounce_s: float = Field(default=5.0, ge=0.1, le=600)
+    max_buffered: int = Field(default=200, ge=1, le=10_000)
+    slack_signing_secret: SecretStr | None = None
+    telegram_secret_token: SecretStr | None = None
+    webhook_secret: SecretStr | None = None
+    signature_tolerance_s: int = Field(default=300, ge=10, le=3600)
+
+
 class ApiConfig(_Section):
     """The HTTP API. ``admin_key`` is the bootstrap key that creates tenant keys (at least 24
     characters); without it only existing tenant keys work."""
@@ -195,6 +209,7 @@ class Settings(BaseSettings):
     queues: QueueConfig = QueueConfig()
     worker: WorkerConfig = WorkerConfig()
     search: SearchConfig = SearchConfig()
+    chat: ChatConfig = ChatConfig()
     api: ApiConfig = ApiConfig()
     flower: FlowerConfig = FlowerConfig()
     openai_api_key: SecretStr | None = Field(

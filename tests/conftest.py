@@ -60,6 +60,7 @@ def test_env(stack_settings: Settings, test_id: str, fake_llm: FakeLLMServer) ->
         "MEMQ_WORKER_TASK_SOFT_TIME_LIMIT_S": "20",
         "MEMQ_WORKER_TASK_TIME_LIMIT_S": "25",
         "MEMQ_WORKER_VISIBILITY_TIMEOUT_S": "30",
+        "MEMQ_CHAT_DEBOUNCE_S": "1",
     }
 
 

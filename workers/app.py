@@ -10,7 +10,8 @@ from celery.signals import worker_init, worker_process_init
 from pipeline.config import Settings
 from pipeline.phases import PHASES
 from workers.chain import queue_for
-from workers.names import HEALTH_TASK, WAIT_TASK, phase_task_name
+from workers.chat import register_chat_tasks
+from workers.names import CHAT_FLUSH_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
 from workers.runtime import Runtime
 from workers.tasks import register_tasks
 
@@ -57,7 +58,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
     """Default queue per task name (a chain may still send a backfill job elsewhere)."""
     queues = settings.queues
-    routes = {HEALTH_TASK: {"queue": queues.io}, WAIT_TASK: {"queue": queues.io}}
+    routes = {
+        HEALTH_TASK: {"queue": queues.io},
+        WAIT_TASK: {"queue": queues.io},
+        CHAT_FLUSH_TASK: {"queue": queues.io},
+    }
     for spec in PHASES:
         routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}
     return routes
@@ -68,6 +73,7 @@ def create_celery(settings: Settings) -> MemqCelery:
     app = MemqCelery(settings)
     app.conf.update(celery_config(settings))
     register_tasks(app)
+    register_chat_tasks(app)
     connect_warm_up(app)
     return app
 

@@ -6,6 +6,7 @@ from pipeline.state import Phase
 
 HEALTH_TASK = "memq.health"
 WAIT_TASK = "memq.job.wait_turn"
+CHAT_FLUSH_TASK = "memq.chat.flush"
 
 
 def phase_task_name(phase: Phase) -> str:

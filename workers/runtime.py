@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import redis
 from elasticsearch import Elasticsearch
@@ -21,6 +22,9 @@ from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from workers.state_store import RedisStateStore
+
+if TYPE_CHECKING:
+    from workers.chat import ChatBuffer
 
 log = logging.getLogger("memq.worker")
 
@@ -43,6 +47,12 @@ class Runtime:
     @cached_property
     def states(self) -> RedisStateStore:
         return RedisStateStore(self.redis, self.settings.es.index_prefix)
+
+    @cached_property
+    def chat_buffer(self) -> ChatBuffer:
+        from workers.chat import ChatBuffer
+
+        return ChatBuffer(self.redis, self.settings.es.index_prefix)
 
     @cached_property
     def store(self) -> ElasticStore:

@@ -1,0 +1,44 @@
+"""``memq status``: queue depths, jobs by status, the dead jobs awaiting replay, live workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.store.client import es_errors
+from workers.app import MemqCelery, create_celery
+
+DEAD_SHOWN = 10
+
+
+def collect(app: MemqCelery) -> dict[str, Any]:
+    runtime = app.runtime
+    queues = runtime.settings.queues
+    depths = {q: int(runtime.redis.llen(q)) for q in (queues.io, queues.cpu, queues.backfill)}
+    with es_errors("read job counts"):
+        body = runtime.es.search(
+            index=runtime.store.names.jobs,
+            size=DEAD_SHOWN,
+            post_filter={"term": {"status": "dead"}},
+            sort=[{"updated_at": "desc"}],
+            source_includes=["job_id", "reason", "updated_at"],
+            aggs={"status": {"terms": {"field": "status", "size": 10}}},
+        ).body
+    jobs = {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
+    dead = [h["_source"] for h in body["hits"]["hits"]]
+    workers = sorted(name for reply in app.control.ping(timeout=1.0) or [] for name in reply)
+    return {"queues": depths, "jobs": jobs, "dead": dead, "workers": workers}
+
+
+def run_status(settings: Settings) -> int:
+    status = collect(create_celery(settings))
+    print("queues:  " + ", ".join(f"{q} {n}" for q, n in status["queues"].items()))
+    print(
+        "jobs:    "
+        + (", ".join(f"{s} {n}" for s, n in sorted(status["jobs"].items())) or "none yet")
+    )
+    print(f"workers: {len(status['workers'])} ({', '.join(status['workers']) or 'none answering'})")
+    for job in status["dead"]:
+        replay = f"POST /v1/jobs/{job['job_id']}/retry"
+        print(f"dead:    {job['job_id']}  {job.get('reason', '')}  (replay: {replay})")
+    return 0 if status["workers"] else 1
