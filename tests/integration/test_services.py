@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -44,3 +50,47 @@ def test_flower_answers_and_sees_the_worker(stack_settings: Settings) -> None:
     assert {"memq-io", "memq-cpu"} <= {name.split("@")[0] for name in workers}
     metrics = httpx.get(f"{base}/metrics").text
     assert "flower_events_total" in metrics or "flower_worker_online" in metrics
+
+
+def test_flower_can_require_a_login(test_env: dict[str, str], tmp_path: Path) -> None:
+    """MEMQ_FLOWER_BASIC_AUTH puts the dashboard and its API behind a login."""
+    port = free_port()
+    env = {**test_env, "MEMQ_FLOWER_PORT": str(port), "MEMQ_FLOWER_BASIC_AUTH": "ops:s3cret-pass"}
+    log = (tmp_path / "flower.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "memq.cli", "flower"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                anonymous = httpx.get(f"{base}/api/workers", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        else:
+            pytest.fail(f"flower did not start: {(tmp_path / 'flower.log').read_text()[-2000:]}")
+        assert anonymous.status_code == 401
+        assert (
+            httpx.get(f"{base}/api/workers", auth=("ops", "s3cret-pass"), timeout=10).status_code
+            == 200
+        )
+        assert (
+            httpx.get(f"{base}/api/workers", auth=("ops", "wrong"), timeout=10).status_code == 401
+        )
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
