@@ -5,11 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
 from pipeline.errors import InvalidInputError
 from pipeline.keys import Principal
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.protocol import JobRecord
+
+_MESSAGES = TypeAdapter(list[MessageIn])
 
 
 def scope_of(
@@ -28,7 +32,12 @@ def messages_of(raw: str | dict[str, Any] | list[dict[str, Any]]) -> list[Messag
         raw = [raw]
     if not raw:
         raise InvalidInputError("messages is empty", field="messages")
-    return [MessageIn.model_validate(message) for message in raw]
+    try:
+        return _MESSAGES.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in ("messages", *first["loc"]))
+        raise InvalidInputError(f"{where}: {first['msg']}", field=where) from exc
 
 
 def add_request(body: MemoryCreate, principal: Principal) -> AddRequest:
@@ -62,5 +71,5 @@ def job_public(record: JobRecord) -> JobPublic:
 
 
 def memory_public(item: dict[str, Any]) -> MemoryPublic:
-    fields = {k: v for k, v in item.items() if k in MemoryPublic.model_fields and k != "memory"}
-    return MemoryPublic(memory=item.get("text", item.get("memory", "")), **fields)
+    """``{"id", **source}`` as the API shows a memory."""
+    return MemoryPublic.from_source(item["id"], item)

@@ -77,7 +77,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return error(exc.status_code, "http", str(exc.detail))
+        kinds = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        return error(exc.status_code, kinds.get(exc.status_code, "http"), str(exc.detail))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.models import AwareDatetime, Identifier, MemoryType
+from pipeline.models import AwareDatetime, Identifier, MemoryType, MemoryView
 
 
 class _In(BaseModel):
@@ -65,21 +65,8 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
 
 
-class MemoryPublic(BaseModel):
-    id: str
-    memory: str
-    user_id: str | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-    actor_id: str | None = None
-    role: str | None = None
-    memory_type: str | None = None
-    hash: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    observed_at: datetime | None = None
-    expiration_date: datetime | None = None
+MemoryPublic = MemoryView
+"""A memory as the API returns it."""
 
 
 class MemoryPage(BaseModel):

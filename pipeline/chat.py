@@ -56,39 +56,42 @@ def check_timestamp(raw: str | None, now: datetime, tolerance_s: int) -> None:
         )
 
 
-def verify_slack(
-    secret: str,
-    timestamp: str | None,
-    signature: str | None,
-    body: bytes,
-    *,
-    now: datetime,
-    tolerance_s: int,
+@dataclass(frozen=True)
+class HmacScheme:
+    """How a platform signs: ``prefix + hex(HMAC-SHA256(secret, template(ts) + body))``."""
+
+    name: str
+    prefix: str
+    template: str  # what precedes the body in the signed message; {ts} is the timestamp
+
+
+SLACK = HmacScheme("Slack", "v0=", "v0:{ts}:")
+GENERIC = HmacScheme("webhook", "sha256=", "{ts}.")
+
+
+@dataclass(frozen=True)
+class SignedBody:
+    """A request body with the timestamp and signature headers that came with it."""
+
+    body: bytes
+    timestamp: str | None
+    signature: str | None
+
+
+def verify_hmac(
+    scheme: HmacScheme, secret: str, signed: SignedBody, *, now: datetime, tolerance_s: int
 ) -> None:
-    check_timestamp(timestamp, now, tolerance_s)
-    expected = "v0=" + _hmac_hex(secret, f"v0:{timestamp}:".encode() + body)
-    if not signature or not hmac.compare_digest(expected, signature):
-        raise SignatureError("bad Slack signature")
+    """Raise ``SignatureError`` unless ``signed`` is fresh and signed with ``secret``."""
+    check_timestamp(signed.timestamp, now, tolerance_s)
+    message = scheme.template.format(ts=signed.timestamp).encode() + signed.body
+    expected = scheme.prefix + _hmac_hex(secret, message)
+    if not signed.signature or not hmac.compare_digest(expected, signed.signature):
+        raise SignatureError(f"bad {scheme.name} signature")
 
 
 def verify_telegram(secret: str, token: str | None) -> None:
     if not token or not hmac.compare_digest(secret, token):
         raise SignatureError("bad Telegram secret token")
-
-
-def verify_generic(
-    secret: str,
-    timestamp: str | None,
-    signature: str | None,
-    body: bytes,
-    *,
-    now: datetime,
-    tolerance_s: int,
-) -> None:
-    check_timestamp(timestamp, now, tolerance_s)
-    expected = "sha256=" + _hmac_hex(secret, f"{timestamp}.".encode() + body)
-    if not signature or not hmac.compare_digest(expected, signature):
-        raise SignatureError("bad webhook signature")
 
 
 def load_json(body: bytes) -> dict[str, Any]:

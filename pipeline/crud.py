@@ -80,7 +80,7 @@ def memory_history(store: ElasticStore, tenant: str, memory_id: str) -> list[dic
     rows = [row for row in rows if row.get("tenant") == tenant]
     if not rows:
         raise NotFoundError(f"no memory {memory_id}")
-    return rows
+    return [{k: v for k, v in row.items() if k != "tenant" and v != ""} for row in rows]
 
 
 def history_row(

@@ -21,7 +21,7 @@ from elasticsearch import NotFoundError
 
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
-from pipeline.models import Scope, history_id
+from pipeline.models import VIEW_SOURCE_FIELDS, Scope, history_id
 from pipeline.search import not_expired
 from pipeline.store.client import es_errors
 from pipeline.store.elastic import ElasticStore, scope_filter
@@ -29,23 +29,6 @@ from pipeline.store.protocol import HistoryDoc
 
 PIT_KEEP_ALIVE = "5m"
 MAX_PAGE_SIZE = 1000
-_FIELDS = [
-    "text",
-    "user_id",
-    "agent_id",
-    "run_id",
-    "actor_id",
-    "role",
-    "memory_type",
-    "attributed_to",
-    "metadata",
-    "created_at",
-    "updated_at",
-    "observed_at",
-    "expiration_date",
-    "hash",
-    "entity_ids",
-]
 
 
 @dataclass(frozen=True)
@@ -98,6 +81,7 @@ def delete_all(
     """Delete every memory of the scope (matching ``filters``), page by page from one point in
     time, each with a DELETE history row; returns how many were deleted."""
     deleted = 0
+    store.make_visible()  # a memory stored a moment ago must not escape its deletion
     for page in iter_pages(store, scope, filters):
         gone = store.delete_memories([item["id"] for item in page.items])
         rows = [deletion_row(item, scope, now) for item in page.items if item["id"] in gone]
@@ -139,7 +123,7 @@ def page_of(
         "query": {"bool": {"filter": clauses}},
         "sort": [{"created_at": {"order": "asc", "missing": "_first"}}],
         "pit": {"id": pit, "keep_alive": PIT_KEEP_ALIVE},
-        "_source": {"includes": _FIELDS},
+        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
         "track_total_hits": False,
     }
     if after is not None:

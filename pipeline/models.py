@@ -9,7 +9,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -248,3 +248,48 @@ def entity_id(scope: Scope, normalized: str) -> str:
 
 def message_id(job_id: str, seq: int) -> str:
     return str(uuid.uuid5(NAMESPACE, f"message\x1f{job_id}\x1f{seq}"))
+
+
+class MemoryView(BaseModel):
+    """A stored memory as callers see it (no vector, no internal fields)."""
+
+    id: str
+    memory: str
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    actor_id: str | None = None
+    role: str | None = None
+    memory_type: str | None = None
+    attributed_to: str | None = None
+    hash: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    observed_at: datetime | None = None
+    expiration_date: datetime | None = None
+
+    @classmethod
+    def from_source(cls, memory_id: str, source: dict[str, Any], **extra: Any) -> Self:
+        """From an Elasticsearch ``_source`` (its ``text`` becomes ``memory``)."""
+        fields = {k: v for k, v in source.items() if k in VIEW_SOURCE_FIELDS and k != "text"}
+        return cls(id=memory_id, memory=source.get("text", ""), **fields, **extra)
+
+
+VIEW_SOURCE_FIELDS = (
+    "text",
+    "user_id",
+    "agent_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "memory_type",
+    "attributed_to",
+    "hash",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "observed_at",
+    "expiration_date",
+)
+"""The ``_source`` fields a ``MemoryView`` is built from: what reads ask Elasticsearch for."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,30 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pipeline.config import SearchConfig
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.filters import translate_filters
-from pipeline.models import Scope
+from pipeline.models import VIEW_SOURCE_FIELDS, MemoryView, Scope
 from pipeline.nlp.stopwords import without_stopwords
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
 from pipeline.store.client import error_reason, es_errors
 from pipeline.store.elastic import ElasticStore, cosine_from_score, scope_filter
-
-_RESULT_FIELDS = [
-    "text",
-    "user_id",
-    "agent_id",
-    "run_id",
-    "actor_id",
-    "role",
-    "memory_type",
-    "attributed_to",
-    "metadata",
-    "created_at",
-    "updated_at",
-    "observed_at",
-    "expiration_date",
-    "hash",
-    "entity_ids",
-]
 
 
 class SearchQuery(BaseModel):
@@ -86,21 +67,10 @@ class Explain(BaseModel):
     rank_entity: int | None = None
 
 
-class SearchHit(BaseModel):
-    id: str
-    memory: str
+class SearchHit(MemoryView):
+    """A memory found by a search, with its fused ``score`` (and, when asked, its ``explain``)."""
+
     score: float
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    user_id: str | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-    actor_id: str | None = None
-    role: str | None = None
-    memory_type: str | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    observed_at: datetime | None = None
-    expiration_date: datetime | None = None
     explain: Explain | None = None
 
 
@@ -345,10 +315,7 @@ class Searcher:
             rank_bm25=candidates.rank_bm25.get(memory),
             rank_entity=candidates.rank_entity.get(memory),
         )
-        fields = {k: v for k, v in source.items() if k in _RESULT_FIELDS and k != "text"}
-        return SearchHit(
-            id=memory, memory=source["text"], score=round(fused, 6), explain=explain, **fields
-        )
+        return SearchHit.from_source(memory, source, score=round(fused, 6), explain=explain)
 
     def _reranked(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
         if not query.rerank or self.reranker is None:
@@ -398,7 +365,7 @@ def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) 
 def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "size": len(ids) or 1,
-        "_source": {"includes": [*_RESULT_FIELDS, "embedding"], "exclude_vectors": False},
+        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "embedding"], "exclude_vectors": False},
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
 

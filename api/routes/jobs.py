@@ -67,11 +67,17 @@ def create_batch(
 def get_batch(batch_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> BatchPublic:
     """Counts of the batch's jobs per status (jobs that already existed when the batch was
     posted are counted in their first batch)."""
-    query = {
-        "bool": {
-            "filter": [{"term": {"batch_id": batch_id}}, {"term": {"tenant": principal.tenant}}]
-        }
-    }
+    counts = batch_counts(runtime, principal.tenant, batch_id)
+    if not counts:  # posted a moment ago: its job records may not be searchable yet
+        runtime.es.indices.refresh(index=runtime.store.names.jobs)
+        counts = batch_counts(runtime, principal.tenant, batch_id)
+    if not counts:
+        raise NotFoundError(f"no batch {batch_id}")
+    return BatchPublic(batch_id=batch_id, total=sum(counts.values()), counts=counts)
+
+
+def batch_counts(runtime: Runtime, tenant: str, batch_id: str) -> dict[str, int]:
+    query = {"bool": {"filter": [{"term": {"batch_id": batch_id}}, {"term": {"tenant": tenant}}]}}
     with es_errors("count batch jobs"):
         body = runtime.es.search(
             index=runtime.store.names.jobs,
@@ -79,7 +85,4 @@ def get_batch(batch_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> Ba
             query=query,
             aggs={"status": {"terms": {"field": "status", "size": 10}}},
         ).body
-    counts = {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
-    if not counts:
-        raise NotFoundError(f"no batch {batch_id}")
-    return BatchPublic(batch_id=batch_id, total=sum(counts.values()), counts=counts)
+    return {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}

@@ -9,6 +9,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from api.convert import memory_public, scope_of
 from api.deps import CeleryDep, PrincipalDep, RuntimeDep
@@ -52,7 +53,7 @@ def ping(principal: PrincipalDep) -> dict[str, str]:
 
 
 @router.post("/v3/memories/add/")
-def add(
+async def add(
     request: Request,
     app: CeleryDep,
     principal: PrincipalDep,
@@ -67,7 +68,7 @@ def add(
         k: v for k, v in body.items() if k not in (*MEM0_IGNORED, *SCOPE_KEYS) and v is not None
     }
     create = MemoryCreate.model_validate({**fields, **ids})
-    accepted, record = accept(app, request, create, principal, None)
+    accepted, record = await run_in_threadpool(accept, app, request, create, principal, None)
     if body.get("async_mode"):
         return {
             "results": [],
@@ -75,7 +76,7 @@ def add(
             "event_id": accepted.job_id,
             "job_id": accepted.job_id,
         }
-    record = wait_for(app, record, app.runtime.settings.api.wait_max_s)
+    record = await wait_for(app, record, app.runtime.settings.api.wait_max_s)
     if record.status not in TERMINAL:
         return {
             "results": [],

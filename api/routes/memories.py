@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from api.convert import add_request, job_public, memory_public, scope_of
 from api.deps import AdminDep, CeleryDep, PrincipalDep, RuntimeDep
@@ -48,18 +50,25 @@ def accept(
     ), record
 
 
-def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobRecord:
+async def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobRecord:
+    """Poll the job until it ends or ``timeout_s`` passes, without holding a server thread.
+    A finished job's memories are made visible to search before it is returned (a caller who
+    waited is about to read)."""
     deadline = time.monotonic() + timeout_s
+    store = app.runtime.store
     while record.status not in TERMINAL and time.monotonic() < deadline:
-        time.sleep(0.1)
-        record = app.runtime.store.get_job(record.job_id) or record
+        await asyncio.sleep(0.1)
+        latest: JobRecord | None = await run_in_threadpool(store.get_job, record.job_id)
+        record = latest or record
+    if record.status in TERMINAL:
+        await run_in_threadpool(store.make_visible)
     return record
 
 
 @router.post(
     "/memories", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted | JobPublic
 )
-def add_memories(
+async def add_memories(
     *,
     body: MemoryCreate,
     request: Request,
@@ -72,10 +81,12 @@ def add_memories(
 ) -> JobAccepted | JobPublic:
     """Queue a conversation; answers at once with the job. ``wait=true`` waits for the result
     (up to ``wait_s``, capped by the server) and returns the finished job, else 202."""
-    accepted, record = accept(app, request, body, principal, idempotency_key)
+    accepted, record = await run_in_threadpool(
+        accept, app, request, body, principal, idempotency_key
+    )
     if not wait:
         return accepted
-    record = wait_for(app, record, min(wait_s, app.runtime.settings.api.wait_max_s))
+    record = await wait_for(app, record, min(wait_s, app.runtime.settings.api.wait_max_s))
     if record.status in TERMINAL:
         response.status_code = status.HTTP_200_OK
         return job_public(record)

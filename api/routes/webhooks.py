@@ -13,6 +13,7 @@ from api.deps import CeleryDep
 from pipeline import chat
 from pipeline.config import ChatConfig, Settings
 from pipeline.errors import NotFoundError
+from workers.app import MemqCelery
 from workers.chat import accept_event
 
 router = APIRouter(prefix="/v1/webhooks", tags=["chat platforms"])
@@ -31,28 +32,40 @@ def enabled(secret: Any, platform: str) -> str:
     return value
 
 
+async def verified(
+    request: Request, scheme: chat.HmacScheme, secret: str, timestamp: str, signature: str
+) -> bytes:
+    """The body, once its signature headers check out (``SignatureError`` → 401 otherwise)."""
+    config = chat_config(request)
+    signed = chat.SignedBody(
+        await request.body(), request.headers.get(timestamp), request.headers.get(signature)
+    )
+    chat.verify_hmac(
+        scheme,
+        secret,
+        signed,
+        now=request.app.state.celery.runtime.clock(),
+        tolerance_s=config.signature_tolerance_s,
+    )
+    return signed.body
+
+
+async def accept(app: MemqCelery, event: chat.ChatEvent | None) -> dict[str, Any]:
+    accepted = event is not None and await run_in_threadpool(accept_event, app, event)
+    return {"ok": True, "accepted": accepted}
+
+
 @router.post("/slack")
 async def slack(request: Request, app: CeleryDep) -> dict[str, Any]:
     """Slack Events API: answers the url_verification handshake; keeps message events."""
-    config = chat_config(request)
-    secret = enabled(config.slack_signing_secret, "slack")
-    body = await request.body()
-    chat.verify_slack(
-        secret,
-        request.headers.get("x-slack-request-timestamp"),
-        request.headers.get("x-slack-signature"),
-        body,
-        now=app.runtime.clock(),
-        tolerance_s=config.signature_tolerance_s,
+    secret = enabled(chat_config(request).slack_signing_secret, "slack")
+    body = await verified(
+        request, chat.SLACK, secret, "x-slack-request-timestamp", "x-slack-signature"
     )
     payload = chat.load_json(body)
     if payload.get("type") == "url_verification":
         return {"challenge": payload.get("challenge", "")}
-    event = chat.slack_event(payload)
-    return {
-        "ok": True,
-        "accepted": event is not None and await run_in_threadpool(accept_event, app, event),
-    }
+    return await accept(app, chat.slack_event(payload))
 
 
 @router.post("/telegram")
@@ -61,26 +74,12 @@ async def telegram(request: Request, app: CeleryDep) -> dict[str, Any]:
     MEMQ_CHAT_TELEGRAM_SECRET_TOKEN)."""
     secret = enabled(chat_config(request).telegram_secret_token, "telegram")
     chat.verify_telegram(secret, request.headers.get("x-telegram-bot-api-secret-token"))
-    event = chat.telegram_event(chat.load_json(await request.body()))
-    return {
-        "ok": True,
-        "accepted": event is not None and await run_in_threadpool(accept_event, app, event),
-    }
+    return await accept(app, chat.telegram_event(chat.load_json(await request.body())))
 
 
 @router.post("/generic")
 async def generic(request: Request, app: CeleryDep) -> dict[str, Any]:
     """Any other source: HMAC-SHA256 of "{X-Memq-Timestamp}.{body}" in X-Memq-Signature."""
-    config = chat_config(request)
-    secret = enabled(config.webhook_secret, "generic")
-    body = await request.body()
-    chat.verify_generic(
-        secret,
-        request.headers.get("x-memq-timestamp"),
-        request.headers.get("x-memq-signature"),
-        body,
-        now=app.runtime.clock(),
-        tolerance_s=config.signature_tolerance_s,
-    )
-    event = chat.generic_event(chat.load_json(body), app.runtime.clock())
-    return {"ok": True, "accepted": await run_in_threadpool(accept_event, app, event)}
+    secret = enabled(chat_config(request).webhook_secret, "generic")
+    body = await verified(request, chat.GENERIC, secret, "x-memq-timestamp", "x-memq-signature")
+    return await accept(app, chat.generic_event(chat.load_json(body), app.runtime.clock()))

@@ -243,6 +243,12 @@ class ElasticStore:
         if actions:
             self._bulk_all_or_raise(actions, "record entity links on memories")
 
+    def make_visible(self) -> None:
+        """Refresh the memories index: what was written is searchable when this returns. For
+        the few flows where a reader is known to follow (a caller who waited, a bulk delete)."""
+        with es_errors("refresh memories"):
+            self.client.indices.refresh(index=self.names.memories)
+
     def get_memory(self, memory_id: str) -> dict[str, Any] | None:
         """A memory's source (without its vector), or None."""
         with es_errors(f"read memory {memory_id}"):
@@ -262,8 +268,8 @@ class ElasticStore:
 
     def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         """History rows of a memory, oldest first."""
-        self.client.indices.refresh(index=self.names.history)
         with es_errors(f"read the history of {memory_id}"):
+            self.client.indices.refresh(index=self.names.history)  # rows written a moment ago
             body = self.client.search(
                 index=self.names.history,
                 query={"term": {"memory_id": memory_id}},

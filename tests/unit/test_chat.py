@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.chat import SignatureError, generic_event, slack_event, telegram_event, verify_slack
+from pipeline.chat import (
+    SLACK,
+    SignatureError,
+    SignedBody,
+    generic_event,
+    slack_event,
+    telegram_event,
+    verify_hmac,
+)
 from pipeline.errors import InvalidInputError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -22,14 +30,17 @@ def signed(body: bytes, ts: str, secret: str = "s") -> str:
 
 def test_slack_signature_checks_secret_body_and_age() -> None:
     ts = str(int(NOW.timestamp()))
-    verify_slack("s", ts, signed(b"{}", ts), b"{}", now=NOW, tolerance_s=300)
-    with pytest.raises(SignatureError):
-        verify_slack("s", ts, signed(b"{}", ts), b'{"x":1}', now=NOW, tolerance_s=300)
+    verify_hmac(SLACK, "s", SignedBody(b"{}", ts, signed(b"{}", ts)), now=NOW, tolerance_s=300)
+    with pytest.raises(SignatureError, match="bad Slack signature"):
+        tampered = SignedBody(b'{"x":1}', ts, signed(b"{}", ts))
+        verify_hmac(SLACK, "s", tampered, now=NOW, tolerance_s=300)
     with pytest.raises(SignatureError, match="window"):
         old = str(int(NOW.timestamp()) - 301)
-        verify_slack("s", old, signed(b"{}", old), b"{}", now=NOW, tolerance_s=300)
+        verify_hmac(
+            SLACK, "s", SignedBody(b"{}", old, signed(b"{}", old)), now=NOW, tolerance_s=300
+        )
     with pytest.raises(SignatureError):
-        verify_slack("s", "not-a-time", "v0=00", b"{}", now=NOW, tolerance_s=300)
+        verify_hmac(SLACK, "s", SignedBody(b"{}", "not-a-time", "v0=00"), now=NOW, tolerance_s=300)
 
 
 def message(**event: object) -> dict[str, object]:

@@ -1,0 +1,288 @@
+"""The SDK's error translation and request shapes, over ``httpx.MockTransport``: a real httpx
+transport whose handler plays the server (or raises what a failing network raises)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+import memq
+from memq import (
+    AsyncClient,
+    AuthenticationError,
+    Client,
+    MemqAPIError,
+    MemqTimeoutError,
+    NotFoundError,
+    UnavailableError,
+    ValidationError,
+)
+
+Handler = Callable[[httpx.Request], httpx.Response]
+BASE_URL = "http://memq.test"
+
+
+def envelope(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """memq's error body."""
+    return {"error": {"type": kind, "message": message, "field": field}, "detail": message}
+
+
+def answering(status: int, body: Any = None, text: str | None = None) -> Handler:
+    def handler(_: httpx.Request) -> httpx.Response:
+        if text is not None:
+            return httpx.Response(status, text=text)
+        return httpx.Response(status, json=body)
+
+    return handler
+
+
+def raising(exc: Exception) -> Handler:
+    def handler(_: httpx.Request) -> httpx.Response:
+        raise exc
+
+    return handler
+
+
+def sync_client(handler: Handler) -> Client:
+    return Client(BASE_URL, "mq_test", transport=httpx.MockTransport(handler))
+
+
+def call_sync(handler: Handler) -> MemqAPIError:
+    with sync_client(handler) as client, pytest.raises(MemqAPIError) as raised:
+        client.job("j1")
+    return raised.value
+
+
+def call_async(handler: Handler) -> MemqAPIError:
+    async def scenario() -> None:
+        async with AsyncClient(BASE_URL, "mq_test", transport=httpx.MockTransport(handler)) as sdk:
+            await sdk.job("j1")
+
+    with pytest.raises(MemqAPIError) as raised:
+        asyncio.run(scenario())
+    return raised.value
+
+
+CALLERS = [pytest.param(call_sync, id="sync"), pytest.param(call_async, id="async")]
+
+
+@pytest.mark.parametrize("call", CALLERS)
+@pytest.mark.parametrize(
+    ("status", "kind", "expected"),
+    [
+        (400, "bad_request", ValidationError),
+        (401, "unauthorized", AuthenticationError),
+        (403, "forbidden", AuthenticationError),
+        (404, "not_found", NotFoundError),
+        (413, "too_large", ValidationError),
+        (422, "invalid_input", ValidationError),
+        (503, "unavailable", UnavailableError),
+        (500, "internal", MemqAPIError),
+        (409, "conflict", MemqAPIError),
+    ],
+)
+def test_error_bodies_become_the_matching_error(
+    call: Callable[[Handler], MemqAPIError], status: int, kind: str, expected: type[MemqAPIError]
+) -> None:
+    error = call(answering(status, envelope(kind, "it went wrong", "user_id")))
+
+    assert type(error) is expected
+    assert (error.status, error.type, error.message, error.field) == (
+        status,
+        kind,
+        "it went wrong",
+        "user_id",
+    )
+    assert str(error) == f"{status} {kind}: it went wrong (field user_id)"
+
+
+@pytest.mark.parametrize("call", CALLERS)
+def test_a_body_without_the_envelope_keeps_its_text(
+    call: Callable[[Handler], MemqAPIError],
+) -> None:
+    error = call(answering(502, text="<html>bad gateway</html>"))
+
+    assert isinstance(error, UnavailableError)
+    assert (error.status, error.type, error.message, error.field) == (
+        502,
+        "http",
+        "<html>bad gateway</html>",
+        None,
+    )
+
+
+@pytest.mark.parametrize("call", CALLERS)
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (httpx.ConnectError("connection refused"), "transport"),
+        (httpx.RemoteProtocolError("server hung up"), "transport"),
+        (httpx.ReadTimeout("read timed out"), "timeout"),
+        (httpx.ConnectTimeout("connect timed out"), "timeout"),
+    ],
+)
+def test_transport_failures_are_unavailable(
+    call: Callable[[Handler], MemqAPIError], exc: Exception, kind: str
+) -> None:
+    error = call(raising(exc))
+
+    assert type(error) is UnavailableError
+    assert (error.status, error.type) == (None, kind)
+    assert error.__cause__ is exc
+
+
+@pytest.mark.parametrize("call", CALLERS)
+def test_other_httpx_errors_never_leak(call: Callable[[Handler], MemqAPIError]) -> None:
+    exc = httpx.TooManyRedirects("redirect loop")
+    error = call(raising(exc))
+
+    assert type(error) is MemqAPIError
+    assert (error.status, error.type) == (None, "client")
+    assert error.__cause__ is exc
+
+
+@pytest.mark.parametrize("call", CALLERS)
+def test_a_success_that_is_not_json_is_an_invalid_response(
+    call: Callable[[Handler], MemqAPIError],
+) -> None:
+    error = call(answering(200, text="not json"))
+
+    assert type(error) is MemqAPIError
+    assert (error.status, error.type) == (200, "invalid_response")
+
+
+def test_readyz_not_ready_is_unavailable_with_the_reason() -> None:
+    body = {"ready": False, "elasticsearch": "down: refused", "redis": "ok"}
+    with sync_client(answering(503, body)) as client, pytest.raises(UnavailableError) as raised:
+        client.readyz()
+    assert "down: refused" in raised.value.message
+
+
+def test_the_errors_form_one_tree_exported_from_memq() -> None:
+    for cls in (AuthenticationError, NotFoundError, ValidationError, UnavailableError):
+        assert issubclass(cls, MemqAPIError)
+    assert issubclass(MemqTimeoutError, MemqAPIError)
+    assert memq.Client is Client
+    with pytest.raises(AttributeError):
+        _ = memq.NoSuchThing
+
+
+# -- wait_for --------------------------------------------------------------------------------
+
+
+def job_answering(*statuses: str) -> tuple[Handler, list[str]]:
+    """A job endpoint reporting ``statuses`` in turn (the last one repeats); returns the
+    handler and the list of paths it was asked for."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        status = statuses[min(len(seen), len(statuses)) - 1]
+        return httpx.Response(200, json={"job_id": "j1", "status": status})
+
+    return handler, seen
+
+
+def test_wait_for_polls_until_the_job_ends_and_returns_a_failed_job() -> None:
+    handler, seen = job_answering("queued", "running", "failed")
+    with sync_client(handler) as client:
+        job = client.wait_for({"job_id": "j1"}, timeout_s=5.0, poll_s=0.01)
+
+    assert job["status"] == "failed"
+    assert seen == ["/v1/jobs/j1"] * 3
+
+
+def test_wait_for_times_out_with_the_last_job() -> None:
+    handler, _ = job_answering("running")
+    with sync_client(handler) as client, pytest.raises(MemqTimeoutError) as raised:
+        client.wait_for("j1", timeout_s=0.0)
+
+    assert raised.value.job == {"job_id": "j1", "status": "running"}
+    assert "still running" in raised.value.message
+
+
+def test_async_wait_for_times_out() -> None:
+    handler, _ = job_answering("queued")
+
+    async def scenario() -> None:
+        async with AsyncClient(BASE_URL, "k", transport=httpx.MockTransport(handler)) as sdk:
+            await sdk.wait_for("j1", timeout_s=0.05, poll_s=0.01)
+
+    with pytest.raises(MemqTimeoutError):
+        asyncio.run(scenario())
+
+
+# -- request shapes --------------------------------------------------------------------------
+
+
+def recording(answer: Any, status: int = 200) -> tuple[Handler, list[httpx.Request]]:
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(status, json=answer)
+
+    return handler, requests
+
+
+def test_add_sends_the_key_the_idempotency_key_and_iso_datetimes() -> None:
+    handler, requests = recording({"job_id": "j1", "status": "queued"}, status=202)
+    when = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+    with sync_client(handler) as client:
+        client.add("hi", user_id="u1", timestamp=when, idempotency_key="idem-1", infer=False)
+
+    [request] = requests
+    assert (request.method, request.url.path, request.url.query) == ("POST", "/v1/memories", b"")
+    assert request.headers["authorization"] == "Bearer mq_test"
+    assert request.headers["idempotency-key"] == "idem-1"
+    assert json.loads(request.content) == {
+        "messages": "hi",
+        "user_id": "u1",
+        "infer": False,
+        "timestamp": "2024-05-01T12:30:00+00:00",
+    }
+
+
+def test_add_with_wait_asks_the_server_to_wait_within_the_http_timeout() -> None:
+    handler, requests = recording({"job_id": "j1", "status": "succeeded"})
+    transport = httpx.MockTransport(handler)
+    with Client(BASE_URL, "k", timeout_s=10.0, transport=transport) as client:
+        job = client.add("hi", user_id="u1", wait=True)
+
+    assert job["status"] == "succeeded"
+    assert dict(requests[0].url.params) == {"wait": "true", "wait_s": "5.0"}
+
+
+def test_get_all_follows_next_cursor_and_sends_filters_as_json() -> None:
+    pages = {
+        None: {"results": [{"id": "a"}, {"id": "b"}], "next_cursor": "c1"},
+        "c1": {"results": [{"id": "c"}], "next_cursor": None},
+    }
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, json=pages[request.url.params.get("cursor")])
+
+    with sync_client(handler) as client:
+        ids = [m["id"] for m in client.get_all(user_id="u1", filters={"n": 1}, page_size=2)]
+
+    assert ids == ["a", "b", "c"]
+    assert [dict(r.url.params) for r in requests] == [
+        {"user_id": "u1", "page_size": "2", "filters": '{"n":1}'},
+        {"user_id": "u1", "page_size": "2", "cursor": "c1", "filters": '{"n":1}'},
+    ]
+
+
+def test_ids_are_escaped_in_paths() -> None:
+    handler, requests = recording({"id": "x"})
+    with sync_client(handler) as client:
+        client.get("a/../b")
+
+    assert requests[0].url.raw_path == b"/v1/memories/a%2F..%2Fb"
