@@ -122,6 +122,78 @@ def _settings(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+# --- memq backfill (see memq/backfill.py, docs/BACKFILL.md) -----------------------------------
+
+
+def _backfill(settings: Settings, args: argparse.Namespace) -> int:
+    """Bad input (the archive, the options, the checkpoint) is one line and exit status 2."""
+    from pathlib import Path
+
+    from memq.backfill import EXIT_BAD_INPUT, Backfill, BackfillOptions, dry_run
+    from pipeline.backfill import ReaderOptions, reader_for
+    from pipeline.errors import InvalidInputError
+
+    try:
+        reader = reader_for(
+            args.format, Path(args.path), ReaderOptions(args.user_id, args.agent_id)
+        )
+        if args.dry_run:
+            return dry_run(reader, sys.stdout)
+        from workers.app import create_celery
+
+        infer = settings.llm_configured() if args.infer is None else args.infer
+        options = BackfillOptions(
+            fmt=args.format,
+            tenant=args.tenant,
+            infer=infer,
+            checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+            max_in_flight=args.max_in_flight,
+            rate=args.rate,
+            retry_failed=args.retry_failed,
+            timeout_s=args.timeout_s,
+        )
+        return Backfill(create_celery(settings), reader, options).run()
+    except InvalidInputError as exc:
+        print(f"memq: {exc.reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _add_backfill(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pipeline.backfill import READERS
+
+    backfill = sub.add_parser("backfill", help="import a transcript archive (docs/BACKFILL.md)")
+    backfill.add_argument("path", help="the archive: a file or a folder, by format")
+    backfill.add_argument("--format", required=True, choices=sorted(READERS))
+    backfill.add_argument("--user-id", help="whose memory (required for chatgpt)")
+    backfill.add_argument("--agent-id")
+    backfill.add_argument("--tenant", default="default")
+    backfill.add_argument(
+        "--infer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="extract facts with the LLM (default: when an LLM is configured)",
+    )
+    backfill.add_argument("--checkpoint", help="JSON file of finished keys, to resume")
+    backfill.add_argument("--max-in-flight", type=_positive_int, default=32)
+    backfill.add_argument("--rate", type=float, default=5.0, help="jobs per second (0: no limit)")
+    backfill.add_argument("--dry-run", action="store_true", help="only count")
+    backfill.add_argument("--retry-failed", action="store_true", help="replay failed/dead jobs")
+    backfill.add_argument(
+        "--timeout-s", type=float, default=900.0, help="how long one job may stay unfinished"
+    )
+    backfill.set_defaults(handler=_backfill)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+# --- end of memq backfill ---------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memq", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -160,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="show the running stack doing its main job")
     demo.add_argument("--timeout-s", type=float, default=60.0)
     demo.set_defaults(handler=_demo)
+
+    _add_backfill(sub)  # memq backfill
     return parser
 
 

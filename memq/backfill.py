@@ -1,0 +1,512 @@
+"""``memq backfill``: import a transcript archive through the same intake as the API.
+
+Two passes over the archive: ``scan`` keeps one small record per conversation (key, user, time,
+position), sorted oldest first (so each user's sessions are accepted, hence run, in time order);
+then each conversation is read back at its position and submitted with
+``workers.intake.submit(..., backfill=True)`` under the idempotency key
+``backfill:{format}:{key}``, so re-running an archive maps to the same jobs.
+
+At most ``max_in_flight`` jobs are unfinished at any time (their records are polled), and
+submissions pass a token bucket of ``rate`` jobs per second (a burst waits, nothing is dropped).
+The checkpoint (JSON, replaced atomically) lists finished and failed keys: a run stopped by
+SIGINT/SIGTERM (the current submission completes first) or killed resumes from it.
+Exit status: 0 all succeeded, 1 some failed or died (listed), 2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from pipeline.backfill.readers import Conversation, Located, Reader
+from pipeline.errors import InvalidInputError
+from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.state import JobStatus
+from pipeline.store.protocol import JobRecord
+from workers.app import MemqCelery
+from workers.intake import replay, submit
+
+MAX_MESSAGES_PER_JOB = 500  # AddRequest's bound: a longer conversation becomes several jobs
+MAX_MESSAGE_CHARS = 100_000  # MessageIn's bound: a longer message is split in pieces
+CHECKPOINT_EVERY_S = 1.0
+FINISHED = frozenset({JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.DEAD.value})
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass(frozen=True)
+class BackfillOptions:
+    """What the command line chose. ``rate`` 0 means no rate limit; ``timeout_s`` bounds how
+    long one job may stay unfinished before it is counted failed (a later run finds it done)."""
+
+    fmt: str
+    tenant: str = "default"
+    infer: bool = False
+    checkpoint: Path | None = None
+    max_in_flight: int = 32
+    rate: float = 5.0
+    retry_failed: bool = False
+    timeout_s: float = 900.0
+    poll_interval_s: float = 0.2
+
+
+@dataclass
+class Counts:
+    """Conversations, by outcome in this run."""
+
+    total: int = 0
+    submitted: int = 0
+    already_done: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    skipped: int = 0
+    replayed: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.already_done + self.succeeded + self.failed + self.dead + self.skipped
+
+
+# -- checkpoint ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Checkpoint:
+    """Keys finished and failed (with job ids and reason) for one archive format; ``path`` None
+    keeps it in memory only."""
+
+    path: Path | None
+    fmt: str
+    done: set[str] = field(default_factory=set)
+    failed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    saved_at: float = 0.0
+
+    @classmethod
+    def load(cls, path: Path | None, fmt: str) -> Checkpoint:
+        """The checkpoint at ``path`` (empty when absent). InvalidInputError when it is not a
+        checkpoint or was written for another format."""
+        if path is None or not path.exists():
+            return cls(path, fmt)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            stored_fmt, done, failed = data["format"], data["done"], data["failed"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidInputError(f"{path}: not a backfill checkpoint ({exc})") from exc
+        if stored_fmt != fmt:
+            raise InvalidInputError(f"{path}: checkpoint of format {stored_fmt}, not {fmt}")
+        return cls(path, fmt, set(done), dict(failed), dict(data.get("skipped", {})))
+
+    def save(self, now: float, force: bool = False) -> None:
+        """Write atomically (temp file + fsync + rename), at most once per second unless forced."""
+        if self.path is None or (not force and now - self.saved_at < CHECKPOINT_EVERY_S):
+            return
+        payload = {
+            "version": 1,
+            "format": self.fmt,
+            "updated_at": datetime.now(UTC).isoformat(),
+            "done": sorted(self.done),
+            "failed": self.failed,
+            "skipped": self.skipped,
+        }
+        write_atomically(self.path, json.dumps(payload, indent=1, ensure_ascii=False))
+        self.saved_at = now
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers of ``path`` see the old file or the new one, never a part of it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- rate and progress --------------------------------------------------------------------------
+
+
+class TokenBucket:
+    """``rate`` tokens per second, holding at most ``capacity`` (the burst allowed). ``acquire``
+    waits for a token: a burst above the rate is delayed, never dropped. Rate 0: no limit."""
+
+    def __init__(
+        self,
+        rate: float,
+        capacity: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.rate = rate
+        self.capacity = capacity if capacity is not None else max(1.0, rate)
+        self.tokens = self.capacity
+        self.clock = clock
+        self.sleep = sleep
+        self.stamp = clock()
+
+    def acquire(self) -> None:
+        if self.rate <= 0:
+            return
+        while True:
+            now = self.clock()
+            self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            self.sleep((1 - self.tokens) / self.rate)
+
+
+class Progress:
+    """One line on ``stream``: done / failed / rate / ETA, redrawn at most ``hz`` times a second
+    on a terminal (every 5 s otherwise, one line each)."""
+
+    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.clock = clock
+        self.tty = stream.isatty()
+        self.every_s = 0.25 if self.tty else 5.0
+        self.started = clock()
+        self.shown = 0.0
+        self.base = 0  # conversations finished before this run started counting
+
+    def show(self, counts: Counts, in_flight: int, force: bool = False) -> None:
+        now = self.clock()
+        if not force and now - self.shown < self.every_s:
+            return
+        self.shown = now
+        line = self.line(counts, in_flight, now - self.started)
+        self.stream.write(f"\r{line}\x1b[K" if self.tty else f"{line}\n")
+        self.stream.flush()
+
+    def line(self, counts: Counts, in_flight: int, elapsed_s: float) -> str:
+        done_now = counts.finished - self.base
+        rate = done_now / elapsed_s if elapsed_s > 0 else 0.0
+        left = counts.total - counts.finished
+        eta = f"{left / rate:.0f}s" if rate > 0 else "?"
+        return (
+            f"backfill: {counts.finished}/{counts.total} done, {counts.failed + counts.dead} "
+            f"failed, {in_flight} in flight, {rate:.1f} conv/s, ETA {eta}"
+        )
+
+    def end(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+def requests_for(
+    conversation: Conversation, options: BackfillOptions
+) -> list[tuple[str, AddRequest]]:
+    """``(idempotency_key, request)`` per job of ``conversation``: one job, or one per 500
+    messages. ValueError (pydantic's included) when the conversation is not acceptable."""
+    messages = [m for item in conversation.messages for m in _messages_in(item)]
+    if not messages:
+        raise ValueError("no message with text")
+    scope = Scope(
+        tenant=options.tenant, user_id=conversation.user_id, agent_id=conversation.agent_id
+    )
+    chunks = [
+        messages[i : i + MAX_MESSAGES_PER_JOB]
+        for i in range(0, len(messages), MAX_MESSAGES_PER_JOB)
+    ]
+    base_key = f"backfill:{options.fmt}:{conversation.key}"
+    metadata = {**conversation.metadata, "backfill_key": conversation.key}
+    return [
+        (
+            base_key if index == 0 else f"{base_key}#part{index + 1}",
+            AddRequest(
+                scope=scope,
+                messages=chunk,
+                metadata=metadata if len(chunks) == 1 else {**metadata, "part": index + 1},
+                infer=options.infer,
+                timestamp=conversation.timestamp,
+            ),
+        )
+        for index, chunk in enumerate(chunks)
+    ]
+
+
+def _messages_in(item: dict[str, str]) -> list[MessageIn]:
+    content = item.get("content", "")
+    name = re.sub(r"\s+", "_", item["name"].strip())[:128] if item.get("name") else None
+    pieces = [content[i : i + MAX_MESSAGE_CHARS] for i in range(0, len(content), MAX_MESSAGE_CHARS)]
+    return [
+        MessageIn.model_validate({"role": item.get("role"), "content": piece, "name": name or None})
+        for piece in pieces
+        if piece.strip()
+    ]
+
+
+# -- the driver ---------------------------------------------------------------------------------
+
+
+@dataclass
+class InFlight:
+    """A submitted job not finished yet."""
+
+    key: str
+    idempotency_key: str
+    request: AddRequest
+    since: float
+
+
+@dataclass
+class Outcome:
+    """What is known of one conversation's jobs so far."""
+
+    parts: int
+    settled: int = 0
+    created: int = 0  # parts that became new jobs (or were replayed) in this run
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Backfill:
+    """One run over one archive. ``run`` returns the exit status; counts are in ``counts``."""
+
+    def __init__(
+        self,
+        app: MemqCelery,
+        reader: Reader,
+        options: BackfillOptions,
+        err: TextIO = sys.stderr,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.reader = reader
+        self.options = options
+        self.err = err
+        self.clock = clock
+        self.checkpoint = Checkpoint.load(options.checkpoint, options.fmt)
+        self.bucket = TokenBucket(options.rate, clock=clock)
+        self.progress = Progress(err, clock)
+        self.counts = Counts()
+        self.in_flight: dict[str, InFlight] = {}
+        self.outcomes: dict[str, Outcome] = {}
+        self.stopping = False
+        self.polled_at = 0.0
+
+    def run(self) -> int:
+        """Submit every conversation not finished yet, wait for them, report. See module doc."""
+        with stop_on_signals(self._stop):
+            entries = self._plan()
+            for entry in entries:
+                if self.stopping:
+                    break
+                self._submit_conversation(entry)
+            self._drain()
+        self.checkpoint.save(self.clock(), force=True)
+        self.progress.show(self.counts, len(self.in_flight), force=True)
+        self.progress.end()
+        return self._report()
+
+    def _stop(self) -> None:
+        self.stopping = True
+
+    def _plan(self) -> list[Located]:
+        """Scan, order oldest first (stable: archive order among equal times), drop the keys
+        the checkpoint has finished (and failed ones, unless retrying them)."""
+        entries = sorted(unique_keys(self.reader), key=lambda e: e.timestamp)
+        for problem in self.reader.problems:
+            self.checkpoint.skipped[problem.where] = problem.reason
+        skip = set(self.checkpoint.done)
+        if not self.options.retry_failed:
+            skip |= set(self.checkpoint.failed)
+        counts = self.counts
+        counts.total = len(entries) + len(self.reader.problems)
+        counts.skipped = len(self.reader.problems)
+        counts.already_done = sum(1 for e in entries if e.key in self.checkpoint.done)
+        counts.failed = sum(1 for e in entries if e.key in skip) - counts.already_done
+        self.progress.base = counts.finished
+        return [e for e in entries if e.key not in skip]
+
+    def _submit_conversation(self, entry: Located) -> None:
+        try:
+            parts = requests_for(self.reader.load(entry.position), self.options)
+        except ValueError as exc:
+            self.checkpoint.skipped[entry.key] = str(exc).splitlines()[0]
+            self.counts.skipped += 1
+            return
+        self.outcomes[entry.key] = Outcome(parts=len(parts))
+        for idempotency_key, request in parts:
+            self._wait_for_room()
+            if self.stopping:
+                return
+            self.bucket.acquire()
+            self._submit_part(entry.key, idempotency_key, request)
+
+    def _submit_part(self, key: str, idempotency_key: str, request: AddRequest) -> None:
+        accepted = submit(self.app, request, idempotency_key=idempotency_key, backfill=True)
+        record, new = accepted.record, accepted.created
+        if not new and self.options.retry_failed and record.status in ("failed", "dead"):
+            record, new = replay(self.app, record.job_id, backfill=True), True
+            self.counts.replayed += 1
+        outcome = self.outcomes[key]
+        if new:
+            self.counts.submitted += outcome.created == 0
+            outcome.created += 1
+        self.in_flight[record.job_id] = InFlight(key, idempotency_key, request, self.clock())
+        if record.status in FINISHED:
+            self._settle(record.job_id, record)
+
+    def _wait_for_room(self) -> None:
+        """Poll (at most every ``poll_interval_s``) until fewer than ``max_in_flight`` jobs are
+        unfinished, or a stop was asked."""
+        if self.clock() - self.polled_at >= self.options.poll_interval_s:
+            self._poll()
+        while len(self.in_flight) >= self.options.max_in_flight and not self.stopping:
+            time.sleep(self.options.poll_interval_s)
+            self._poll()
+
+    def _drain(self) -> None:
+        while self.in_flight and not self.stopping:
+            time.sleep(self.options.poll_interval_s)
+            self._poll()
+
+    def _poll(self) -> None:
+        """Settle every in-flight job that finished (or timed out); resubmit one whose record
+        is missing (accepted by a run that stopped between claiming and recording it)."""
+        now = self.polled_at = self.clock()
+        for job_id, record in fetch_records(self.app, list(self.in_flight)).items():
+            flight = self.in_flight[job_id]
+            if record is None:
+                submit(self.app, flight.request, flight.idempotency_key, backfill=True)
+            elif record.status in FINISHED:
+                self._settle(job_id, record)
+            elif now - flight.since > self.options.timeout_s:
+                self._settle(job_id, record, f"not finished within {self.options.timeout_s:g}s")
+        self.checkpoint.save(now)
+        self.progress.show(self.counts, len(self.in_flight))
+
+    def _settle(self, job_id: str, record: JobRecord, timed_out: str | None = None) -> None:
+        key = self.in_flight.pop(job_id).key
+        outcome = self.outcomes[key]
+        outcome.settled += 1
+        if timed_out or record.status != JobStatus.SUCCEEDED.value:
+            reason = timed_out or record.reason or record.status
+            outcome.failures.append({"job_id": job_id, "status": record.status, "reason": reason})
+        if outcome.settled == outcome.parts:
+            self._conclude(key, outcome)
+
+    def _conclude(self, key: str, outcome: Outcome) -> None:
+        self.checkpoint.failed.pop(key, None)
+        if not outcome.failures:
+            self.checkpoint.done.add(key)
+            if outcome.created:
+                self.counts.succeeded += 1
+            else:
+                self.counts.already_done += 1
+            return
+        self.checkpoint.failed[key] = {
+            "status": outcome.failures[0]["status"],
+            "reason": outcome.failures[0]["reason"],
+            "jobs": outcome.failures,
+        }
+        if outcome.failures[0]["status"] == JobStatus.DEAD.value:
+            self.counts.dead += 1
+        else:
+            self.counts.failed += 1
+
+    def _report(self) -> int:
+        c = self.counts
+        self.err.write(
+            f"backfill: {c.total} conversations: {c.submitted} submitted, {c.already_done} "
+            f"already done, {c.succeeded} succeeded, {c.failed} failed, {c.dead} dead, "
+            f"{c.skipped} skipped bad items, {c.replayed} replayed\n"
+        )
+        for where, reason in list(self.checkpoint.skipped.items())[:20]:
+            self.err.write(f"  skipped {where}: {reason}\n")
+        for key, failure in list(self.checkpoint.failed.items())[:50]:
+            self.err.write(f"  {failure['status']} {key}: {failure['reason']}\n")
+        if self.stopping:
+            self.err.write("backfill: interrupted; run again with the same --checkpoint\n")
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if self.checkpoint.failed else EXIT_OK
+
+
+def unique_keys(reader: Reader) -> list[Located]:
+    """The scanned conversations; a key seen before is reported as a problem and dropped (it
+    would map to the same job)."""
+    seen: set[str] = set()
+    entries: list[Located] = []
+    for entry in reader.scan():
+        if entry.key in seen:
+            reader.report(entry.key, "duplicate key: an earlier conversation has the same id")
+            continue
+        seen.add(entry.key)
+        entries.append(entry)
+    return entries
+
+
+def fetch_records(app: MemqCelery, job_ids: list[str]) -> dict[str, JobRecord | None]:
+    """The current record of each job (None when there is none), one round trip."""
+    if not job_ids:
+        return {}
+    store = app.runtime.store
+    docs = app.runtime.es.mget(index=store.names.jobs, ids=job_ids).body["docs"]
+    return {
+        doc["_id"]: JobRecord.model_validate(doc["_source"]) if doc.get("found") else None
+        for doc in docs
+    }
+
+
+@contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM ask the run to stop after the current submission (never in the middle of
+    one); a second SIGINT interrupts at once."""
+    stopped = [False]
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stopped[0] and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stopped[0] = True
+        stop()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# -- dry run ------------------------------------------------------------------------------------
+
+
+def dry_run(reader: Reader, out: TextIO) -> int:
+    """Count conversations, messages and users without submitting anything."""
+    conversations = messages = 0
+    users: set[str] = set()
+    first = last = None
+    for entry in reader.scan():
+        conversations += 1
+        messages += entry.message_count
+        users.add(entry.user_id)
+        first = entry.timestamp if first is None else min(first, entry.timestamp)
+        last = entry.timestamp if last is None else max(last, entry.timestamp)
+    span = f", {first:%Y-%m-%d} .. {last:%Y-%m-%d}" if first and last else ""
+    out.write(
+        f"{reader.format}: {conversations} conversations, {messages} messages, "
+        f"{len(users)} users{span}, {len(reader.problems)} bad items\n"
+    )
+    for problem in reader.problems[:20]:
+        out.write(f"  skipped {problem.where}: {problem.reason}\n")
+    return EXIT_OK
