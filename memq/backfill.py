@@ -357,7 +357,7 @@ class Backfill:
         accepted = submit(self.app, request, idempotency_key=idempotency_key, backfill=True)
         record, new = accepted.record, accepted.created
         if not new and self.options.retry_failed and record.status in ("failed", "dead"):
-            record, new = replay(self.app, record.job_id, backfill=True), True
+            record, new = replay(self.app, record.job_id), True
             self.counts.replayed += 1
         outcome = self.outcomes[key]
         if new:

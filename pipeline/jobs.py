@@ -27,6 +27,7 @@ def job_record(
         session_key=state.request.scope.key,
         batch_id=state.batch_id,
         attempts=state.attempts,
+        backfill=state.backfill,
         counts=state.counts,
         timings_ms=state.timings_ms,
         reason=reason,

@@ -66,6 +66,7 @@ class JobState(BaseModel):
     received_at: datetime
     batch_id: str | None = None
     attempts: int = 0  # how many times the job was replayed
+    backfill: bool = False  # runs on the backfill queue (and so does its replay)
     done: tuple[Phase, ...] = ()
     timings_ms: dict[str, float] = Field(default_factory=dict)
     context: list[ContextMessage] = Field(default_factory=list)

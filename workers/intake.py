@@ -63,30 +63,45 @@ def in_flight_record(app: MemqCelery, job_id: str, request: AddRequest) -> JobRe
 
 
 def enqueue(app: MemqCelery, state: JobState, backfill: bool) -> JobRecord:
+    """State, then the session line, then the chain, then the ``queued`` record: a crash
+    before the chain leaves no record (the id can be submitted again once its claim expires),
+    and a crash after it leaves a job that runs and records itself."""
     runtime = app.runtime
+    state = state.with_(backfill=backfill)
     record = job_record(state, JobStatus.QUEUED, runtime.clock())
     runtime.states.save(state)
-    runtime.store.save_job(record)
-    runtime.states.enter_line(state.request.scope.key, state.job_id)
+    runtime.states.enter_line(state.request.scope.key, state.job_id, runtime.clock())
     try:
         job_chain(app, state.job_id, runtime.settings.queues, backfill).apply_async()
     except OperationalError as exc:
         runtime.states.leave_line(state.request.scope.key, state.job_id)
         runtime.states.unclaim(state.job_id)
         raise TransientError(f"could not enqueue job {state.job_id}: {exc}") from exc
+    runtime.store.create_job(record)
     return record
 
 
-def replay(app: MemqCelery, job_id: str, backfill: bool = False) -> JobRecord:
-    """Run a ``dead`` or ``failed`` job again from its recorded request."""
-    record = app.runtime.store.get_job(job_id)
+def replay(app: MemqCelery, job_id: str) -> JobRecord:
+    """Run a ``dead`` or ``failed`` job again from its recorded request, on the queue it ran on
+    (a backfill job stays on the backfill queue). A job left ``queued`` with no state behind it
+    (its intake died before enqueueing) replays too."""
+    runtime = app.runtime
+    record = runtime.store.get_job(job_id)
     if record is None:
         raise InvalidInputError(f"no job {job_id}", field="job_id")
-    if record.status not in (JobStatus.DEAD, JobStatus.FAILED):
+    lost = record.status == JobStatus.QUEUED and not runtime.states.exists(job_id)
+    if record.status not in (JobStatus.DEAD, JobStatus.FAILED) and not lost:
         raise InvalidInputError(f"job {job_id} is {record.status}; only dead or failed jobs replay")
     request = AddRequest.model_validate(record.request)
     state = JobState(
-        job_id=job_id, request=request, received_at=record.created_at, batch_id=record.batch_id
+        job_id=job_id,
+        request=request,
+        received_at=record.created_at,
+        batch_id=record.batch_id,
+        attempts=record.attempts + 1,
     )
-    app.runtime.states.claim(job_id)
-    return enqueue(app, state.with_(attempts=record.attempts + 1), backfill)
+    runtime.states.claim(job_id)
+    runtime.store.save_job(
+        job_record(state.with_(backfill=record.backfill), JobStatus.QUEUED, runtime.clock())
+    )
+    return enqueue(app, state, record.backfill)

@@ -8,13 +8,18 @@ Redis list per session: jobs of one session run one at a time, in the order they
 from __future__ import annotations
 
 import hashlib
+import logging
+from datetime import datetime
 
 import redis
 
 from pipeline.errors import TransientError
 from pipeline.state import JobState
 
+log = logging.getLogger("memq.worker")
+
 STATE_TTL_S = 7 * 86_400
+STALE_HEAD_S = 3_600  # longer than any job's retries last: a head this old is not running
 CLAIM_TTL_S = 120
 
 
@@ -64,25 +69,37 @@ class RedisStateStore:
 
     # -- the per-session turnstile --------------------------------------------------------------
 
-    def enter_line(self, session_key: str, job_id: str) -> None:
+    def enter_line(self, session_key: str, job_id: str, now: datetime) -> None:
         key = self._session(session_key)
         with redis_errors("join the session line"):
             pipe = self.client.pipeline()
             pipe.lrem(key, 0, job_id)
             pipe.rpush(key, job_id)
             pipe.expire(key, STATE_TTL_S)
+            pipe.set(self._accepted(job_id), now.timestamp(), ex=STATE_TTL_S)
             pipe.execute()
 
-    def my_turn(self, session_key: str, job_id: str) -> bool:
-        """True when ``job_id`` heads its session's line. A head whose state is gone (it ended
-        or expired without leaving the line) is removed, so one lost job cannot block a session."""
+    def my_turn(self, session_key: str, job_id: str, now: datetime) -> bool:
+        """True when ``job_id`` heads its session's line. A head that cannot be running any more
+        is removed, so one lost job cannot block a session: its state is gone (it ended or
+        expired without leaving the line), or it was accepted over ``STALE_HEAD_S`` ago."""
         key = self._session(session_key)
         with redis_errors("check the session line"):
             head = self._head(key)
-            while head is not None and head != job_id and not self.exists(head):
+            while head is not None and head != job_id and self._lost(head, now):
+                log.warning("job %s blocked its session line and was removed from it", head)
                 self.client.lrem(key, 1, head)
                 head = self._head(key)
         return head is None or head == job_id
+
+    def _lost(self, job_id: str, now: datetime) -> bool:
+        if not self.exists(job_id):
+            return True
+        accepted = self.client.get(self._accepted(job_id))
+        return accepted is not None and now.timestamp() - float(accepted) > STALE_HEAD_S
+
+    def _accepted(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:accepted"
 
     def _head(self, key: str) -> str | None:
         raw = self.client.lindex(key, 0)

@@ -82,7 +82,9 @@ def register_tasks(app: MemqCelery) -> None:
     def wait_turn(self: JobTask, job_id: str) -> str:
         """Hold the chain until every earlier job of the same session has ended."""
         state = runtime.states.load(job_id)
-        if state is not None and not runtime.states.my_turn(state.request.scope.key, job_id):
+        if state is not None and not runtime.states.my_turn(
+            state.request.scope.key, job_id, runtime.clock()
+        ):
             raise self.retry(countdown=TURN_POLL_S, max_retries=None)
         return job_id
 

@@ -295,6 +295,17 @@ class ElasticStore:
                 document=record.model_dump(mode="json"),
             )
 
+    def create_job(self, record: JobRecord) -> None:
+        """Write the record unless the job already wrote one (its first task may be quicker
+        than the intake that queued it)."""
+        with es_errors(f"create job {record.job_id}"):
+            try:
+                self.client.create(
+                    index=self.names.jobs, id=record.job_id, document=record.model_dump(mode="json")
+                )
+            except ConflictError:
+                return
+
     def get_job(self, job_id: str) -> JobRecord | None:
         with es_errors(f"read job {job_id}"):
             try:

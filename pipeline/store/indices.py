@@ -166,6 +166,7 @@ def job_properties() -> dict[str, Any]:
         "status": _KEYWORD,
         "phase": _KEYWORD,
         "attempts": {"type": "integer"},
+        "backfill": {"type": "boolean"},
         "counts": {"type": "object", "dynamic": False},
         "timings_ms": {"type": "object", "dynamic": False},
         "reason": {"type": "text", "index": False},

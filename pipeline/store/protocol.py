@@ -145,6 +145,7 @@ class JobRecord(BaseModel):
     session_key: str | None = None
     batch_id: str | None = None
     attempts: int = 0
+    backfill: bool = False
     counts: dict[str, int] = Field(default_factory=dict)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     reason: str | None = None
