@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -14,6 +15,8 @@ from api.routes import admin, health, jobs, mem0, memories, webhooks
 from pipeline.config import Settings
 from pipeline.keys import KeyStore
 from workers.app import MemqCelery, create_celery
+
+log = logging.getLogger("memq.api")
 
 
 class BodyLimit:
@@ -98,8 +101,14 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
 async def count_requests(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
+    """Count every request by route and status. A bug becomes a JSON 500 here, answered like any
+    other response, so the connection stays usable (an exception left to the server drops it)."""
     started = time.perf_counter()
-    response = await call_next(request)
+    try:
+        response = await call_next(request)
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        response = error(500, "internal", "internal error; the server log has the details")
     route = request.scope.get("route")
     path = getattr(route, "path", "unmatched")
     request.app.state.metrics.requests.labels(request.method, path, str(response.status_code)).inc()

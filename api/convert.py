@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from api.errors import location, most_specific
 from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
 from pipeline.errors import InvalidInputError
 from pipeline.keys import Principal
@@ -35,16 +36,16 @@ def messages_of(raw: str | dict[str, Any] | list[dict[str, Any]]) -> list[Messag
     try:
         return _MESSAGES.validate_python(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in ("messages", *first["loc"]))
-        raise InvalidInputError(f"{where}: {first['msg']}", field=where) from exc
+        chosen = most_specific(exc.errors())
+        where = location(("messages", *chosen["loc"]))
+        raise InvalidInputError(f"{where}: {chosen['msg']}", field=where) from exc
 
 
 def add_request(body: MemoryCreate, principal: Principal) -> AddRequest:
     """Validate a create body into an ``AddRequest`` (pydantic errors name the field)."""
     timestamp = body.timestamp
     if isinstance(timestamp, int):
-        timestamp = datetime.fromtimestamp(timestamp, UTC)
+        timestamp = from_unix(timestamp)
     return AddRequest(
         scope=scope_of(principal, body.user_id, body.agent_id, body.run_id),
         messages=messages_of(body.messages),
@@ -57,6 +58,15 @@ def add_request(body: MemoryCreate, principal: Principal) -> AddRequest:
         webhook_url=body.webhook_url,
         actor_id=body.actor_id,
     )
+
+
+def from_unix(seconds: int) -> datetime:
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise InvalidInputError(
+            f"timestamp {seconds} is not a usable Unix time", field="timestamp"
+        ) from exc
 
 
 def job_public(record: JobRecord) -> JobPublic:

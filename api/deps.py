@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 
 from pipeline.errors import PermanentError
 from pipeline.keys import KeyStore, Principal
@@ -58,3 +58,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 KeysDep = Annotated[KeyStore, Depends(get_keys)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 AdminDep = Annotated[Principal, Depends(get_admin)]
+
+IdPath = Annotated[
+    str, Path(pattern=r"^\S{1,128}$", description="an id: 1-128 characters, no spaces")
+]

@@ -5,6 +5,9 @@ The one place exceptions become status codes."""
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -48,9 +51,30 @@ def _status(exc: MemqError) -> tuple[int, str]:
     )
 
 
-def location(loc: tuple[int | str, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    return ".".join(parts)
+_ORIGINS = ("body", "query", "path", "header")
+_BRANCH = re.compile(r"[\[(]|^(str|int|float|bool|dict|list|none|json-or-python)$")
+
+
+def location(loc: Sequence[int | str]) -> str:
+    """A pydantic error location as the dotted field a caller wrote: the request part
+    (body, query…) and the names pydantic gives union branches are left out."""
+    parts = list(loc[1:] if loc and loc[0] in _ORIGINS else loc)
+    return ".".join(str(p) for p in parts if not (isinstance(p, str) and _BRANCH.search(p)))
+
+
+def most_specific(errors: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """Of a union's alternatives, the error that got furthest into the input."""
+    return max(errors, key=lambda e: len(location(tuple(e.get("loc", ())))))
+
+
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> JSONResponse:
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return error(422, "invalid_input", "the body is not valid JSON", "body")
+    chosen = most_specific(errors)
+    where = location(tuple(chosen.get("loc", ())))
+    return error(
+        422, "invalid_input", f"{where or 'body'}: {chosen.get('msg', 'invalid')}", where or None
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -61,23 +85,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        where = location(tuple(first.get("loc", ())))
-        return error(
-            422, "invalid_input", f"{where or 'body'}: {first.get('msg', 'invalid')}", where or None
-        )
+        return validation_error(exc.errors())
 
     @app.exception_handler(ValidationError)
     async def model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        where = location(tuple(first.get("loc", ())))
-        return error(
-            422, "invalid_input", f"{where or 'body'}: {first.get('msg', 'invalid')}", where or None
-        )
+        return validation_error(exc.errors())
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        kinds = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        kinds = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         return error(exc.status_code, kinds.get(exc.status_code, "http"), str(exc.detail))
 
     @app.exception_handler(Exception)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from pipeline.models import AwareDatetime, Identifier, MemoryType, MemoryView
 
@@ -110,7 +110,9 @@ class BatchPublic(BaseModel):
 
 
 class KeyCreate(_In):
-    tenant: Identifier
+    tenant: Annotated[Identifier, StringConstraints(pattern=r"^[^_\s][^\s]{0,127}$")] = Field(
+        description="the tenant's name (not starting with '_', which is reserved)"
+    )
     name: str = Field(default="", max_length=200)
     admin: bool = False
 

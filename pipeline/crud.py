@@ -36,28 +36,41 @@ def update_memory(
 ) -> dict[str, Any]:
     """Change a memory's text (re-embedded, re-lemmatized, re-hashed) and/or metadata, with an
     UPDATE history row. The id stays. Entity links are kept as they were."""
+    check_update(text, metadata)
     current = get_memory(store, tenant, memory_id)
     fields: dict[str, Any] = {"updated_at": deps.clock().isoformat()}
     if text is not None:
         fields |= text_fields(deps, text)
     if metadata is not None:
-        try:
-            check_metadata(metadata)
-        except ValueError as exc:
-            raise InvalidInputError(str(exc), field="metadata") from exc
         fields |= {"metadata": metadata, "metadata_kv": metadata_pairs(metadata)}
-    if len(fields) == 1:
-        raise InvalidInputError("nothing to update: give text and/or metadata", field="text")
     store.update_memory(memory_id, fields)
     row_at = deps.clock()
     store.write_history([history_row(current, "UPDATE", row_at, old=current["text"], new=text)])
     return get_memory(store, tenant, memory_id)
 
 
+def check_update(text: object, metadata: object) -> None:
+    """Refuse an update before anything is written: text a non-blank string of at most
+    ``MAX_TEXT_CHARS``, metadata a bounded object, and at least one of them."""
+    if text is None and metadata is None:
+        raise InvalidInputError("nothing to update: give text and/or metadata", field="text")
+    if text is not None and (
+        not isinstance(text, str) or not text.strip() or len(text.strip()) > MAX_TEXT_CHARS
+    ):
+        raise InvalidInputError(
+            f"text must be a string of 1..{MAX_TEXT_CHARS} characters", field="text"
+        )
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise InvalidInputError("metadata must be an object", field="metadata")
+        try:
+            check_metadata(metadata)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc), field="metadata") from exc
+
+
 def text_fields(deps: Deps, text: str) -> dict[str, Any]:
     cleaned = text.strip()
-    if not cleaned or len(cleaned) > MAX_TEXT_CHARS:
-        raise InvalidInputError(f"text must be 1..{MAX_TEXT_CHARS} characters", field="text")
     return {
         "text": cleaned,
         "text_lemmatized": deps.lemmatizer.lemmatize(cleaned),

@@ -23,7 +23,7 @@ from pipeline.store.client import es_errors
 from pipeline.store.indices import IndexNames
 
 _TOKEN = re.compile(r"^mq_(?P<id>[0-9a-f]{16})_(?P<secret>[A-Za-z0-9_-]{20,100})$")
-ADMIN_TENANT = "default"
+ADMIN_TENANT = "_admin"  # reserved: no tenant key can be made for it
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,13 @@ class AddRequest(_Model):
     webhook_url: str | None = Field(default=None, pattern=r"^https?://\S+$", max_length=2_000)
     actor_id: Identifier | None = None
 
+    @field_validator("messages")
+    @classmethod
+    def _something_to_remember(cls, value: list[MessageIn]) -> list[MessageIn]:
+        if not any(m.text().strip() or m.images() for m in value):
+            raise ValueError("the messages are empty: no text and no image to remember")
+        return value
+
     @model_validator(mode="after")
     def _procedural_needs_an_agent(self) -> AddRequest:
         if self.memory_type is MemoryType.PROCEDURAL and self.scope.agent_id is None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, status
 
-from api.deps import AdminDep, KeysDep, RuntimeDep
+from api.deps import AdminDep, IdPath, KeysDep, RuntimeDep
 from api.schemas import KeyCreate, KeyCreated
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -25,6 +25,8 @@ def list_keys(keys: KeysDep, _admin: AdminDep, tenant: str | None = None) -> lis
 
 
 @router.delete("/keys/{key_id}")
-def revoke_key(key_id: str, keys: KeysDep, runtime: RuntimeDep, _admin: AdminDep) -> dict[str, str]:
+def revoke_key(
+    key_id: IdPath, keys: KeysDep, runtime: RuntimeDep, _admin: AdminDep
+) -> dict[str, str]:
     keys.revoke(key_id, runtime.clock())
     return {"message": f"key {key_id} revoked"}

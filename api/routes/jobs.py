@@ -7,7 +7,7 @@ import uuid
 from fastapi import APIRouter, Request, status
 
 from api.convert import add_request, job_public
-from api.deps import CeleryDep, PrincipalDep, RuntimeDep
+from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
 from pipeline.errors import NotFoundError
 from pipeline.keys import Principal
@@ -27,13 +27,13 @@ def own_job(runtime: Runtime, principal: Principal, job_id: str) -> JobRecord:
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, name="get_job")
-def get_job(job_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> JobPublic:
+def get_job(job_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> JobPublic:
     """Status (queued, running, succeeded, failed, dead), phase, timings, results, errors."""
     return job_public(own_job(runtime, principal, job_id))
 
 
 @router.post("/jobs/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic)
-def retry_job(job_id: str, app: CeleryDep, principal: PrincipalDep) -> JobPublic:
+def retry_job(job_id: IdPath, app: CeleryDep, principal: PrincipalDep) -> JobPublic:
     """Replay a dead or failed job from its recorded request."""
     own_job(app.runtime, principal, job_id)
     return job_public(replay(app, job_id))
@@ -64,7 +64,7 @@ def create_batch(
 
 
 @router.get("/batches/{batch_id}", response_model=BatchPublic, name="get_batch")
-def get_batch(batch_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> BatchPublic:
+def get_batch(batch_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> BatchPublic:
     """Counts of the batch's jobs per status (jobs that already existed when the batch was
     posted are counted in their first batch)."""
     counts = batch_counts(runtime, principal.tenant, batch_id)

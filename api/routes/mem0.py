@@ -9,10 +9,11 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.convert import memory_public, scope_of
-from api.deps import CeleryDep, PrincipalDep, RuntimeDep
+from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.routes.memories import TERMINAL, accept, wait_for
 from api.schemas import MemoryCreate
 from pipeline import crud
@@ -24,6 +25,19 @@ from pipeline.search import SearchQuery
 from pipeline.store.elastic import scope_filter
 
 router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
+
+
+class Mem0Search(BaseModel):
+    """The fields of a mem0 search body that memq uses (the others are accepted and ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: str = Field(min_length=1, max_length=4000)
+    filters: dict[str, Any] | None = None
+    top_k: int = Field(default=10, ge=1, le=1000)
+    threshold: float | None = Field(default=None, ge=0, le=1)
+
+
 SCOPE_KEYS = ("user_id", "agent_id", "run_id")
 MEM0_IGNORED = (
     "version",
@@ -126,13 +140,10 @@ def get_all(
 def search(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
-    scope, rest = split_filters(principal, body.get("filters"))
+    asked = Mem0Search.model_validate(body)
+    scope, rest = split_filters(principal, asked.filters)
     query = SearchQuery(
-        query=str(body.get("query", "")),
-        scope=scope,
-        filters=rest,
-        top_k=int(body.get("top_k") or 10),
-        threshold=body.get("threshold"),
+        query=asked.query, scope=scope, filters=rest, top_k=asked.top_k, threshold=asked.threshold
     )
     hits = runtime.searcher.search(query)
     return {
@@ -145,13 +156,13 @@ def search(
 
 
 @router.get("/v1/memories/{memory_id}/")
-def get(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
+def get(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
     return mem0_memory(crud.get_memory(runtime.store, principal.tenant, memory_id))
 
 
 @router.put("/v1/memories/{memory_id}/")
 def update(
-    memory_id: str,
+    memory_id: IdPath,
     runtime: RuntimeDep,
     principal: PrincipalDep,
     body: Annotated[dict[str, Any], Body()],
@@ -168,7 +179,7 @@ def update(
 
 
 @router.delete("/v1/memories/{memory_id}/")
-def delete(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
+def delete(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
     crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
     return {"message": "Memory deleted successfully!"}
 
@@ -195,7 +206,9 @@ def delete_everything(
 
 
 @router.get("/v1/memories/{memory_id}/history/")
-def history(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+def history(
+    memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
+) -> list[dict[str, Any]]:
     rows = crud.memory_history(runtime.store, principal.tenant, memory_id)
     return [
         {
@@ -216,6 +229,7 @@ def batch_update(
 ) -> dict[str, Any]:
     items = batch_items(body)
     for item in items:  # all checked first: a bad item changes nothing
+        crud.check_update(item.get("text"), item.get("metadata"))
         crud.get_memory(runtime.store, principal.tenant, item["memory_id"])
     for item in items:
         crud.update_memory(

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.convert import add_request, job_public, memory_public, scope_of
-from api.deps import AdminDep, CeleryDep, PrincipalDep, RuntimeDep
+from api.deps import AdminDep, CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.schemas import (
     BatchSearchRequest,
     JobAccepted,
@@ -170,13 +170,13 @@ def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryPublic)
-def get_memory(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> MemoryPublic:
+def get_memory(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> MemoryPublic:
     return memory_public(crud.get_memory(runtime.store, principal.tenant, memory_id))
 
 
 @router.put("/memories/{memory_id}", response_model=MemoryPublic)
 def update_memory(
-    memory_id: str, body: MemoryUpdate, runtime: RuntimeDep, principal: PrincipalDep
+    memory_id: IdPath, body: MemoryUpdate, runtime: RuntimeDep, principal: PrincipalDep
 ) -> MemoryPublic:
     """New text (re-embedded) and/or metadata; the id stays, the history records the change."""
     updated = crud.update_memory(
@@ -191,13 +191,17 @@ def update_memory(
 
 
 @router.delete("/memories/{memory_id}")
-def delete_memory(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
+def delete_memory(
+    memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
+) -> dict[str, str]:
     crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
     return {"message": "Memory deleted successfully!"}
 
 
 @router.get("/memories/{memory_id}/history")
-def history(memory_id: str, runtime: RuntimeDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+def history(
+    memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
+) -> list[dict[str, Any]]:
     """ADD, UPDATE and DELETE events of a memory, oldest first."""
     return crud.memory_history(runtime.store, principal.tenant, memory_id)
 

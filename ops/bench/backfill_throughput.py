@@ -1,0 +1,190 @@
+"""Backfill throughput, two runs side by side: synthetic conversations with LLM extraction (the
+scripted OpenAI-compatible server answers instantly, so the figure is memq's own overhead), and
+the LoCoMo dev turns with infer=False. Needs Elasticsearch and Redis (ops/up); starts its own
+workers (one I/O, one CPU, as ops/ does) on private queues and a private index prefix.
+
+    .venv/bin/python ops/bench/backfill_throughput.py [--conversations 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
+
+from pipeline.config import Settings  # noqa: E402
+from pipeline.store.client import make_client  # noqa: E402
+from pipeline.store.indices import IndexNames, drop_indices  # noqa: E402
+from tests.fakellm import FakeLLMServer  # noqa: E402
+
+TOPICS = ["hiking", "jazz", "pottery", "chess", "sailing", "baking", "cycling", "gardening"]
+
+
+def facts_reply(request: dict[str, Any]) -> str:
+    """One fact per user line of the new messages, in the shape the extraction prompt asks for."""
+    new = request["messages"][-1]["content"].split("New messages:", 1)[-1]
+    said = re.findall(r"^user[^:]*: (.+)$", new, flags=re.MULTILINE)
+    facts = [{"text": f"The user said: {line}", "attributed_to": "user"} for line in said]
+    return json.dumps({"memory": facts})
+
+
+def synthetic_archive(path: Path, count: int, run: str) -> None:
+    with path.open("w") as out:
+        for i in range(count):
+            topic = TOPICS[i % len(TOPICS)]
+            messages = [
+                {
+                    "role": "user",
+                    "content": f"Yesterday I spent the afternoon on {topic} with Marta ({i}).",
+                },
+                {
+                    "role": "assistant",
+                    "content": f"That sounds fun! How long have you been into {topic}?",
+                },
+                {
+                    "role": "user",
+                    "content": f"Since {2010 + i % 12}. I practise every weekend near Lisbon.",
+                },
+            ]
+            line = {
+                "id": f"c{i}",
+                "user_id": f"{run}-u{i % 20}",
+                "timestamp": f"2024-01-{1 + i % 28:02d}T10:{i % 60:02d}:00Z",
+                "messages": messages,
+            }
+            out.write(json.dumps(line) + "\n")
+
+
+def start_workers(env: dict[str, str], logs: Path) -> list[subprocess.Popen[bytes]]:
+    workers = []
+    for role in ("io", "cpu"):
+        log = (logs / f"worker-{role}.log").open("wb")
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "memq.cli", "worker", f"--role={role}"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    for queue in ("io", "cpu"):
+        subprocess.run(
+            [sys.executable, "-m", "memq.cli", "health", f"--queue={queue}", "--timeout-s=120"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    return workers
+
+
+def backfill(env: dict[str, str], archive: Path, fmt: str, infer: bool, checkpoint: Path) -> float:
+    command = [
+        sys.executable,
+        "-m",
+        "memq.cli",
+        "backfill",
+        str(archive),
+        f"--format={fmt}",
+        "--infer" if infer else "--no-infer",
+        f"--checkpoint={checkpoint}",
+        "--rate=0",
+        "--max-in-flight=64",
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"backfill failed ({done.returncode}): {done.stderr[-2000:]}")
+    return elapsed
+
+
+def count(env: dict[str, str], prefix: str) -> tuple[int, int]:
+    client = make_client(Settings().es)
+    names = IndexNames(prefix)
+    client.indices.refresh(index=[names.memories, names.jobs])
+    memories = client.count(index=names.memories)["count"]
+    jobs = client.count(index=names.jobs, query={"term": {"status": "succeeded"}})["count"]
+    return int(jobs), int(memories)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", type=int, default=300)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared/data/locomo-dev")
+    args = parser.parse_args(argv)
+    run = uuid.uuid4().hex[:6]
+    prefix = f"memqbench-backfill-{run}"
+    with tempfile.TemporaryDirectory() as tmp, FakeLLMServer() as llm:
+        llm.responder = facts_reply
+        env = {
+            **os.environ,
+            "MEMQ_ES_INDEX_PREFIX": prefix,
+            "MEMQ_LLM_BASE_URL": llm.base_url,
+            "MEMQ_LLM_MODEL": "scripted",
+            **{f"MEMQ_QUEUES_{q.upper()}": f"bench-{run}.{q}" for q in ("io", "cpu", "backfill")},
+        }
+        workers = start_workers(env, Path(tmp))
+        try:
+            rows = run_both(env, Path(tmp), args, prefix=prefix, llm=llm)
+        finally:
+            for worker in workers:
+                os.killpg(worker.pid, signal.SIGTERM)
+                worker.wait(timeout=60)
+            drop_indices(make_client(Settings().es), IndexNames(prefix))
+    print("| run | conversations | memories | seconds | conversations/s | memories/s | LLM calls |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
+    return 0
+
+
+def run_both(
+    env: dict[str, str], tmp: Path, args: argparse.Namespace, *, prefix: str, llm: FakeLLMServer
+) -> list[list[Any]]:
+    archive = tmp / "synthetic.jsonl"
+    synthetic_archive(archive, args.conversations, prefix)
+    elapsed = backfill(env, archive, "memq-jsonl", True, tmp / "a.checkpoint")
+    jobs, memories = count(env, prefix)
+    calls = len(llm.chat_requests())
+    rows = [
+        [
+            "synthetic, infer (scripted LLM)",
+            jobs,
+            memories,
+            f"{elapsed:.1f}",
+            f"{jobs / elapsed:.1f}",
+            f"{memories / elapsed:.1f}",
+            calls,
+        ]
+    ]
+    elapsed = backfill(env, args.data / "turns.jsonl", "locomo", False, tmp / "b.checkpoint")
+    all_jobs, all_memories = count(env, prefix)
+    rows.append(
+        [
+            "LoCoMo dev turns, infer=False",
+            all_jobs - jobs,
+            all_memories - memories,
+            f"{elapsed:.1f}",
+            f"{(all_jobs - jobs) / elapsed:.1f}",
+            f"{(all_memories - memories) / elapsed:.1f}",
+            len(llm.chat_requests()) - calls,
+        ]
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())
