@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from pipeline.models import AwareDatetime, Identifier, MemoryType, MemoryView
+from pipeline.search import SearchOptions
 
 
 class _In(BaseModel):
@@ -79,14 +80,14 @@ class MemoryUpdate(_In):
     metadata: dict[str, Any] | None = None
 
 
-class SearchRequest(ScopeIds):
-    query: str = Field(min_length=1, max_length=4000)
-    filters: dict[str, Any] | None = None
-    top_k: int = Field(default=20, ge=1, le=1000)
-    threshold: float | None = Field(default=None, ge=0, le=1)
-    rerank: bool = False
-    explain: bool = False
-    show_expired: bool = False
+class SearchRequest(SearchOptions):
+    """A search in the caller's tenant, in the scope of the given ids."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+    user_id: Identifier | None = None
+    agent_id: Identifier | None = None
+    run_id: Identifier | None = None
 
 
 class BatchSearchRequest(_In):

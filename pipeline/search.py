@@ -33,13 +33,12 @@ from pipeline.store.client import error_reason, es_errors
 from pipeline.store.elastic import ElasticStore, cosine_from_score, scope_filter
 
 
-class SearchQuery(BaseModel):
-    """One search. ``scope`` names whose memories; ``filters`` narrows them further."""
+class SearchOptions(BaseModel):
+    """What a search asks, whoever's memories it searches."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     query: str = Field(min_length=1, max_length=4000)
-    scope: Scope
     filters: dict[str, Any] | None = None
     top_k: int = Field(default=20, ge=1, le=1000)
     threshold: float | None = Field(default=None, ge=0, le=1)
@@ -53,6 +52,12 @@ class SearchQuery(BaseModel):
         if not value.strip():
             raise ValueError("query is empty")
         return value
+
+
+class SearchQuery(SearchOptions):
+    """One search. ``scope`` names whose memories; ``filters`` narrows them further."""
+
+    scope: Scope
 
 
 class Explain(BaseModel):

@@ -157,16 +157,9 @@ def search_batch(
 
 
 def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:
-    return SearchQuery(
-        query=body.query,
-        scope=scope_of(principal, body.user_id, body.agent_id, body.run_id),
-        filters=body.filters,
-        top_k=body.top_k,
-        threshold=body.threshold,
-        rerank=body.rerank,
-        explain=body.explain,
-        show_expired=body.show_expired,
-    )
+    scope = scope_of(principal, body.user_id, body.agent_id, body.run_id)
+    options = body.model_dump(exclude={"user_id", "agent_id", "run_id"})
+    return SearchQuery(scope=scope, **options)
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryPublic)

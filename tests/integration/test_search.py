@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -222,3 +223,38 @@ def test_bad_queries_are_clear_errors(searcher: Searcher, scope: Scope) -> None:
 
 def test_an_empty_scope_finds_nothing(searcher: Searcher, scope: Scope) -> None:
     assert searcher.search(SearchQuery(query="anything at all", scope=scope)) == []
+
+
+class OverlapReranker:
+    """A reranker by word overlap with the query: another implementation of the protocol."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.calls.append(len(texts))
+        wanted = set(query.lower().split())
+        return [len(wanted & set(t.lower().split())) / max(len(wanted), 1) for t in texts]
+
+
+def test_rerank_rescores_an_over_fetched_set(
+    runtime: Runtime, searcher: Searcher, scope: Scope
+) -> None:
+    put(
+        runtime,
+        scope,
+        "green tea every morning",
+        "the user drinks green tea",
+        "coffee after lunch",
+        "tea ceremonies in Kyoto",
+        "the user dislikes coffee",
+    )
+    reranker = OverlapReranker()
+    with_reranker = replace(searcher, reranker=reranker)
+    hits = with_reranker.search(
+        SearchQuery(query="the user drinks tea", scope=scope, top_k=2, rerank=True, explain=True)
+    )
+    assert reranker.calls == [min(5, 2 * searcher.config.rerank_overfetch)]
+    assert hits[0].memory == "the user drinks green tea"
+    assert hits[0].explain is not None and hits[0].explain.rerank == hits[0].score
+    assert len(hits) == 2

@@ -94,3 +94,21 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def test_memq_status_reports_queues_jobs_and_workers(
+    test_env: dict[str, str], worker: WorkerProcess
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "memq.cli", "status"],
+        env=test_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("queues:") and test_env["MEMQ_QUEUES_IO"] in lines[0]
+    assert lines[1].startswith("jobs:")
+    assert lines[2].startswith("workers:") and "memqtest@" in lines[2]

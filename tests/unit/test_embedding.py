@@ -1,0 +1,90 @@
+"""Both embedders: the local ONNX model (real, offline) and the OpenAI-compatible client over
+real HTTP against the scripted server (which stands in for the model only)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+from pydantic import SecretStr
+
+from pipeline.config import EmbedderConfig, Settings
+from pipeline.embedding import make_embedder
+from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.embedding.remote import OpenAIEmbedder
+from pipeline.errors import ConfigurationError, PermanentError, TransientError
+from tests.fakellm import Fail, FakeLLMServer
+
+
+@pytest.fixture(scope="module")
+def local() -> MiniLMEmbedder:
+    return MiniLMEmbedder(EmbedderConfig(batch_size=4))
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_the_local_model_makes_unit_vectors_that_know_meaning(local: MiniLMEmbedder) -> None:
+    cat, kitten, tax = local.embed(
+        ["a cat sleeps on the sofa", "a kitten naps on the couch", "file your tax return"]
+    )
+    assert len(cat) == local.dims == 384
+    assert all(abs(math.sqrt(cosine(v, v)) - 1) < 1e-4 for v in (cat, kitten, tax))
+    assert cosine(cat, kitten) > cosine(cat, tax) + 0.3
+
+
+def test_the_local_model_batches_without_changing_results(local: MiniLMEmbedder) -> None:
+    texts = [f"memory number {i} about hiking" for i in range(10)]
+    batched = local.embed(texts)
+    alone = [local.embed([t])[0] for t in texts]
+    assert all(cosine(a, b) > 0.9999 for a, b in zip(batched, alone, strict=True))
+
+
+def test_the_local_model_refuses_other_dims() -> None:
+    with pytest.raises(ConfigurationError, match="384"):
+        MiniLMEmbedder(EmbedderConfig(dims=768))
+
+
+def test_settings_choose_the_embedder() -> None:
+    assert isinstance(make_embedder(Settings()), MiniLMEmbedder)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(dims=8) as running:
+        yield running
+
+
+def remote(server: FakeLLMServer, batch_size: int = 2) -> OpenAIEmbedder:
+    config = EmbedderConfig(
+        kind="openai",
+        model="scripted",
+        dims=8,
+        base_url=server.base_url,
+        batch_size=batch_size,
+        timeout_s=2,
+    )
+    return OpenAIEmbedder(config, SecretStr("key"))
+
+
+def test_an_openai_compatible_endpoint_in_batches(server: FakeLLMServer) -> None:
+    vectors = remote(server).embed(["a", "b", "c", "d", "e"])
+    assert len(vectors) == 5 and all(len(v) == 8 for v in vectors)
+    bodies = [body for path, body in server.requests if path.endswith("/embeddings")]
+    assert [b["input"] for b in bodies] == [["a", "b"], ["c", "d"], ["e"]]
+    assert {b["model"] for b in bodies} == {"scripted"}
+
+
+def test_a_failing_endpoint_is_transient_and_not_retried_here(server: FakeLLMServer) -> None:
+    server.script_embeddings(Fail(503, "overloaded"))
+    with pytest.raises(TransientError, match="503"):
+        remote(server).embed(["a"])
+    assert len([p for p, _ in server.requests if p.endswith("/embeddings")]) == 1
+
+
+def test_vectors_of_the_wrong_size_are_a_configuration_mistake(server: FakeLLMServer) -> None:
+    config = EmbedderConfig(kind="openai", model="scripted", dims=16, base_url=server.base_url)
+    with pytest.raises(PermanentError, match="MEMQ_EMBEDDER_DIMS"):
+        OpenAIEmbedder(config, None).embed(["a"])
