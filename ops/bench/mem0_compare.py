@@ -1,0 +1,352 @@
+"""memq against mem0 OSS (mem0ai, `mem0.Memory`): evidence recall on LoCoMo dev, side by side.
+
+Both systems get the same turns, the same questions, the same Elasticsearch node and the same
+model: all-MiniLM-L6-v2 from memq's `MiniLMEmbedder`, in process for memq and, for mem0, served
+from this process as an OpenAI-compatible `POST /v1/embeddings` on 127.0.0.1. Both ingest with
+infer=False (one memory per turn, "Speaker: text", dia_id in metadata), exactly as
+locomo_recall.py does for memq; mem0's LLM points at a stub on 127.0.0.1 that counts its calls
+(there must be none). Every question is searched in its conversation's scope, top 10, the two
+systems interleaved per question (the order swapped every other question) for the latencies.
+Scored with locomo_recall's own functions. Needs the stack (ops/up).
+
+    .venv/bin/python ops/bench/mem0_compare.py [--data ../shared/data/locomo-dev] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+from elasticsearch import Elasticsearch
+from locomo_recall import evaluate, ingest, read_jsonl, table
+
+from pipeline.config import Settings
+from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.models import Scope
+from pipeline.search import Searcher, SearchQuery
+from pipeline.store.indices import drop_indices
+from workers.runtime import Runtime
+
+MEMQ_PREFIX = "memqbench-mem0cmp"
+MEM0_INDEX = "mem0bench_locomo"
+MEM0_INDICES = (MEM0_INDEX, f"{MEM0_INDEX}_entities")  # its memories, its entity store
+TENANT = "locomo"  # the tenant locomo_recall.ingest writes under
+TOP_K = 10
+
+
+# --- the local endpoints mem0 talks to -------------------------------------------------------
+
+
+@dataclass
+class Endpoints:
+    """What the local server answers with and what it saw."""
+
+    embedder: MiniLMEmbedder
+    turns: int
+    embed_calls: int = 0
+    embed_seconds: float = 0.0
+    llm_calls: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        started = time.perf_counter()
+        vectors = self.embedder.embed(texts)
+        with self.lock:
+            self.embed_calls += 1
+            self.embed_seconds += time.perf_counter() - started
+        return {
+            "object": "list",
+            "data": [
+                {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
+            ],
+            "model": body.get("model", "all-MiniLM-L6-v2"),
+            "usage": {"prompt_tokens": 0, "total_tokens": 0},
+        }
+
+    def count_llm_call(self) -> None:
+        with self.lock:
+            self.llm_calls += 1
+
+
+def handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+            if self.path == "/v1/embeddings":
+                self._reply(200, endpoints.embeddings(body))
+            else:  # /llm/...: with infer=False this must never be reached
+                endpoints.count_llm_call()
+                self._reply(501, {"error": {"message": "benchmark LLM stub", "type": "stub"}})
+
+        def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def serve(endpoints: Endpoints) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(endpoints))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+# --- mem0 ------------------------------------------------------------------------------------
+
+
+def mem0_config(es_url: str, port: int, workdir: Path) -> dict[str, Any]:
+    es = urlsplit(es_url)
+    local = f"http://127.0.0.1:{port}"
+    return {
+        "vector_store": {
+            "provider": "elasticsearch",
+            "config": {
+                "collection_name": MEM0_INDEX,
+                "host": f"{es.scheme}://{es.hostname}",
+                "port": es.port or 9200,
+                "user": "bench",  # mem0 insists on credentials; security is off on this node
+                "password": "bench",
+                "embedding_model_dims": 384,
+                "use_ssl": False,
+                "verify_certs": False,
+            },
+        },
+        "embedder": {
+            "provider": "openai",
+            "config": {
+                "model": "all-MiniLM-L6-v2",
+                "api_key": "local",
+                "openai_base_url": f"{local}/v1",
+                "embedding_dims": 384,
+            },
+        },
+        "llm": {
+            "provider": "openai",
+            "config": {"model": "stub", "api_key": "stub", "openai_base_url": f"{local}/llm/v1"},
+        },
+        "history_db_path": str(workdir / "history.db"),
+    }
+
+
+def make_mem0(config: dict[str, Any], es: Elasticsearch) -> Any:
+    """mem0's `Memory`, its index created by mem0 itself (5 shards, 1 replica). The replica is
+    dropped afterwards: on one node it would stay unassigned and turn the shared cluster yellow;
+    an unassigned replica serves nothing, so mem0's searches are unchanged."""
+    from mem0 import Memory  # type: ignore[import-untyped]
+
+    memory = Memory.from_config(config)
+    es.indices.put_settings(index=MEM0_INDEX, settings={"index": {"number_of_replicas": 0}})
+    return memory
+
+
+def mem0_ingest(memory: Any, turns: list[dict[str, Any]]) -> float:
+    """One `Memory.add(..., infer=False)` per turn, the same text and metadata as memq's; OSS
+    mem0 refuses `timestamp` (platform only), so the session date rides in metadata."""
+    started = time.perf_counter()
+    for turn in turns:
+        photo = f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else ""
+        message = {
+            "role": "user",
+            "content": f"{turn['speaker']}: {turn['text']}{photo}",
+            "name": turn["speaker"],
+        }
+        metadata = {
+            "dia_id": turn["dia_id"],
+            "session": turn["session_id"],
+            "session_date": turn["session_datetime_iso"],
+        }
+        memory.add([message], user_id=turn["conv_id"], metadata=metadata, infer=False)
+    return len(turns) / (time.perf_counter() - started)
+
+
+def drop_mem0(es: Elasticsearch) -> None:
+    for name in MEM0_INDICES:
+        es.indices.delete(index=name, ignore_unavailable=True)
+
+
+# --- interleaved search ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """A mem0 hit as locomo_recall.evaluate reads one: its metadata."""
+
+    metadata: dict[str, Any]
+
+
+@dataclass
+class Recorded:
+    """Answers `search_many` from hits recorded earlier, so `evaluate` scores them unchanged."""
+
+    hits: dict[tuple[str, str], list[Any]]
+
+    def search_many(self, queries: Sequence[SearchQuery]) -> list[list[Any]]:
+        return [self.hits[(q.scope.user_id or "", q.query)] for q in queries]
+
+
+@dataclass
+class Run:
+    """Hits and per-query latencies (ms) of one system."""
+
+    search: Callable[[dict[str, Any]], list[Any]]
+    hits: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+
+    def ask(self, question: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        found = self.search(question)
+        self.latencies.append((time.perf_counter() - started) * 1000)
+        self.hits[(question["conv_id"], question["question"])] = found
+
+
+def memq_search(searcher: Searcher) -> Callable[[dict[str, Any]], list[Any]]:
+    def search(question: dict[str, Any]) -> list[Any]:
+        scope = Scope(tenant=TENANT, user_id=question["conv_id"])
+        return list(
+            searcher.search(SearchQuery(query=question["question"], scope=scope, top_k=TOP_K))
+        )
+
+    return search
+
+
+def mem0_search(memory: Any) -> Callable[[dict[str, Any]], list[Any]]:
+    def search(question: dict[str, Any]) -> list[Any]:
+        reply = memory.search(
+            question["question"], top_k=TOP_K, filters={"user_id": question["conv_id"]}
+        )
+        return [Found(item.get("metadata") or {}) for item in reply["results"]]
+
+    return search
+
+
+def interleave(runs: list[Run], questions: list[dict[str, Any]]) -> None:
+    """A B, then B A, per question; one untimed warm-up search each first."""
+    for run in runs:
+        run.search(questions[0])
+    for i, question in enumerate(questions):
+        for run in runs if i % 2 == 0 else runs[::-1]:
+            run.ask(question)
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def timing_table(turns: int, ingest_rates: dict[str, float], runs: dict[str, Run]) -> str:
+    lines = [
+        "| system | ingest s | ingest turns/s | search p50 ms | search p95 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for name, run in runs.items():
+        rate = ingest_rates[name]
+        lines.append(
+            f"| {name} | {turns / rate:.1f} | {rate:.1f} | "
+            f"{percentile(run.latencies, 50):.1f} | {percentile(run.latencies, 95):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def report(
+    questions: list[dict[str, Any]], rates: dict[str, float], runs: dict[str, Run], stub: Endpoints
+) -> None:
+    recalls = {
+        name: evaluate(cast(Searcher, Recorded(run.hits)), questions) for name, run in runs.items()
+    }
+    print(table(recalls))
+    print()
+    print(timing_table(turns=stub.turns, ingest_rates=rates, runs=runs))
+    inside = stub.embed_seconds / max(stub.embed_calls, 1) * 1000
+    print(
+        f"\nmem0's embeddings endpoint: {stub.embed_calls} calls, {inside:.1f} ms each inside "
+        f"the model on average. LLM stub calls: {stub.llm_calls}."
+    )
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared/data/locomo-dev"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep both systems' indices")
+    return parser.parse_args(argv)
+
+
+def memq_runtime() -> Runtime:
+    """memq on its own index prefix, with the local MiniLM whatever the environment says."""
+    base = Settings()
+    settings = base.model_copy(
+        update={
+            "es": base.es.model_copy(update={"index_prefix": MEMQ_PREFIX}),
+            "embedder": base.embedder.model_copy(update={"kind": "local"}),
+        }
+    )
+    stale = Runtime(settings)
+    drop_indices(stale.es, stale.store.names)
+    return Runtime(settings)
+
+
+def compare(data: Path, keep: bool, workdir: Path) -> None:
+    turns = read_jsonl(data / "turns.jsonl")
+    questions = read_jsonl(data / "qa.jsonl")
+    runtime = memq_runtime()
+    embedder = runtime.deps.embedder
+    if not isinstance(embedder, MiniLMEmbedder):
+        raise SystemExit("mem0_compare: memq did not build the local MiniLM embedder")
+    stub = Endpoints(embedder, turns=len(turns))
+    server = serve(stub)
+    es = runtime.es
+    drop_mem0(es)
+    memory = make_mem0(mem0_config(runtime.settings.es.url, server.server_port, workdir), es)
+    rates = {"memq": ingest(runtime.deps, turns), "mem0": mem0_ingest(memory, turns)}
+    es.indices.refresh(index=[runtime.store.names.memories, MEM0_INDEX])
+    runs = {"memq": Run(memq_search(runtime.searcher)), "mem0": Run(mem0_search(memory))}
+    interleave(list(runs.values()), questions)
+    print(f"{len(turns)} turns, {len(questions)} questions, top {TOP_K}, infer=False for both")
+    report(questions, rates, runs, stub)
+    memory.close()
+    server.shutdown()
+    if not keep:
+        drop_indices(es, runtime.store.names)
+        drop_mem0(es)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not (args.data / "turns.jsonl").is_file():
+        print(f"mem0_compare: no turns.jsonl under {args.data}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="mem0bench-") as workdir:
+        os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is imported, in make_mem0
+        os.environ["MEM0_DIR"] = workdir
+        compare(args.data, args.keep, Path(workdir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
