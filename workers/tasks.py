@@ -2,7 +2,7 @@
 
 Each phase task is a thin adapter: load the job state from Redis, run the phase function from
 ``pipeline.phases``, save the state, hand on (the chain calls the next task). Retry policy is
-data (``RetryPolicy``), applied here and only here for Elasticsearch/Redis failures; the LLM
+data (``retry_policy``), applied here and only here for Elasticsearch/Redis failures; the LLM
 adapter retries its own calls and raises ``RetriesExhaustedError``, which is not retried again.
 """
 
@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
 
-from pipeline.errors import PermanentError, RetriesExhaustedError, TransientError
+from pipeline.config import WorkerConfig
+from pipeline.errors import MemqError, PermanentError, RetriesExhaustedError, TransientError
 from pipeline.health import elasticsearch_health
 from pipeline.jobs import job_record
 from pipeline.phases import PHASES, PhaseSpec, run_phase
 from pipeline.state import JobState, JobStatus, Phase
+from pipeline.store.protocol import JobRecord
 from workers.names import HEALTH_TASK, WAIT_TASK, phase_task_name
 
 if TYPE_CHECKING:
@@ -44,7 +47,13 @@ class JobTask(Task):  # type: ignore[type-arg]
             record_failure(self.runtime, job_id, exc)
 
 
+RECORD_ATTEMPTS = 3
+
+
 def record_failure(runtime: Runtime, job_id: str, exc: Exception) -> None:
+    """Write the job's final record, then free its state and its place in the session line —
+    unless the record cannot be written (the state stays for an operator, the line head goes
+    stale) or the job was replayed meanwhile (the new run owns the state)."""
     state = runtime.states.load(job_id)
     if state is None:
         log.error("job %s failed after its state was gone: %s", job_id, exc)
@@ -53,18 +62,39 @@ def record_failure(runtime: Runtime, job_id: str, exc: Exception) -> None:
     status = JobStatus.DEAD if dead else JobStatus.FAILED
     reason = getattr(exc, "reason", None) or f"internal error: {exc.__class__.__name__}: {exc}"
     phase = next((s.phase.value for s in PHASES if not state.is_done(s.phase)), None)
-    record = job_record(state, status, runtime.clock(), phase=phase, reason=reason)
-    runtime.states.leave_line(state.request.scope.key, job_id)
-    runtime.states.delete(job_id)
-    runtime.store.save_job(record)  # last: once it reads dead, a replay may start at once
+    if not save_record(
+        runtime, job_record(state, status, runtime.clock(), phase=phase, reason=reason)
+    ):
+        return
     log.warning("job %s %s in phase %s: %s", job_id, status.value, phase, reason)
+    current = runtime.states.load(job_id)
+    if current is not None and current.attempts == state.attempts:
+        runtime.states.leave_line(state.request.scope.key, job_id)
+        runtime.states.delete(job_id)
 
 
-def register_tasks(app: MemqCelery) -> None:
-    """Register memq's tasks on ``app``; each is a thin adapter over a pipeline function."""
-    runtime = app.runtime
-    policy = runtime.settings.worker
-    retry: dict[str, Any] = {
+def save_record(runtime: Runtime, record: JobRecord) -> bool:
+    """The failure record is written outside any Celery retry, so it gets its own few tries."""
+    for attempt in range(1, RECORD_ATTEMPTS + 1):
+        try:
+            runtime.store.save_job(record)
+            return True
+        except MemqError as error:
+            log.error(
+                "job %s: cannot record %s (try %d): %s",
+                record.job_id,
+                record.status,
+                attempt,
+                error,
+            )
+            time.sleep(attempt)
+    return False
+
+
+def retry_policy(policy: WorkerConfig) -> dict[str, Any]:
+    """Celery's retry options for job tasks: transient failures only, exponential backoff with
+    full jitter, capped, at most ``max_retries`` times."""
+    return {
         "autoretry_for": (TransientError,),
         "dont_autoretry_for": (PermanentError, RetriesExhaustedError),
         "retry_backoff": policy.retry_backoff_s,
@@ -72,6 +102,12 @@ def register_tasks(app: MemqCelery) -> None:
         "retry_jitter": True,
         "max_retries": policy.max_retries,
     }
+
+
+def register_tasks(app: MemqCelery) -> None:
+    """Register memq's tasks on ``app``; each is a thin adapter over a pipeline function."""
+    runtime = app.runtime
+    retry = retry_policy(runtime.settings.worker)
 
     @app.task(name=HEALTH_TASK, acks_late=False)
     def health() -> dict[str, Any]:

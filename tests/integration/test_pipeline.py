@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
+from pipeline.config import Settings
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
@@ -295,3 +296,46 @@ def test_ingestion_without_inference_needs_no_model(
     stored = memories_of(es, indices, scope)
     assert {m["metadata"]["dia_id"] for m in stored} == {"D1:3"}
     assert {m["attributed_to"] for m in stored} == {"user", "assistant"}
+
+
+def test_a_failure_is_recorded_then_its_state_freed(
+    celery_app: MemqCelery, store: ElasticStore, scope: Scope
+) -> None:
+    from pipeline.errors import PermanentError
+    from workers.tasks import record_failure
+
+    runtime = celery_app.runtime
+    state = JobState(
+        job_id=f"fail-{uuid.uuid4().hex[:8]}",
+        request=ask(scope, "x"),
+        received_at=datetime.now(UTC),
+    )
+    runtime.states.save(state)
+    runtime.states.enter_line(scope.key, state.job_id, datetime.now(UTC))
+    record_failure(runtime, state.job_id, PermanentError("bad input"))
+    record = store.get_job(state.job_id)
+    assert record is not None and record.status == "failed" and record.reason == "bad input"
+    assert not runtime.states.exists(state.job_id)
+
+
+def test_a_failure_that_cannot_be_recorded_keeps_its_state(
+    celery_app: MemqCelery, settings: Settings, scope: Scope
+) -> None:
+    """Elasticsearch down while a job fails: nothing is freed, so nothing is lost silently."""
+    from pipeline.errors import PermanentError
+    from workers.runtime import Runtime
+    from workers.tasks import record_failure
+
+    down = settings.model_copy(
+        update={"es": settings.es.model_copy(update={"url": "http://127.0.0.1:9"})}
+    )
+    runtime = Runtime(down)
+    state = JobState(
+        job_id=f"lost-{uuid.uuid4().hex[:8]}",
+        request=ask(scope, "x"),
+        received_at=datetime.now(UTC),
+    )
+    runtime.states.save(state)
+    record_failure(runtime, state.job_id, PermanentError("bad input"))
+    assert runtime.states.exists(state.job_id)
+    runtime.states.delete(state.job_id)
