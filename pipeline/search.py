@@ -230,21 +230,31 @@ class Searcher:
         found: list[Candidates],
         filters: list[list[dict[str, Any]]],
     ) -> tuple[list[dict[str, dict[str, Any]]], list[dict[str, float]]]:
+        """Per query, three searches: every candidate's fields (filters re-applied); the
+        vectors of the candidates the kNN list did not score; the BM25 score of those the BM25
+        list did not score (an ids-restricted query gives the same scores as the full one)."""
         searches: list[dict[str, Any]] = []
         for query, candidates, clauses in zip(queries, found, filters, strict=True):
             ids = candidates.ids()
-            searches += [{"index": self.store.names.memories}, docs_body(ids, clauses)]
-            body = self._bm25_body(query.query, [*clauses, {"ids": {"values": ids}}], len(ids) or 1)
-            searches += [{"index": self.store.names.memories}, body]
+            unscored = [i for i in ids if i not in candidates.semantic]
+            no_bm25 = [i for i in ids if i not in candidates.bm25]
+            bm25 = self._bm25_body(
+                query.query, [*clauses, {"ids": {"values": no_bm25}}], len(no_bm25) or 1
+            )
+            for body in (docs_body(ids, clauses), vectors_body(unscored, clauses), bm25):
+                searches += [{"index": self.store.names.memories}, body]
         responses = self._msearch(searches, "hybrid search (scoring)")
-        docs = [
-            {h["_id"]: h["_source"] for h in hits_of(responses[2 * i])} for i in range(len(queries))
-        ]
-        bm25 = [
-            {h["_id"]: float(h["_score"]) for h in hits_of(responses[2 * i + 1])}
-            for i in range(len(queries))
-        ]
-        return docs, bm25
+        docs, bm25_scores = [], []
+        for i, candidates in enumerate(found):
+            fields, vectors, scored = (hits_of(responses[3 * i + k]) for k in range(3))
+            embeddings = {h["_id"]: h["_source"].get("embedding") for h in vectors}
+            docs.append(
+                {h["_id"]: {**h["_source"], "embedding": embeddings.get(h["_id"])} for h in fields}
+            )
+            bm25_scores.append(
+                {**candidates.bm25, **{h["_id"]: float(h["_score"]) for h in scored}}
+            )
+        return docs, bm25_scores
 
     def _msearch(self, searches: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
         with es_errors(what):
@@ -270,7 +280,11 @@ class Searcher:
         ids = [i for i in candidates.ids() if i in docs]
         if not ids:
             return []
-        semantic = cosines(vector, [docs[i].get("embedding") for i in ids])
+        computed = cosines(vector, [docs[i].get("embedding") for i in ids])
+        semantic = [
+            max(0.0, candidates.semantic[i]) if i in candidates.semantic else computed[n]
+            for n, i in enumerate(ids)
+        ]
         top_bm25 = max(bm25.values(), default=0.0)
         hits = [
             self._hit(
@@ -370,7 +384,16 @@ def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) 
 def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "size": len(ids) or 1,
-        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "embedding"], "exclude_vectors": False},
+        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
+        "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
+    }
+
+
+def vectors_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stored vectors of ``ids`` (only these: a vector is 384 floats of JSON)."""
+    return {
+        "size": len(ids) or 1,
+        "_source": {"includes": ["embedding"], "exclude_vectors": False},
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
 
