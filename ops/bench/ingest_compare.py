@@ -1,0 +1,620 @@
+"""Ingestion cost, memq against mem0 OSS (mem0ai 2.2.1), LLM extraction on for both.
+
+Same machine, same Elasticsearch node (separate indices), the same embedder and the same model:
+- embeddings: memq's local MiniLM served from this process as ONE OpenAI-compatible
+  `POST /v1/embeddings` (mem0_compare's endpoint), called by memq's workers
+  (MEMQ_EMBEDDER_KIND=openai) and by mem0 alike, so calls are counted for both;
+- LLM: tests/fakellm's scripted server, answering at once; it tells memq's extraction prompt
+  from mem0's additive-extraction prompt by their instructions (both ask for the same
+  `{"memory": [{"text", "attributed_to"}]}`) and answers with one fact per user line (at most 3)
+  of the new messages;
+- Elasticsearch: both through a counting HTTP proxy on 127.0.0.1 (keep-alive upstream), so
+  requests are counted for both and the proxy hop is paid by both.
+
+Modes, alternated per round: memq-1w (one `--role io` + one `--role cpu` worker, as ops/ runs
+them), mem0-seq (`Memory.add`, one after another), memq-2w (the same plus a second `--role cpu`
+worker), mem0-async (`AsyncMemory.add`, asyncio.gather under a semaphore of 8). memq's wall time
+runs from the first `intake.submit` to every job record terminal and the memories index
+refreshed; mem0's from the first add to the last one returned and its index refreshed. Needs
+the stack (ops/up); starts its own workers on private queues and index prefixes.
+
+    .venv/bin/python ops/bench/ingest_compare.py [--conversations 200] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from backfill_throughput import start_workers  # also puts the repository root on sys.path
+from elasticsearch import Elasticsearch
+from mem0_compare import Endpoints, mem0_config, serve
+
+from pipeline.config import EmbedderConfig, Settings
+from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.store.client import make_client
+from pipeline.store.indices import IndexNames, drop_indices
+from tests.fakellm import FakeLLMServer
+from workers.app import MemqCelery, create_celery
+from workers.intake import submit
+
+ES_UPSTREAM = ("127.0.0.1", 9200)
+TENANT = "ingestbench"
+MEMQ_MARK = "You maintain the long-term memory"  # pipeline/prompts/extract_user_v1.txt
+MEM0_MARK = "You are a Memory Extractor"  # mem0.configs.prompts.ADDITIVE_EXTRACTION_PROMPT
+TERMINAL = ("succeeded", "failed", "dead")
+MAX_FACTS = 3
+
+# --- conversations ---------------------------------------------------------------------------
+
+CITIES = ["Lisbon", "Porto", "Lyon", "Ghent", "Turin", "Bilbao", "Krakow"]
+JOBS = ["nurse", "data analyst", "carpenter", "teacher", "sound engineer"]
+PEOPLE = ["Marta", "Jonas", "Aisha", "Tom", "Inés", "Kenji", "Priya", "Luca", "Sofia", "Omar"]
+TOPICS = ["bouldering", "jazz piano", "pottery", "chess", "sailing", "sourdough", "cycling"]
+PETS = ["beagle", "tabby cat", "rescue greyhound", "parrot", "corgi"]
+FOODS = ["peanuts", "shellfish", "gluten", "lactose", "sesame", "kiwi"]
+BOOKS = ["Middlemarch", "Dune", "The Overstory", "Piranesi", "Stoner", "Beloved", "Solaris"]
+
+# (user line, assistant reply) pairs; {i} keeps every conversation's lines its own.
+PAIRS = [
+    (
+        "I moved to {city} in March for a job as a {job}, flat number {i}.",
+        "Congratulations on the move! How are you settling in?",
+    ),
+    (
+        "My sister {person} visits on the {day}th and she is really into {topic}.",
+        "Lovely. Do you have plans for her visit?",
+    ),
+    (
+        "I've taken up {topic} again, every Saturday at {hour} in the morning.",
+        "That's a great routine. What got you back into it?",
+    ),
+    (
+        "Heads up: I'm allergic to {food}, keep that in mind for recipe {i}.",
+        "Noted, I'll avoid {food} in anything I suggest.",
+    ),
+    (
+        "We adopted a {pet} called {person} Junior {i} weeks ago.",
+        "How fun! How is the {pet} adjusting?",
+    ),
+    (
+        "I'm rereading {book} for my book club, we meet on the {day}th.",
+        "Great choice. What do you think of it this time?",
+    ),
+    (
+        "I'm training for a half marathon in {city}, aiming for 1:{minutes} this time.",
+        "Good luck! How many kilometres a week are you running?",
+    ),
+    (
+        "At work as a {job} I'm leading project {i} until the end of the quarter.",
+        "That sounds demanding. How is the team?",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    user: str
+    timestamp: datetime
+    messages: list[dict[str, str]]
+
+
+def slots(i: int) -> dict[str, Any]:
+    return {
+        "i": i,
+        "city": CITIES[i % len(CITIES)],
+        "job": JOBS[i % len(JOBS)],
+        "person": PEOPLE[i % len(PEOPLE)],
+        "topic": TOPICS[i % len(TOPICS)],
+        "pet": PETS[i % len(PETS)],
+        "food": FOODS[i % len(FOODS)],
+        "book": BOOKS[i % len(BOOKS)],
+        "day": 1 + i % 28,
+        "hour": 6 + i % 5,
+        "minutes": 40 + i % 20,
+    }
+
+
+def conversation(i: int, users: int, start: datetime) -> Conversation:
+    """4 to 8 turns, user first, drawn from the templates at an offset of its own."""
+    turns = 4 + i % 5
+    values = slots(i)
+    messages: list[dict[str, str]] = []
+    for k in range(turns):
+        user_line, reply = PAIRS[(i + k // 2) % len(PAIRS)]
+        role, text = ("user", user_line) if k % 2 == 0 else ("assistant", reply)
+        messages.append({"role": role, "content": text.format(**values)})
+    stamp = start + timedelta(hours=7 * i)
+    return Conversation(f"c{i}", f"user{i % users}", stamp, messages)
+
+
+def conversations(count: int, users: int = 20) -> list[Conversation]:
+    start = datetime(2024, 1, 1, 9, 0, tzinfo=UTC)
+    return [conversation(i, users, start) for i in range(count)]
+
+
+# --- the scripted LLM: one responder for both systems' prompts -------------------------------
+
+
+@dataclass
+class Responder:
+    """Answers memq's and mem0's extraction prompts; counts which prompt it got."""
+
+    kinds: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        text = "\n".join(str(m.get("content", "")) for m in request["messages"])
+        # The last marker: each system prompt also names the section in its instructions.
+        if MEM0_MARK in text:
+            kind, new = "mem0", text.rpartition("## New Messages")[2].split("## Observation")[0]
+        elif MEMQ_MARK in text:
+            kind, new = "memq", text.rpartition("New messages:")[2]
+        else:
+            kind, new = "unknown", ""
+        with self.lock:
+            self.kinds[kind] += 1
+        return json.dumps({"memory": facts(new)})
+
+
+def facts(new_messages: str) -> list[dict[str, str]]:
+    """One fact per user line (at most MAX_FACTS); the shape both prompts ask for."""
+    said = re.findall(r"^user[^:\n]*: (.+)$", new_messages, flags=re.MULTILINE)[:MAX_FACTS]
+    return [{"text": f"The user said: {line.strip()}", "attributed_to": "user"} for line in said]
+
+
+# --- the counting Elasticsearch proxy --------------------------------------------------------
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+def request_kind(method: str, path: str) -> str:
+    """`POST /<index>/_search`: the method and the path with names left out."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    return " ".join([method, "/" + "/".join(p if p.startswith("_") else "<x>" for p in parts)])
+
+
+class CountingProxy(ThreadingHTTPServer):
+    """Forwards every request to Elasticsearch over per-thread keep-alive connections."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), ProxyHandler)
+        self.requests: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.local = threading.local()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def count(self) -> Counter[str]:
+        with self.lock:
+            return self.requests.copy()
+
+    def forward(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        with self.lock:
+            self.requests[request_kind(method, path)] += 1
+        for attempt in (1, 2):  # a keep-alive connection Elasticsearch closed: reconnect once
+            conn = self.connection(fresh=attempt == 2)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                reply = conn.getresponse()
+                return reply.status, reply.getheaders(), reply.read()
+            except (http.client.HTTPException, OSError):
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def connection(self, fresh: bool) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self.local, "conn", None)
+        if conn is None or fresh:
+            if conn is not None:
+                conn.close()
+            conn = http.client.HTTPConnection(*ES_UPSTREAM, timeout=120)
+            self.local.conn = conn
+        return conn
+
+
+class ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive towards the clients too
+    # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm against
+    # the client's delayed ACK held every reply ~40 ms.
+    disable_nagle_algorithm = True
+    server: CountingProxy
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def relay(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        status, reply_headers, data = self.server.forward(self.command, self.path, body, headers)
+        self.send_response(status)
+        for key, value in reply_headers:
+            if key.lower() not in HOP_BY_HOP:
+                self.send_header(key, value)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.relay()
+
+    def do_POST(self) -> None:
+        self.relay()
+
+    def do_PUT(self) -> None:
+        self.relay()
+
+    def do_DELETE(self) -> None:
+        self.relay()
+
+    def do_HEAD(self) -> None:
+        self.relay()
+
+
+# --- shared bench context and results --------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    convs: list[Conversation]
+    proxy: CountingProxy
+    embeddings: Endpoints
+    embed_url: str
+    llm: FakeLLMServer
+    responder: Responder
+    es: Elasticsearch  # direct, not counted: setup, polling, counting, cleanup
+    workdir: Path
+
+    def counters(self) -> tuple[int, int, Counter[str]]:
+        return len(self.llm.chat_requests()), self.embeddings.embed_calls, self.proxy.count()
+
+
+@dataclass
+class Result:
+    mode: str
+    seconds: float
+    llm_calls: int
+    embed_calls: int
+    es_requests: int
+    memories: int
+    failed: int
+    es_kinds: Counter[str]
+
+
+def measure(bench: Bench, mode: str, work: Callable[[], tuple[int, int]]) -> Result:
+    """Time `work` (it returns memories stored, jobs failed) and count what it cost."""
+    before = bench.counters()
+    started = time.perf_counter()
+    memories, failed = work()
+    seconds = time.perf_counter() - started
+    after = bench.counters()
+    kinds = after[2] - before[2]
+    llm, embed = after[0] - before[0], after[1] - before[1]
+    return Result(mode, seconds, llm, embed, kinds.total(), memories, failed, kinds)
+
+
+# --- memq ------------------------------------------------------------------------------------
+
+
+def memq_env(bench: Bench, run: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MEMQ_ES_URL": bench.proxy.url,
+        "MEMQ_ES_INDEX_PREFIX": f"memqbench-ingest-{run}",
+        "MEMQ_LLM_BASE_URL": bench.llm.base_url,
+        "MEMQ_LLM_MODEL": "scripted",
+        "MEMQ_EMBEDDER_KIND": "openai",
+        "MEMQ_EMBEDDER_BASE_URL": bench.embed_url,
+        "MEMQ_EMBEDDER_MODEL": "all-MiniLM-L6-v2",
+        "MEMQ_EMBEDDER_DIMS": "384",
+        **{
+            f"MEMQ_QUEUES_{q.upper()}": f"bench-ingest-{run}.{q}" for q in ("io", "cpu", "backfill")
+        },
+    }
+
+
+def add_cpu_worker(env: dict[str, str], logs: Path, app: MemqCelery, run: str) -> Any:
+    """A second `--role cpu` worker, waited for by name (the health task answers from any)."""
+    name = f"memq-cpu2-{run}@bench"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "memq.cli", "worker", "--role=cpu", f"--hostname={name}"],
+        env=env,
+        stdout=(logs / "worker-cpu2.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not app.control.ping(destination=[name], timeout=1.0):
+        if time.monotonic() > deadline:
+            raise SystemExit("ingest_compare: the second CPU worker did not answer")
+    return worker
+
+
+@contextmanager
+def memq_workers(env: dict[str, str], logs: Path, app: MemqCelery, run: str, cpu: int) -> Any:
+    workers = start_workers(env, logs)
+    try:
+        if cpu == 2:
+            workers.append(add_cpu_worker(env, logs, app, run))
+        yield
+    finally:
+        for worker in workers:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=60)
+
+
+def settle(bench: Bench, quiet_s: float = 1.5, timeout_s: float = 60) -> None:
+    """Wait for the workers' warm-up embeddings (one per process, after fork) to be over."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = bench.embeddings.embed_calls, time.monotonic()
+    while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.1)
+        if bench.embeddings.embed_calls != seen:
+            seen, since = bench.embeddings.embed_calls, time.monotonic()
+
+
+def request_for(conv: Conversation) -> AddRequest:
+    return AddRequest(
+        scope=Scope(tenant=TENANT, user_id=conv.user),
+        messages=[MessageIn.model_validate(m) for m in conv.messages],
+        metadata={"conversation": conv.id},
+        timestamp=conv.timestamp,
+        infer=True,
+    )
+
+
+def wait_terminal(es: Elasticsearch, names: IndexNames, count: int, timeout_s: float) -> int:
+    """Poll the job records (direct client) until all are terminal; returns how many failed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        es.indices.refresh(index=names.jobs)
+        done = es.count(index=names.jobs, query={"terms": {"status": list(TERMINAL)}})["count"]
+        if done >= count:
+            failed = es.count(index=names.jobs, query={"terms": {"status": ["failed", "dead"]}})
+            return int(failed["count"])
+        time.sleep(0.25)
+    raise SystemExit(f"ingest_compare: jobs not terminal after {timeout_s:.0f}s")
+
+
+def memq_run(bench: Bench, cpu_workers: int) -> Result:
+    run = uuid.uuid4().hex[:6]
+    env = memq_env(bench, run)
+    with mock.patch.dict(os.environ, env):
+        settings = Settings()
+    app = create_celery(settings)
+    names = app.runtime.store.names  # creates the indices, before anything is counted
+    logs = bench.workdir / f"memq-{run}"
+    logs.mkdir()
+    try:
+        with memq_workers(env, logs, app, run, cpu_workers):
+            settle(bench)
+
+            def work() -> tuple[int, int]:
+                for conv in bench.convs:
+                    submit(app, request_for(conv))
+                failed = wait_terminal(bench.es, names, len(bench.convs), timeout_s=900)
+                bench.es.indices.refresh(index=names.memories)
+                return int(bench.es.count(index=names.memories)["count"]), failed
+
+            return measure(bench, f"memq-{cpu_workers}w", work)
+    finally:
+        drop_indices(bench.es, names)
+        drop_redis(settings, f"memq:{settings.es.index_prefix}:*", f"*bench-ingest-{run}.*")
+
+
+def drop_redis(settings: Settings, *patterns: str) -> None:
+    """The run's job states, session lines and queues (and kombu's bindings for them)."""
+    import redis
+
+    client = redis.Redis.from_url(settings.redis.url)
+    for pattern in patterns:
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
+    client.close()
+
+
+# --- mem0 ------------------------------------------------------------------------------------
+
+
+def mem0_setup(bench: Bench, run: str) -> tuple[dict[str, Any], str]:
+    """mem0_compare's configuration, on its own index and history DB for this run."""
+    config = mem0_config(bench.proxy.url, 0, bench.workdir / run)
+    index = f"mem0bench_ingest_{run}"
+    config["vector_store"]["config"]["collection_name"] = index
+    config["embedder"]["config"]["openai_base_url"] = bench.embed_url
+    config["llm"]["config"].update(model="scripted", openai_base_url=bench.llm.base_url)
+    (bench.workdir / run).mkdir()
+    return config, index
+
+
+def mem0_args(conv: Conversation) -> dict[str, Any]:
+    """OSS mem0 refuses `timestamp` (platform only): the date rides in metadata."""
+    metadata = {"conversation": conv.id, "conversation_date": conv.timestamp.isoformat()}
+    return {"messages": conv.messages, "user_id": conv.user, "metadata": metadata}
+
+
+def mem0_finish(bench: Bench, index: str, added: int) -> tuple[int, int]:
+    bench.es.indices.refresh(index=index)
+    stored = int(bench.es.count(index=index)["count"])
+    if stored != added:
+        print(f"  mem0: add() reported {added} ADD events, the index holds {stored}")
+    return stored, 0
+
+
+def drop_replica(bench: Bench, index: str) -> None:
+    """mem0 creates 5 shards and 1 replica; on one node the replica would stay unassigned."""
+    bench.es.indices.put_settings(index=index, settings={"index": {"number_of_replicas": 0}})
+
+
+def mem0_seq_run(bench: Bench) -> Result:
+    from mem0 import Memory  # type: ignore[import-untyped]
+
+    config, index = mem0_setup(bench, uuid.uuid4().hex[:6])
+    memory = Memory.from_config(config)
+    drop_replica(bench, index)
+
+    def work() -> tuple[int, int]:
+        added = sum(len(memory.add(**mem0_args(conv))["results"]) for conv in bench.convs)
+        return mem0_finish(bench, index, added)
+
+    try:
+        return measure(bench, "mem0-seq", work)
+    finally:
+        memory.close()
+        drop_mem0_indices(bench.es, index)
+
+
+def mem0_async_run(bench: Bench, concurrency: int = 8) -> Result:
+    from mem0 import AsyncMemory
+
+    config, index = mem0_setup(bench, uuid.uuid4().hex[:6])
+    memory = AsyncMemory.from_config(config)
+    drop_replica(bench, index)
+
+    async def add_all() -> int:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def add(conv: Conversation) -> int:
+            async with gate:
+                return len((await memory.add(**mem0_args(conv)))["results"])
+
+        return sum(await asyncio.gather(*(add(conv) for conv in bench.convs)))
+
+    def work() -> tuple[int, int]:
+        return mem0_finish(bench, index, asyncio.run(add_all()))
+
+    try:
+        return measure(bench, "mem0-async", work)
+    finally:
+        memory.close()
+        drop_mem0_indices(bench.es, index)
+
+
+def drop_mem0_indices(es: Elasticsearch, index: str) -> None:
+    for name in (index, f"{index}_entities"):  # its memories, its entity store
+        es.indices.delete(index=name, ignore_unavailable=True)
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def per_conversation(conversations: int) -> Callable[[Iterator[int]], str]:
+    def per_conv(values: Iterator[int]) -> str:
+        return f"{statistics.median(values) / conversations:.2f}"
+
+    return per_conv
+
+
+def table(results: list[Result], conversations: int) -> str:
+    lines = [
+        "| system / mode | runs | wall s (median) | conversations/s | LLM calls/conv | "
+        "embedding calls/conv | ES requests/conv | memories stored | failed jobs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in dict.fromkeys(r.mode for r in results):
+        runs = [r for r in results if r.mode == mode]
+        seconds = statistics.median(r.seconds for r in runs)
+        per_conv = per_conversation(conversations)
+        lines.append(
+            f"| {mode} | {len(runs)} | {seconds:.1f} | {conversations / seconds:.2f} | "
+            f"{per_conv(r.llm_calls for r in runs)} | {per_conv(r.embed_calls for r in runs)} | "
+            f"{per_conv(r.es_requests for r in runs)} | "
+            f"{statistics.median(r.memories for r in runs):.0f} | "
+            f"{statistics.median(r.failed for r in runs):.0f} |"
+        )
+    return "\n".join(lines)
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def run_rounds(bench: Bench, rounds: int) -> list[Result]:
+    modes: list[Callable[[], Result]] = [
+        lambda: memq_run(bench, 1),
+        lambda: mem0_seq_run(bench),
+        lambda: memq_run(bench, 2),
+        lambda: mem0_async_run(bench),
+    ]
+    results = []
+    for round_no in range(1, rounds + 1):
+        for mode in modes:
+            result = mode()
+            print(f"round {round_no}: {result}")
+            print(f"  LLM prompts seen so far: {dict(bench.responder.kinds)}")
+            results.append(result)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # One Celery app per memq run in this process, each registering the same task names; they
+    # only send tasks (by name, to the run's queues), so the first registration is harmless.
+    warnings.filterwarnings("ignore", message="Task name 'memq\\.")
+    with tempfile.TemporaryDirectory(prefix="ingestbench-") as tmp, FakeLLMServer() as llm:
+        os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
+        os.environ["MEM0_DIR"] = tmp
+        responder = Responder()
+        llm.responder = responder
+        embeddings = Endpoints(MiniLMEmbedder(EmbedderConfig()), turns=0)
+        server, proxy = serve(embeddings), CountingProxy()
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        bench = Bench(
+            convs=conversations(args.conversations),
+            proxy=proxy,
+            embeddings=embeddings,
+            embed_url=f"http://127.0.0.1:{server.server_port}/v1",
+            llm=llm,
+            responder=responder,
+            es=make_client(Settings().es),
+            workdir=Path(tmp),
+        )
+        try:
+            results = run_rounds(bench, args.rounds)
+        finally:
+            proxy.shutdown()
+            server.shutdown()
+    print(table(results, args.conversations))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
