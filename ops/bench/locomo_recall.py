@@ -27,7 +27,8 @@ from pipeline.deps import Deps
 from pipeline.memory import Memory
 from pipeline.models import AddRequest, MessageIn, Role, Scope
 from pipeline.search import Searcher, SearchQuery
-from pipeline.store.indices import drop_indices
+from pipeline.store.client import make_client
+from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from workers.runtime import Runtime
 
 MODES = {
@@ -36,6 +37,22 @@ MODES = {
     "hybrid": {},  # the configured weights
 }
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+def fresh_runtime(prefix: str) -> Runtime:
+    """memq on empty indices under ``prefix``, with the local MiniLM whatever the environment
+    says (benchmarks compare like with like)."""
+    base = Settings()
+    settings = base.model_copy(
+        update={
+            "es": base.es.model_copy(update={"index_prefix": prefix}),
+            "embedder": base.embedder.model_copy(update={"kind": "local"}),
+        }
+    )
+    drop_indices(make_client(settings.es), IndexNames(prefix))
+    runtime = Runtime(settings)
+    ensure_indices(runtime.es, settings.es, settings.embedder.dims)
+    return runtime
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -118,13 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data / "turns.jsonl").is_file():
         print(f"locomo_recall: no turns.jsonl under {args.data}", file=sys.stderr)
         return 2
-    base = Settings()
-    settings = base.model_copy(
-        update={"es": base.es.model_copy(update={"index_prefix": "memqbench-locomo"})}
-    )
-    runtime = Runtime(settings)
-    drop_indices(runtime.es, runtime.store.names)
-    runtime = Runtime(settings)
+    runtime = fresh_runtime("memqbench-locomo")
+    settings = runtime.settings
     turns = read_jsonl(args.data / "turns.jsonl")
     rate = ingest(runtime.deps, turns)
     runtime.es.indices.refresh(index=runtime.store.names.memories)

@@ -30,14 +30,12 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from elasticsearch import Elasticsearch
-from locomo_recall import evaluate, ingest, read_jsonl, table
+from locomo_recall import evaluate, fresh_runtime, ingest, read_jsonl, table
 
-from pipeline.config import Settings
 from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.models import Scope
 from pipeline.search import Searcher, SearchQuery
 from pipeline.store.indices import drop_indices
-from workers.runtime import Runtime
 
 MEMQ_PREFIX = "memqbench-mem0cmp"
 MEM0_INDEX = "mem0bench_locomo"
@@ -297,24 +295,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def memq_runtime() -> Runtime:
-    """memq on its own index prefix, with the local MiniLM whatever the environment says."""
-    base = Settings()
-    settings = base.model_copy(
-        update={
-            "es": base.es.model_copy(update={"index_prefix": MEMQ_PREFIX}),
-            "embedder": base.embedder.model_copy(update={"kind": "local"}),
-        }
-    )
-    stale = Runtime(settings)
-    drop_indices(stale.es, stale.store.names)
-    return Runtime(settings)
-
-
 def compare(data: Path, keep: bool, workdir: Path) -> None:
     turns = read_jsonl(data / "turns.jsonl")
     questions = read_jsonl(data / "qa.jsonl")
-    runtime = memq_runtime()
+    runtime = fresh_runtime(MEMQ_PREFIX)
     embedder = runtime.deps.embedder
     if not isinstance(embedder, MiniLMEmbedder):
         raise SystemExit("mem0_compare: memq did not build the local MiniLM embedder")

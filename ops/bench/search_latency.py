@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import bulk
+from locomo_recall import fresh_runtime
 from mem0_compare import Endpoints, mem0_config, percentile, serve
 
-from pipeline.config import Settings
 from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.models import Scope, entity_id, md5_hex, memory_id
 from pipeline.nlp.entities import extract_entities
@@ -46,7 +46,7 @@ from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.phases.link import normalize_entity
 from pipeline.search import Searcher, SearchQuery
 from pipeline.store.elastic import scope_filter
-from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
+from pipeline.store.indices import IndexNames, drop_indices
 from pipeline.store.protocol import EntityDoc, MemoryDoc
 from workers.runtime import Runtime
 
@@ -421,21 +421,6 @@ def plot(results: Results, path: Path) -> None:
 # --- the run ---------------------------------------------------------------------------------
 
 
-def memq_runtime() -> Runtime:
-    base = Settings()
-    settings = base.model_copy(
-        update={
-            "es": base.es.model_copy(update={"index_prefix": MEMQ_PREFIX}),
-            "embedder": base.embedder.model_copy(update={"kind": "local"}),
-        }
-    )
-    stale = Runtime(settings)
-    drop_indices(stale.es, IndexNames(MEMQ_PREFIX))
-    runtime = Runtime(settings)
-    ensure_indices(runtime.es, settings.es, settings.embedder.dims)
-    return runtime
-
-
 def write(es: Elasticsearch, actions: Iterator[dict[str, Any]]) -> None:
     bulk(es.options(request_timeout=300), actions, chunk_size=1000)
 
@@ -477,7 +462,7 @@ class Bench:
 
 def run(sizes: list[int], keep: bool, workdir: Path) -> Results:
     rng = random.Random(SEED)
-    runtime = memq_runtime()
+    runtime = fresh_runtime(MEMQ_PREFIX)
     embedder = runtime.deps.embedder
     if not isinstance(embedder, MiniLMEmbedder):
         raise SystemExit("search_latency: memq did not build the local MiniLM embedder")
