@@ -44,6 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from pipeline.errors import InvalidInputError
+from pipeline.store.indices import memory_properties
 
 MAX_DEPTH = 8
 """Filter objects nested deeper than this (the top-level object is level 1) are refused."""
@@ -64,22 +65,15 @@ class _Kind(StrEnum):
     METADATA_ROOT = "metadata root"
 
 
+METADATA_PAIRS_FIELD = "metadata_kv"
+_MAPPING = memory_properties(dims=1)  # the memories mapping: filterable fields follow it
+_INTERNAL = frozenset({"tenant", METADATA_PAIRS_FIELD})  # never filtered on by name
 _KEYWORD_FIELDS = frozenset(
-    {
-        "user_id",
-        "agent_id",
-        "run_id",
-        "actor_id",
-        "role",
-        "memory_type",
-        "attributed_to",
-        "job_id",
-        "hash",
-        "language",
-        "entity_ids",
-    }
+    name
+    for name, spec in _MAPPING.items()
+    if spec.get("type") == "keyword" and name not in _INTERNAL
 )
-_DATE_FIELDS = frozenset({"created_at", "updated_at", "observed_at", "expiration_date"})
+_DATE_FIELDS = frozenset(name for name, spec in _MAPPING.items() if spec.get("type") == "date")
 _FORBIDDEN = {
     "tenant": "the tenant always comes from the caller's key",
     "embedding": "vectors are searched, not filtered",
@@ -288,7 +282,6 @@ def _date_value(value: object, path: str) -> str:
     raise InvalidInputError(f"{path!r} needs an ISO-8601 date, not {value!r}", field=path)
 
 
-METADATA_PAIRS_FIELD = "metadata_kv"
 MAX_METADATA_PAIRS = 1000
 
 

@@ -18,6 +18,11 @@ from pipeline.filters import metadata_pairs
 from pipeline.models import ContextMessage, ExistingMemory, Scope
 
 
+def without_none(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields that have a value (absent ones are left out of a document, not null)."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 @dataclass(frozen=True)
 class MemoryDoc:
     """A memory as stored. ``id`` is deterministic (see ``models.memory_id``)."""
@@ -64,8 +69,7 @@ class MemoryDoc:
             "memory_type": self.memory_type,
             "expiration_date": self.expiration_date.isoformat() if self.expiration_date else None,
         }
-        doc.update({k: v for k, v in optional.items() if v is not None})
-        return doc
+        return doc | without_none(optional)
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,7 @@ class HistoryDoc:
             "created_at": self.created_at.isoformat(),
         }
         optional = {"old": self.old, "new": self.new, "actor": self.actor}
-        doc.update({k: v for k, v in optional.items() if v is not None})
-        return doc
+        return doc | without_none(optional)
 
 
 @dataclass(frozen=True)
