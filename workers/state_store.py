@@ -2,7 +2,8 @@
 
 Broker messages carry only job ids; the state of a job (its request and each phase's
 output) lives under ``memq:{namespace}:job:{id}:state`` until the job ends. The turnstile is a
-Redis list per session: jobs of one session run one at a time, in the order they were accepted.
+Redis list per session: jobs of one session run one at a time, in the order they were accepted
+(``workers.turns`` says who starts whom).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ log = logging.getLogger("memq.worker")
 STATE_TTL_S = 7 * 86_400
 STALE_HEAD_S = 3_600  # longer than any job's retries last: a head this old is not running
 CLAIM_TTL_S = 120
+LEAVE_LINE = """
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+return redis.call('LINDEX', KEYS[1], 0)
+"""
 
 
 class RedisStateStore:
@@ -30,6 +35,7 @@ class RedisStateStore:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}"
+        self._leave = client.register_script(LEAVE_LINE)
 
     def _state(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:state"
@@ -79,6 +85,17 @@ class RedisStateStore:
             pipe.set(self._accepted(job_id), now.timestamp(), ex=STATE_TTL_S)
             pipe.execute()
 
+    def take_turn(self, job_id: str, attempt: int, owner: str) -> bool:
+        """True for the one chain (``owner``, a task id) that runs this attempt of the job, and
+        again for that same task when it is delivered a second time; False for any other chain
+        started for the same attempt (a hand-on racing the job's own wait)."""
+        key = f"{self.prefix}:job:{job_id}:turn:{attempt}"
+        with redis_errors("take the job's turn"):
+            if self.client.set(key, owner, nx=True, ex=STATE_TTL_S):
+                return True
+            taken = self.client.get(key)
+        return isinstance(taken, bytes) and taken.decode() == owner
+
     def my_turn(self, session_key: str, job_id: str, now: datetime) -> bool:
         """True when ``job_id`` heads its session's line. A head that cannot be running any more
         is removed, so one lost job cannot block a session: its state is gone (it ended or
@@ -105,9 +122,12 @@ class RedisStateStore:
         raw = self.client.lindex(key, 0)
         return raw.decode() if isinstance(raw, bytes) else None
 
-    def leave_line(self, session_key: str, job_id: str) -> None:
+    def leave_line(self, session_key: str, job_id: str) -> str | None:
+        """Leave the line; returns the job now at its head, read in the same atomic step (a job
+        joining meanwhile is either seen here or finds itself at the head)."""
         with redis_errors("leave the session line"):
-            self.client.lrem(self._session(session_key), 0, job_id)
+            head = self._leave(keys=[self._session(session_key)], args=[job_id])
+        return head.decode() if isinstance(head, bytes) else None
 
 
 class redis_errors:  # noqa: N801 - used as a context manager, like contextlib's

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from celery import Task
+from celery.exceptions import Ignore
 
 from pipeline.config import WorkerConfig
 from pipeline.errors import MemqError, PermanentError, RetriesExhaustedError, TransientError
@@ -23,14 +24,13 @@ from pipeline.phases import PHASES, PhaseSpec, run_phase
 from pipeline.state import JobState, JobStatus, Phase
 from pipeline.store.protocol import JobRecord
 from workers.names import HEALTH_TASK, WAIT_TASK, phase_task_name
+from workers.turns import check_delay, hand_on
 
 if TYPE_CHECKING:
     from workers.app import MemqCelery
     from workers.runtime import Runtime
 
 log = logging.getLogger("memq.worker")
-
-TURN_POLL_S = 0.5
 
 
 class JobTask(Task):  # type: ignore[type-arg]
@@ -44,16 +44,17 @@ class JobTask(Task):  # type: ignore[type-arg]
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         job_id = args[0] if args else kwargs.get("job_id")
         if job_id is not None:
-            record_failure(self.runtime, job_id, exc)
+            record_failure(cast("MemqCelery", self.app), job_id, exc)
 
 
 RECORD_ATTEMPTS = 3
 
 
-def record_failure(runtime: Runtime, job_id: str, exc: Exception) -> None:
-    """Write the job's final record, then free its state and its place in the session line —
+def record_failure(app: MemqCelery, job_id: str, exc: Exception) -> None:
+    """Write the job's final record, then free its state and hand the session line on —
     unless the record cannot be written (the state stays for an operator, the line head goes
     stale) or the job was replayed meanwhile (the new run owns the state)."""
+    runtime = app.runtime
     state = runtime.states.load(job_id)
     if state is None:
         log.error("job %s failed after its state was gone: %s", job_id, exc)
@@ -69,8 +70,8 @@ def record_failure(runtime: Runtime, job_id: str, exc: Exception) -> None:
     log.warning("job %s %s in phase %s: %s", job_id, status.value, phase, reason)
     current = runtime.states.load(job_id)
     if current is not None and current.attempts == state.attempts:
-        runtime.states.leave_line(state.request.scope.key, job_id)
         runtime.states.delete(job_id)
+        hand_on(app, state.request.scope.key, job_id)
 
 
 def save_record(runtime: Runtime, record: JobRecord) -> bool:
@@ -116,12 +117,15 @@ def register_tasks(app: MemqCelery) -> None:
 
     @app.task(name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime)
     def wait_turn(self: JobTask, job_id: str) -> str:
-        """Hold the chain until every earlier job of the same session has ended."""
+        """Hold the chain until every earlier job of the same session has ended, then take this
+        attempt's turn; a chain that finds the turn taken by another (or the job over) ends."""
         state = runtime.states.load(job_id)
-        if state is not None and not runtime.states.my_turn(
-            state.request.scope.key, job_id, runtime.clock()
-        ):
-            raise self.retry(countdown=TURN_POLL_S, max_retries=None)
+        if state is None:
+            raise Ignore()
+        if not runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock()):
+            raise self.retry(countdown=check_delay(self.request.retries), max_retries=None)
+        if not runtime.states.take_turn(job_id, state.attempts, owner=str(self.request.id)):
+            raise Ignore()
         return job_id
 
     for spec in PHASES:
@@ -142,14 +146,15 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> N
                 job_record(state, JobStatus.RUNNING, runtime.clock(), phase=spec.phase.value)
             )
         state = run_phase(spec, state, runtime.deps)
-        finish(runtime, spec.phase, state)
+        finish(app, spec.phase, state)
         return job_id
 
 
-def finish(runtime: Runtime, phase: Phase, state: JobState) -> None:
-    """Save the state for the next task; after the last phase, free the session line."""
+def finish(app: MemqCelery, phase: Phase, state: JobState) -> None:
+    """Save the state for the next task; after the last phase, free it and hand the session
+    line on to the next job."""
     if phase is not Phase.FINALIZE:
-        runtime.states.save(state)
+        app.runtime.states.save(state)
         return
-    runtime.states.leave_line(state.request.scope.key, state.job_id)
-    runtime.states.delete(state.job_id)
+    app.runtime.states.delete(state.job_id)
+    hand_on(app, state.request.scope.key, state.job_id)

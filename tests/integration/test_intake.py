@@ -45,6 +45,22 @@ def test_the_line_keeps_order_and_drops_heads_that_cannot_be_running(
     assert states.my_turn(scope.key, third.job_id, NOW)
 
 
+def test_leaving_the_line_names_the_next_job_and_one_chain_takes_each_turn(
+    celery_app: MemqCelery,
+) -> None:
+    states = celery_app.runtime.states
+    scope = Scope(user_id=f"turn-{uuid.uuid4().hex[:8]}")
+    first, second = state_for(scope), state_for(scope)
+    for job in (first, second):
+        states.enter_line(scope.key, job.job_id, NOW)
+    assert states.leave_line(scope.key, first.job_id) == second.job_id
+    assert states.take_turn(second.job_id, 0, owner="hand-on")
+    assert states.take_turn(second.job_id, 0, owner="hand-on")  # the same task, delivered again
+    assert not states.take_turn(second.job_id, 0, owner="its-own-wait")
+    assert states.take_turn(second.job_id, 1, owner="its-own-wait")  # a replay is a new attempt
+    assert states.leave_line(scope.key, second.job_id) is None
+
+
 def test_a_job_left_queued_without_state_can_be_replayed(celery_app: MemqCelery) -> None:
     runtime = celery_app.runtime
     state = state_for(Scope(user_id=f"lost-{uuid.uuid4().hex[:8]}"))

@@ -216,6 +216,26 @@ def test_jobs_of_one_session_run_in_order(
     assert [m.content for m in window] == [f"fact: step {i} of the plan" for i in range(4)]
 
 
+def test_a_job_ending_starts_the_next_one_of_its_session(
+    celery_app: MemqCelery, store: ElasticStore, scope: Scope
+) -> None:
+    """The hand-on alone starts the job behind: this one was never given a chain of its own."""
+    from workers.turns import hand_on
+
+    states = celery_app.runtime.states
+    ahead, behind = (
+        JobState(job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=datetime.now(UTC))
+        for fact in ("x", "Ann rows")
+    )
+    for job in (ahead, behind):
+        states.save(job)
+        states.enter_line(scope.key, job.job_id, datetime.now(UTC))
+    states.delete(ahead.job_id)
+    hand_on(celery_app, scope.key, ahead.job_id)
+    record = wait_job(store, behind.job_id)
+    assert record.status == "succeeded" and record.results[0]["text"] == "Ann rows"
+
+
 def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(
     celery_app: MemqCelery,
     store: ElasticStore,
@@ -312,7 +332,7 @@ def test_a_failure_is_recorded_then_its_state_freed(
     )
     runtime.states.save(state)
     runtime.states.enter_line(scope.key, state.job_id, datetime.now(UTC))
-    record_failure(runtime, state.job_id, PermanentError("bad input"))
+    record_failure(celery_app, state.job_id, PermanentError("bad input"))
     record = store.get_job(state.job_id)
     assert record is not None and record.status == "failed" and record.reason == "bad input"
     assert not runtime.states.exists(state.job_id)
@@ -323,19 +343,20 @@ def test_a_failure_that_cannot_be_recorded_keeps_its_state(
 ) -> None:
     """Elasticsearch down while a job fails: nothing is freed, so nothing is lost silently."""
     from pipeline.errors import PermanentError
-    from workers.runtime import Runtime
+    from workers.app import create_celery
     from workers.tasks import record_failure
 
     down = settings.model_copy(
         update={"es": settings.es.model_copy(update={"url": "http://127.0.0.1:9"})}
     )
-    runtime = Runtime(down)
+    app = create_celery(down)
+    runtime = app.runtime
     state = JobState(
         job_id=f"lost-{uuid.uuid4().hex[:8]}",
         request=ask(scope, "x"),
         received_at=datetime.now(UTC),
     )
     runtime.states.save(state)
-    record_failure(runtime, state.job_id, PermanentError("bad input"))
+    record_failure(app, state.job_id, PermanentError("bad input"))
     assert runtime.states.exists(state.job_id)
     runtime.states.delete(state.job_id)
