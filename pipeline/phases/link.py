@@ -1,6 +1,7 @@
 """Phase 7: entities of the stored memories — one extraction pass, one batch embedding, one
 batch search; each entity merges into a similar one of the scope (similarity >= 0.95) or is
-created. Links are recorded atomically by the store, so concurrent jobs never lose links."""
+created. All links are recorded in one store call (for Elasticsearch: one read and one bulk),
+with optimistic concurrency, so concurrent jobs never lose each other's links."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pipeline.deps import Deps
 from pipeline.models import Scope, entity_id
 from pipeline.protocols import Entity
 from pipeline.state import JobState, StoredMemory
-from pipeline.store.protocol import EntityDoc
+from pipeline.store.protocol import EntityDoc, EntityLink
 
 Groups = dict[str, tuple[Entity, list[str]]]
 
@@ -29,16 +30,14 @@ def link_entities(state: JobState, deps: Deps) -> JobState:
     names = list(groups)
     vectors = deps.embedder.embed([groups[n][0].text for n in names])
     nearest = deps.store.nearest_entities(scope, vectors)
-    links: dict[str, list[str]] = {}
+    links: list[EntityLink] = []
     for name, vector, near in zip(names, vectors, nearest, strict=True):
         entity, memory_ids = groups[name]
         doc = entity_doc(scope, name, entity, vector, state)
-        into = near[0] if near and near[1] >= deps.limits.entity_merge_similarity else None
-        linked = deps.store.link_entity(doc, memory_ids, None if into == doc.id else into)
-        for memory in memory_ids:
-            links.setdefault(memory, []).append(linked)
-    deps.store.set_memory_entities(links)
-    entity_ids = sorted({e for ids in links.values() for e in ids})
+        similar = near is not None and near[1] >= deps.limits.entity_merge_similarity
+        links.append(EntityLink(doc, memory_ids, near[0] if near and similar else doc.id))
+    deps.store.link_entities(links)
+    entity_ids = sorted({link.target for link in links})
     return state.with_(entity_ids=entity_ids, counts={**state.counts, "entities": len(entity_ids)})
 
 

@@ -22,6 +22,7 @@ from pipeline.store.client import error_reason, es_errors
 from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import (
     EntityDoc,
+    EntityLink,
     HistoryDoc,
     JobRecord,
     MemoryDoc,
@@ -60,22 +61,14 @@ class ElasticStore:
     def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
         """The scope's window document, read by id: a realtime GET, so the session's previous
         job is always seen, with no index refresh to wait for."""
-        with es_errors("read the message window"):
-            try:
-                source = self.client.get(
-                    index=self.names.messages, id=window_id(scope), source_includes=["window"]
-                ).body["_source"]
-            except NotFoundError:
-                return []
-        return [
-            ContextMessage.model_validate(entry["message"]) for entry in source["window"][-limit:]
-        ]
+        return [ContextMessage.model_validate(e["message"]) for e in self._window(scope)[-limit:]]
 
     def append_messages(
         self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
     ) -> None:
-        """One document per message (the full record), and the window document updated with
-        them (replaying a job does not append its messages twice)."""
+        """One document per message (the full record) and the window document extended with
+        them, in one bulk (replaying a job does not append its messages twice). Jobs of one
+        session run one at a time, so the window's read-modify-write has no rival."""
         if not messages:
             return
         actions: list[dict[str, Any]] = []
@@ -96,38 +89,35 @@ class ElasticStore:
                     "created_at": at.isoformat(),
                 }
             )
-        self._bulk_all_or_raise(actions, "save messages")
-        self._extend_window(scope, job_id, messages, at)
-
-    def _extend_window(
-        self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
-    ) -> None:
-        """Jobs of one session run one at a time, so this read-modify-write has no rival."""
-        with es_errors("update the message window"):
-            try:
-                window = self.client.get(index=self.names.messages, id=window_id(scope)).body[
-                    "_source"
-                ]["window"]
-            except NotFoundError:
-                window = []
-            if any(entry["job_id"] == job_id for entry in window):
-                return
+        window = self._window(scope)
+        if not any(entry["job_id"] == job_id for entry in window):
             window += [
                 {"job_id": job_id, "seq": seq, "message": m.model_dump()}
                 for seq, m in enumerate(messages)
             ]
-            self.client.index(
-                index=self.names.messages,
-                id=window_id(scope),
-                document={
+            actions.append({"index": {"_index": self.names.messages, "_id": window_id(scope)}})
+            actions.append(
+                {
                     **scope.fields(),
                     "kind": "window",
                     "session_key": scope.key,
                     "job_id": job_id,
                     "window": window[-WINDOW_KEEP:],
                     "created_at": at.isoformat(),
-                },
+                }
             )
+        self._bulk_all_or_raise(actions, "save messages")
+
+    def _window(self, scope: Scope) -> list[dict[str, Any]]:
+        with es_errors("read the message window"):
+            try:
+                source = self.client.get(
+                    index=self.names.messages, id=window_id(scope), source_includes=["window"]
+                ).body
+            except NotFoundError:
+                return []
+        window: list[dict[str, Any]] = source["_source"]["window"]
+        return window
 
     def similar_memories(
         self, scope: Scope, vector: Sequence[float], k: int
@@ -197,14 +187,33 @@ class ElasticStore:
             responses = self.client.msearch(searches=searches).body["responses"]
         return [self._top_hit(r) for r in responses]
 
-    def link_entity(self, entity: EntityDoc, memory_ids: Sequence[str], into: str | None) -> str:
-        target = into or entity.id
-        if into is None and self._create_entity(entity, memory_ids):
-            return target
+    def link_entities(self, links: Sequence[EntityLink]) -> None:
+        """One mget of the target entities, then one bulk: creates for the missing, updates
+        guarded by ``if_seq_no`` for the rest, and each memory's ``entity_ids``. Targets that
+        another writer changed in between are read and written again."""
+        wanted: dict[str, set[str]] = {}
+        creatable: dict[str, EntityDoc] = {}
+        memories: dict[str, set[str]] = {}
+        for link in links:
+            wanted.setdefault(link.target, set()).update(link.memory_ids)
+            if link.target == link.entity.id:
+                creatable[link.target] = link.entity
+            for memory in link.memory_ids:
+                memories.setdefault(memory, set()).add(link.target)
+        extra: list[dict[str, Any]] = []
+        for memory, targets in memories.items():
+            extra.append(
+                {"update": {"_index": self.names.memories, "_id": memory, "retry_on_conflict": 3}}
+            )
+            extra.append({"doc": {"entity_ids": sorted(targets)}})
         for _ in range(_LINK_ATTEMPTS):
-            if self._add_links(target, memory_ids):
-                return target
-        raise TransientError(f"entity {target}: too many concurrent link updates")
+            actions = self._entity_link_actions(wanted, creatable) + extra
+            if not actions:
+                return
+            conflicted = self._bulk_links(actions, set(wanted))
+            wanted = {target: ids for target, ids in wanted.items() if target in conflicted}
+            extra = []
+        raise TransientError(f"entities {sorted(wanted)}: too many concurrent link updates")
 
     def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
         """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
@@ -234,14 +243,6 @@ class ElasticStore:
                 source_includes=["linked_memory_ids"],
             ).body["docs"]
         return {d["_id"]: d["_source"].get("linked_memory_ids", []) for d in docs if d.get("found")}
-
-    def set_memory_entities(self, links: dict[str, list[str]]) -> None:
-        actions: list[dict[str, Any]] = []
-        for memory, entities in links.items():
-            actions.append({"update": {"_index": self.names.memories, "_id": memory}})
-            actions.append({"doc": {"entity_ids": sorted(set(entities))}})
-        if actions:
-            self._bulk_all_or_raise(actions, "record entity links on memories")
 
     def make_visible(self) -> None:
         """Refresh the memories index: what was written is searchable when this returns. For
@@ -381,33 +382,42 @@ class ElasticStore:
         hits = response["hits"]["hits"]
         return (hits[0]["_id"], cosine_from_score(hits[0]["_score"])) if hits else None
 
-    def _create_entity(self, entity: EntityDoc, memory_ids: Sequence[str]) -> bool:
-        with es_errors(f"create entity {entity.id}"):
-            try:
-                self.client.create(
-                    index=self.names.entities, id=entity.id, document=entity.source(memory_ids)
-                )
-            except ConflictError:
-                return False
-        return True
-
-    def _add_links(self, entity_id: str, memory_ids: Sequence[str]) -> bool:
-        """One optimistic read-merge-write; False when another writer got there first."""
-        with es_errors(f"link entity {entity_id}"):
-            current = self.client.get(
-                index=self.names.entities, id=entity_id, source_includes=["linked_memory_ids"]
-            ).body
-            linked = set(current["_source"].get("linked_memory_ids", []))
+    def _entity_link_actions(
+        self, wanted: dict[str, set[str]], creatable: dict[str, EntityDoc]
+    ) -> list[dict[str, Any]]:
+        if not wanted:
+            return []
+        with es_errors("read entity links"):
+            docs = self.client.mget(
+                index=self.names.entities, ids=list(wanted), source_includes=["linked_memory_ids"]
+            ).body["docs"]
+        actions: list[dict[str, Any]] = []
+        for doc in docs:
+            target, memory_ids = doc["_id"], wanted[doc["_id"]]
+            if not doc.get("found"):
+                if target not in creatable:  # merged into an entity deleted since the search
+                    raise TransientError(f"entity {target} is gone; linking again")
+                actions.append({"create": {"_index": self.names.entities, "_id": target}})
+                actions.append(creatable[target].source(sorted(memory_ids)))
+                continue
+            linked = set(doc["_source"].get("linked_memory_ids", []))
             if linked.issuperset(memory_ids):
-                return True
-            try:
-                self.client.update(
-                    index=self.names.entities,
-                    id=entity_id,
-                    doc={"linked_memory_ids": sorted(linked | set(memory_ids))},
-                    if_seq_no=current["_seq_no"],
-                    if_primary_term=current["_primary_term"],
-                )
-            except ConflictError:
-                return False
-        return True
+                continue
+            guard = {"if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]}
+            actions.append({"update": {"_index": self.names.entities, "_id": target, **guard}})
+            actions.append({"doc": {"linked_memory_ids": sorted(linked | memory_ids)}})
+        return actions
+
+    def _bulk_links(self, actions: list[dict[str, Any]], entities: set[str]) -> set[str]:
+        """Run the link bulk; returns the entities another writer got to first (409)."""
+        with es_errors("link entities"):
+            items = self.client.bulk(operations=actions).body["items"]
+        conflicted: set[str] = set()
+        for item in items:
+            result = next(iter(item.values()))
+            if result["status"] == 409 and result["_id"] in entities:
+                conflicted.add(result["_id"])
+            elif result.get("error"):
+                reason = error_reason(result["error"])
+                raise TransientError(f"link entities: HTTP {result['status']} {reason}")
+        return conflicted

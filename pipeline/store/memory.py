@@ -12,7 +12,7 @@ from typing import Any
 
 from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.protocol import (
-    EntityDoc,
+    EntityLink,
     HistoryDoc,
     JobRecord,
     MemoryDoc,
@@ -115,21 +115,20 @@ class InMemoryStore:
         scored = [(i, cosine(vector, e["embedding"])) for i, e in pool]
         return max(scored, key=lambda s: s[1]) if scored else None
 
-    def link_entity(self, entity: EntityDoc, memory_ids: Sequence[str], into: str | None) -> str:
-        target = into or entity.id
+    def link_entities(self, links: Sequence[EntityLink]) -> None:
+        targets: dict[str, set[str]] = {}
         with self._lock:
-            if target not in self.entities:
-                self.entities[target] = entity.source(memory_ids)
-            else:
-                held = self.entities[target]
-                held["linked_memory_ids"] = sorted(set(held["linked_memory_ids"]) | set(memory_ids))
-        return target
-
-    def set_memory_entities(self, links: dict[str, list[str]]) -> None:
-        with self._lock:
-            for memory, entities in links.items():
+            for link in links:
+                if link.target not in self.entities:
+                    self.entities[link.target] = link.entity.source(link.memory_ids)
+                held = self.entities[link.target]
+                linked = set(held["linked_memory_ids"]) | set(link.memory_ids)
+                held["linked_memory_ids"] = sorted(linked)
+                for memory in link.memory_ids:
+                    targets.setdefault(memory, set()).add(link.target)
+            for memory, entity_ids in targets.items():
                 if memory in self.memories:
-                    self.memories[memory]["entity_ids"] = sorted(set(entities))
+                    self.memories[memory]["entity_ids"] = sorted(entity_ids)
 
     def save_job(self, record: JobRecord) -> None:
         with self._lock:

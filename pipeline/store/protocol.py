@@ -120,6 +120,16 @@ class EntityDoc:
 
 
 @dataclass(frozen=True)
+class EntityLink:
+    """Link ``memory_ids`` to entity ``target``: ``entity`` itself (created when missing) or a
+    similar entity of the scope it merges into."""
+
+    entity: EntityDoc
+    memory_ids: list[str]
+    target: str
+
+
+@dataclass(frozen=True)
 class StoredHash:
     """What holds an id already: its text hash and the job that wrote it."""
 
@@ -195,12 +205,11 @@ class Store(Protocol):
         """For each vector, the most similar entity of the scope and its cosine similarity."""
         ...
 
-    def link_entity(self, entity: EntityDoc, memory_ids: Sequence[str], into: str | None) -> str:
-        """Add ``memory_ids`` to entity ``into`` (an existing id) or create ``entity``;
-        concurrent callers never lose each other's links. Returns the entity id."""
+    def link_entities(self, links: Sequence[EntityLink]) -> None:
+        """Record every link on both sides: each target entity (created when missing) gains the
+        memory ids, and each memory's ``entity_ids`` becomes its targets. Concurrent callers
+        never lose each other's links."""
         ...
-
-    def set_memory_entities(self, links: dict[str, list[str]]) -> None: ...
 
     def save_job(self, record: JobRecord) -> None: ...
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +16,7 @@ from pipeline.errors import InvalidInputError
 from pipeline.models import Scope, memory_id
 from pipeline.search import Searcher, SearchQuery
 from pipeline.store.indices import IndexNames
-from pipeline.store.protocol import EntityDoc, MemoryDoc
+from pipeline.store.protocol import EntityDoc, EntityLink, MemoryDoc
 from workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -111,7 +112,7 @@ def test_an_entity_only_hit_is_returned(runtime: Runtime, searcher: Searcher, sc
         embedding=vector,
         created_at=NOW,
     )
-    runtime.store.link_entity(entity, [linked], None)
+    runtime.store.link_entities([EntityLink(entity, [linked], entity.id)])
     runtime.es.indices.refresh(index=runtime.store.names.entities)
     weights = {"weight_semantic": 0.2, "weight_bm25": 0.2, "weight_entity": 0.6}
     entity_heavy = replace(searcher, config=searcher.config.model_copy(update=weights))
@@ -122,6 +123,32 @@ def test_an_entity_only_hit_is_returned(runtime: Runtime, searcher: Searcher, sc
     hit = hits[0]
     assert hit.explain is not None and hit.explain.entity > 0 and hit.explain.rank_entity == 1
     assert hit.explain.rank_bm25 is None and hit.explain.rank_semantic is None
+
+
+def test_jobs_linking_one_entity_at_once_lose_no_link(runtime: Runtime, scope: Scope) -> None:
+    memories = put(
+        runtime, scope, *(f"Dinner with the Lisbon crowd, evening {i}" for i in range(12))
+    )
+    entity = EntityDoc(
+        id=f"e-{uuid.uuid4().hex}",
+        scope=scope,
+        text="Lisbon",
+        normalized="lisbon",
+        type="name",
+        embedding=runtime.deps.embedder.embed(["Lisbon"])[0],
+        created_at=NOW,
+    )
+
+    def link(memory: str) -> None:
+        runtime.store.link_entities([EntityLink(entity, [memory], entity.id)])
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(link, memories))
+    names = runtime.store.names
+    held = runtime.es.get(index=names.entities, id=entity.id)["_source"]
+    assert sorted(held["linked_memory_ids"]) == sorted(memories)
+    docs = runtime.es.mget(index=names.memories, ids=memories)["docs"]
+    assert all(d["_source"]["entity_ids"] == [entity.id] for d in docs)
 
 
 def test_explain_matches_the_ranking(runtime: Runtime, searcher: Searcher, scope: Scope) -> None:
