@@ -328,11 +328,11 @@ def measure(bench: Bench, mode: str, work: Callable[[], tuple[int, int]]) -> Res
 # --- memq ------------------------------------------------------------------------------------
 
 
-def memq_env(bench: Bench, run: str) -> dict[str, str]:
+def memq_env(bench: Bench, run: str, prefix: str | None = None) -> dict[str, str]:
     return {
         **os.environ,
         "MEMQ_ES_URL": bench.proxy.url,
-        "MEMQ_ES_INDEX_PREFIX": f"memqbench-ingest-{run}",
+        "MEMQ_ES_INDEX_PREFIX": prefix or f"memqbench-ingest-{run}",
         "MEMQ_LLM_BASE_URL": bench.llm.base_url,
         "MEMQ_LLM_MODEL": "scripted",
         "MEMQ_EMBEDDER_KIND": "openai",
@@ -385,9 +385,9 @@ def settle(bench: Bench, quiet_s: float = 1.5, timeout_s: float = 60) -> None:
             seen, since = bench.embeddings.embed_calls, time.monotonic()
 
 
-def request_for(conv: Conversation) -> AddRequest:
+def request_for(conv: Conversation, tenant: str = TENANT) -> AddRequest:
     return AddRequest(
-        scope=Scope(tenant=TENANT, user_id=conv.user),
+        scope=Scope(tenant=tenant, user_id=conv.user),
         messages=[MessageIn.model_validate(m) for m in conv.messages],
         metadata={"conversation": conv.id},
         timestamp=conv.timestamp,
@@ -395,22 +395,36 @@ def request_for(conv: Conversation) -> AddRequest:
     )
 
 
-def wait_terminal(es: Elasticsearch, names: IndexNames, count: int, timeout_s: float) -> int:
-    """Poll the job records (direct client) until all are terminal; returns how many failed."""
+def wait_terminal(
+    es: Elasticsearch, names: IndexNames, count: int, timeout_s: float, batch: str | None = None
+) -> int:
+    """Poll the job records (direct client; of one batch if given) until all are terminal;
+    returns how many failed."""
+    in_batch = [{"term": {"batch_id": batch}}] if batch else []
+
+    def jobs(statuses: list[str]) -> int:
+        query = {"bool": {"filter": [*in_batch, {"terms": {"status": statuses}}]}}
+        return int(es.count(index=names.jobs, query=query)["count"])
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         es.indices.refresh(index=names.jobs)
-        done = es.count(index=names.jobs, query={"terms": {"status": list(TERMINAL)}})["count"]
-        if done >= count:
-            failed = es.count(index=names.jobs, query={"terms": {"status": ["failed", "dead"]}})
-            return int(failed["count"])
+        if jobs(list(TERMINAL)) >= count:
+            return jobs(["failed", "dead"])
         time.sleep(0.25)
     raise SystemExit(f"ingest_compare: jobs not terminal after {timeout_s:.0f}s")
 
 
-def memq_run(bench: Bench, cpu_workers: int) -> Result:
+def stored(es: Elasticsearch, index: str) -> int:
+    return int(es.count(index=index)["count"])
+
+
+@contextmanager
+def memq_app(bench: Bench, cpu_workers: int, prefix: str | None = None) -> Iterator[MemqCelery]:
+    """memq's workers on private queues, up and settled; the app to submit to. They write under
+    ``prefix``, or under a private prefix whose indices are dropped at the end."""
     run = uuid.uuid4().hex[:6]
-    env = memq_env(bench, run)
+    env = memq_env(bench, run, prefix)
     with mock.patch.dict(os.environ, env):
         settings = Settings()
     app = create_celery(settings)
@@ -420,18 +434,33 @@ def memq_run(bench: Bench, cpu_workers: int) -> Result:
     try:
         with memq_workers(env, logs, app, run, cpu_workers):
             settle(bench)
-
-            def work() -> tuple[int, int]:
-                for conv in bench.convs:
-                    submit(app, request_for(conv))
-                failed = wait_terminal(bench.es, names, len(bench.convs), timeout_s=900)
-                bench.es.indices.refresh(index=names.memories)
-                return int(bench.es.count(index=names.memories)["count"]), failed
-
-            return measure(bench, f"memq-{cpu_workers}w", work)
+            yield app
     finally:
-        drop_indices(bench.es, names)
+        if prefix is None:
+            drop_indices(bench.es, names)
         drop_redis(settings, f"memq:{settings.es.index_prefix}:*", f"*bench-ingest-{run}.*")
+
+
+def memq_ingest(
+    bench: Bench, app: MemqCelery, mode: str, tenant: str = TENANT, batch: str | None = None
+) -> Result:
+    """Submit every conversation, then wait for every job record to be terminal."""
+    names = app.runtime.store.names
+    before = stored(bench.es, names.memories)
+
+    def work() -> tuple[int, int]:
+        for conv in bench.convs:
+            submit(app, request_for(conv, tenant), batch_id=batch)
+        failed = wait_terminal(bench.es, names, len(bench.convs), timeout_s=900, batch=batch)
+        bench.es.indices.refresh(index=names.memories)
+        return stored(bench.es, names.memories) - before, failed
+
+    return measure(bench, mode, work)
+
+
+def memq_run(bench: Bench, cpu_workers: int) -> Result:
+    with memq_app(bench, cpu_workers) as app:
+        return memq_ingest(bench, app, f"memq-{cpu_workers}w")
 
 
 def drop_redis(settings: Settings, *patterns: str) -> None:
@@ -448,10 +477,11 @@ def drop_redis(settings: Settings, *patterns: str) -> None:
 # --- mem0 ------------------------------------------------------------------------------------
 
 
-def mem0_setup(bench: Bench, run: str) -> tuple[dict[str, Any], str]:
-    """mem0_compare's configuration, on its own index and history DB for this run."""
+def mem0_setup(bench: Bench, run: str, index: str | None = None) -> tuple[dict[str, Any], str]:
+    """mem0_compare's configuration, on its own history DB for this run and on ``index`` (default:
+    an index of its own)."""
     config = mem0_config(bench.proxy.url, 0, bench.workdir / run)
-    index = f"mem0bench_ingest_{run}"
+    index = index or f"mem0bench_ingest_{run}"
     config["vector_store"]["config"]["collection_name"] = index
     config["embedder"]["config"]["openai_base_url"] = bench.embed_url
     config["llm"]["config"].update(model="scripted", openai_base_url=bench.llm.base_url)
@@ -465,12 +495,12 @@ def mem0_args(conv: Conversation) -> dict[str, Any]:
     return {"messages": conv.messages, "user_id": conv.user, "metadata": metadata}
 
 
-def mem0_finish(bench: Bench, index: str, added: int) -> tuple[int, int]:
+def mem0_finish(bench: Bench, index: str, added: int, before: int = 0) -> tuple[int, int]:
     bench.es.indices.refresh(index=index)
-    stored = int(bench.es.count(index=index)["count"])
-    if stored != added:
-        print(f"  mem0: add() reported {added} ADD events, the index holds {stored}")
-    return stored, 0
+    new = stored(bench.es, index) - before
+    if new != added:
+        print(f"  mem0: add() reported {added} ADD events, the index holds {new} more")
+    return new, 0
 
 
 def drop_replica(bench: Bench, index: str) -> None:
@@ -478,22 +508,36 @@ def drop_replica(bench: Bench, index: str) -> None:
     bench.es.indices.put_settings(index=index, settings={"index": {"number_of_replicas": 0}})
 
 
-def mem0_seq_run(bench: Bench) -> Result:
+@contextmanager
+def mem0_memory(bench: Bench, index: str | None = None) -> Iterator[tuple[Any, str]]:
+    """mem0's `Memory` and its index: ``index`` if given, else one of its own, dropped after."""
     from mem0 import Memory  # type: ignore[import-untyped]
 
-    config, index = mem0_setup(bench, uuid.uuid4().hex[:6])
+    config, name = mem0_setup(bench, uuid.uuid4().hex[:6], index)
     memory = Memory.from_config(config)
-    drop_replica(bench, index)
+    drop_replica(bench, name)
+    try:
+        yield memory, name
+    finally:
+        memory.close()
+        if index is None:
+            drop_mem0_indices(bench.es, name)
+
+
+def mem0_seq(bench: Bench, memory: Any, index: str) -> Result:
+    """`Memory.add` for every conversation, one after another."""
+    before = stored(bench.es, index)
 
     def work() -> tuple[int, int]:
         added = sum(len(memory.add(**mem0_args(conv))["results"]) for conv in bench.convs)
-        return mem0_finish(bench, index, added)
+        return mem0_finish(bench, index, added, before)
 
-    try:
-        return measure(bench, "mem0-seq", work)
-    finally:
-        memory.close()
-        drop_mem0_indices(bench.es, index)
+    return measure(bench, "mem0-seq", work)
+
+
+def mem0_seq_run(bench: Bench) -> Result:
+    with mem0_memory(bench) as (memory, index):
+        return mem0_seq(bench, memory, index)
 
 
 def mem0_async_run(bench: Bench, concurrency: int = 8) -> Result:

@@ -28,8 +28,10 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +360,13 @@ def hit_count(reply: object) -> int:
     return len(found)
 
 
+def sample(searches: dict[str, Search], asked: list[str]) -> dict[str, list[float]]:
+    """The hits each system finds for the first question, printed, then `measure`."""
+    found = {name: hit_count(search(asked[0])) for name, search in searches.items()}
+    print(f"hits for {asked[0]!r}: {found}")
+    return measure(searches, asked)
+
+
 def measure(searches: dict[str, Search], asked: list[str]) -> dict[str, list[float]]:
     """Per question, every system once, the order rotated; returns ms per system."""
     systems = list(searches)
@@ -394,14 +403,26 @@ def table(results: Results) -> str:
     return "\n".join(lines)
 
 
-def plot(results: Results, path: Path) -> None:
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only."""
     import matplotlib  # type: ignore[import-untyped,unused-ignore]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # type: ignore[import-untyped,unused-ignore]
 
+    return plt
+
+
+def save(figure: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+def plot(results: Results, path: Path) -> None:
     sizes = list(results)
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = pyplot().subplots(figsize=(7, 4.5))
     for system, color in (("memq", "tab:blue"), ("mem0", "tab:orange"), ("floor", "tab:gray")):
         for p, style in ((50, "-"), (95, "--")):
             values = [percentile(results[s][system], p) for s in sizes]
@@ -412,10 +433,7 @@ def plot(results: Results, path: Path) -> None:
     axes.set_title("Search latency as the store grows (top 10, single client)")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(ncol=3, fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    print(f"plot: {path}")
+    save(figure, path)
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -460,8 +478,8 @@ class Bench:
         }
 
 
-def run(sizes: list[int], keep: bool, workdir: Path) -> Results:
-    rng = random.Random(SEED)
+def prepare(rng: random.Random, size: int) -> Bench:
+    """memq on empty indices, the pool embedded, and `size` memories drawn (not yet written)."""
     runtime = fresh_runtime(MEMQ_PREFIX)
     embedder = runtime.deps.embedder
     if not isinstance(embedder, MiniLMEmbedder):
@@ -471,38 +489,57 @@ def run(sizes: list[int], keep: bool, workdir: Path) -> Results:
     entity_vectors = dict(
         zip(names, embedder.embed([pool.entity_text[n] for n in names]), strict=True)
     )
-    bench = Bench(runtime, embedder, pool, combinations(rng, max(sizes)), entity_vectors)
-    asked = questions(rng, QUESTIONS)
-    server = serve(Endpoints(embedder, turns=0))
+    return Bench(runtime, embedder, pool, combinations(rng, size), entity_vectors)
+
+
+@contextmanager
+def opened(
+    bench: Bench, endpoints: Endpoints, workdir: Path, keep: bool
+) -> Iterator[ThreadingHTTPServer]:
+    """`endpoints` served and mem0 on a fresh index; both systems' indices dropped at the end
+    unless `keep`."""
+    runtime = bench.runtime
+    server = serve(endpoints)
     drop_mem0(runtime.es)
     bench.memory = make_mem0(runtime.settings.es.url, server.server_port, workdir, runtime.es)
-    results: Results = {}
     try:
-        previous = 0
-        for size in sizes:
-            bench.grow(previous, size)
-            found = {name: hit_count(search(asked[0])) for name, search in bench.searches().items()}
-            print(f"hits for {asked[0]!r}: {found}")
-            results[size] = measure(bench.searches(), asked)
-            print(table({size: results[size]}), flush=True)
-            previous = size
+        yield server
     finally:
         bench.memory.close()
         server.shutdown()
         if not keep:
             drop_indices(runtime.es, runtime.store.names)
             drop_mem0(runtime.es)
+
+
+def run(sizes: list[int], keep: bool, workdir: Path) -> Results:
+    rng = random.Random(SEED)
+    bench = prepare(rng, max(sizes))
+    asked = questions(rng, QUESTIONS)
+    results: Results = {}
+    with opened(bench, Endpoints(bench.embedder, turns=0), workdir, keep):
+        previous = 0
+        for size in sizes:
+            bench.grow(previous, size)
+            results[size] = sample(bench.searches(), asked)
+            print(table({size: results[size]}), flush=True)
+            previous = size
     return results
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def arguments(doc: str | None, plot_path: Path) -> argparse.ArgumentParser:
+    """--sizes, --keep and --plot, for this command and the ones built on its stores."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument(
         "--sizes", default="1000,10000,100000", help="growing sizes, comma-separated"
     )
     parser.add_argument("--keep", action="store_true", help="keep both systems' indices")
-    parser.add_argument("--plot", type=Path, default=PLOT)
-    return parser.parse_args(argv)
+    parser.add_argument("--plot", type=Path, default=plot_path)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return arguments(__doc__, PLOT).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
