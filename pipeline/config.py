@@ -126,7 +126,7 @@ class SearchConfig(_Section):
     max_top_k: int = Field(default=200, ge=1, le=1000)
     candidates_per_signal: int = Field(default=50, ge=10, le=1000)
     rerank_overfetch: int = Field(default=3, ge=1, le=10)
-    entity_links_per_entity: int = Field(default=200, ge=1, le=10_000)
+    entity_links_per_entity: int = Field(default=100, ge=1, le=10_000)
 
 
 class WorkerConfig(_Section):

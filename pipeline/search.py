@@ -194,14 +194,18 @@ class Searcher:
 
     def _entity_candidates(self, query: SearchQuery, candidates: Candidates) -> None:
         """Memories linked to the query's entities, weighted 1/log2(2 + links): an entity linked
-        to everything (the user's own name, say) says little about any one memory."""
+        to everything (the user's own name, say) says little about any one memory. A hub (more
+        links than ``entity_links_per_entity``) only boosts what kNN or BM25 found: its links
+        in stored order are not a ranking, so they would be arbitrary extra candidates."""
         found = self.entities.extract([query.query])[0]
         names = list(dict.fromkeys(normalize_entity(e.text) for e in found))
         if not names:
             return
+        pool = candidates.semantic.keys() | candidates.bm25.keys()
         for links in self._entity_links(query.scope, names):
             weight = 1.0 / math.log2(2 + len(links))
-            for memory in links[: self.config.entity_links_per_entity]:
+            hub = len(links) > self.config.entity_links_per_entity
+            for memory in pool.intersection(links) if hub else links:
                 candidates.entity[memory] = candidates.entity.get(memory, 0.0) + weight
         ordered = sorted(candidates.entity, key=lambda m: -candidates.entity[m])
         candidates.rank_entity.update({m: i + 1 for i, m in enumerate(ordered)})

@@ -125,6 +125,33 @@ def test_an_entity_only_hit_is_returned(runtime: Runtime, searcher: Searcher, sc
     assert hit.explain.rank_bm25 is None and hit.explain.rank_semantic is None
 
 
+def test_a_hub_entity_only_boosts_what_the_other_signals_found(
+    runtime: Runtime, searcher: Searcher, scope: Scope
+) -> None:
+    fillers = put(runtime, scope, *(f"Planning the Lisbon trip, day {i}" for i in range(12)))
+    unrelated = put(runtime, scope, "Filed the quarterly tax forms", "Repainted the fence green")
+    vector = runtime.deps.embedder.embed(["Lisbon"])[0]
+    entity = EntityDoc(
+        id=f"e-{uuid.uuid4().hex}",
+        scope=scope,
+        text="Lisbon",
+        normalized="lisbon",
+        type="name",
+        embedding=vector,
+        created_at=NOW,
+    )
+    runtime.store.link_entities([EntityLink(entity, [*fillers[:3], *unrelated], entity.id)])
+    runtime.es.indices.refresh(index=runtime.store.names.entities)
+    query = SearchQuery(query="Lisbon trip", scope=scope, explain=True, top_k=5)
+    weights = {"weight_semantic": 0.05, "weight_bm25": 0.05, "weight_entity": 0.9}
+    for cap, expected in ((100, set(unrelated)), (2, set())):
+        config = searcher.config.model_copy(update={**weights, "entity_links_per_entity": cap})
+        hits = replace(searcher, config=config).search(query)
+        boosted = {h.id for h in hits if h.explain is not None and h.explain.entity > 0}
+        assert boosted >= set(fillers[:3])
+        assert boosted & set(unrelated) == expected
+
+
 def test_jobs_linking_one_entity_at_once_lose_no_link(runtime: Runtime, scope: Scope) -> None:
     memories = put(
         runtime, scope, *(f"Dinner with the Lisbon crowd, evening {i}" for i in range(12))
