@@ -67,6 +67,19 @@ def put(runtime: Runtime, scope: Scope, *texts: str, **extra: object) -> list[st
     return [d.id for d in docs]
 
 
+def lisbon(runtime: Runtime, scope: Scope) -> EntityDoc:
+    """An entity of the scope, "Lisbon", with a fresh id (not yet stored)."""
+    return EntityDoc(
+        id=f"e-{uuid.uuid4().hex}",
+        scope=scope,
+        text="Lisbon",
+        normalized="lisbon",
+        type="name",
+        embedding=runtime.deps.embedder.embed(["Lisbon"])[0],
+        created_at=NOW,
+    )
+
+
 def texts(hits: list) -> list[str]:  # type: ignore[type-arg]
     return [h.memory for h in hits]
 
@@ -102,16 +115,7 @@ def test_an_entity_only_hit_is_returned(runtime: Runtime, searcher: Searcher, sc
     fillers = [f"Planning the Lisbon trip, day {i}: book the Lisbon hotel" for i in range(12)]
     put(runtime, scope, *fillers)
     [linked] = put(runtime, scope, "We flew there in May and ate pastries")
-    vector = runtime.deps.embedder.embed(["Lisbon"])[0]
-    entity = EntityDoc(
-        id=f"e-{uuid.uuid4().hex}",
-        scope=scope,
-        text="Lisbon",
-        normalized="lisbon",
-        type="name",
-        embedding=vector,
-        created_at=NOW,
-    )
+    entity = lisbon(runtime, scope)
     runtime.store.link_entities([EntityLink(entity, [linked], entity.id)])
     runtime.es.indices.refresh(index=runtime.store.names.entities)
     weights = {"weight_semantic": 0.2, "weight_bm25": 0.2, "weight_entity": 0.6}
@@ -130,16 +134,7 @@ def test_a_hub_entity_only_boosts_what_the_other_signals_found(
 ) -> None:
     fillers = put(runtime, scope, *(f"Planning the Lisbon trip, day {i}" for i in range(12)))
     unrelated = put(runtime, scope, "Filed the quarterly tax forms", "Repainted the fence green")
-    vector = runtime.deps.embedder.embed(["Lisbon"])[0]
-    entity = EntityDoc(
-        id=f"e-{uuid.uuid4().hex}",
-        scope=scope,
-        text="Lisbon",
-        normalized="lisbon",
-        type="name",
-        embedding=vector,
-        created_at=NOW,
-    )
+    entity = lisbon(runtime, scope)
     runtime.store.link_entities([EntityLink(entity, [*fillers[:3], *unrelated], entity.id)])
     runtime.es.indices.refresh(index=runtime.store.names.entities)
     query = SearchQuery(query="Lisbon trip", scope=scope, explain=True, top_k=5)
@@ -156,15 +151,7 @@ def test_jobs_linking_one_entity_at_once_lose_no_link(runtime: Runtime, scope: S
     memories = put(
         runtime, scope, *(f"Dinner with the Lisbon crowd, evening {i}" for i in range(12))
     )
-    entity = EntityDoc(
-        id=f"e-{uuid.uuid4().hex}",
-        scope=scope,
-        text="Lisbon",
-        normalized="lisbon",
-        type="name",
-        embedding=runtime.deps.embedder.embed(["Lisbon"])[0],
-        created_at=NOW,
-    )
+    entity = lisbon(runtime, scope)
 
     def link(memory: str) -> None:
         runtime.store.link_entities([EntityLink(entity, [memory], entity.id)])
