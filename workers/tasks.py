@@ -40,6 +40,7 @@ class JobTask(Task):  # type: ignore[type-arg]
     retries ends it ``dead``, listed for replay. Either way the session line moves on."""
 
     runtime: Runtime
+    ignore_result = True  # a job's outcome is its record; nothing reads task results
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         job_id = args[0] if args else kwargs.get("job_id")

@@ -4,7 +4,7 @@ Every job's chain starts with ``wait_turn``. A job that finds the session idle g
 A job behind others does not poll at a steady rate: when a job ends, it leaves the line and
 starts a fresh chain for the job now at the head (the hand-on), which finds itself first and
 goes on at once. The waiting task still checks back, with a growing delay, so a hand-on lost
-to a worker killed at the wrong moment costs a delay, never the job. Two chains may thus reach
+to a worker killed at the wrong moment costs a delay (a minute at most), never the job. Two chains may thus reach
 the head for one attempt of a job; the first to take the turn runs it, the other ends quietly.
 """
 
@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memq.worker")
 
-FIRST_CHECK_S = 0.5
-LAST_CHECK_S = 30.0
+FIRST_CHECK_S = 5.0
+LAST_CHECK_S = 60.0
 
 
 def check_delay(checks: int) -> float:
-    """Seconds until a waiting job looks at the line again: doubling from half a second, capped."""
+    """Seconds until a waiting job looks at the line again: 5 s, then doubling up to a minute.
+    The hand-on is what starts a waiting job; these checks only catch a lost one, so they are
+    rare rather than quick (a burst of jobs for one session would otherwise poll together)."""
     return min(LAST_CHECK_S, FIRST_CHECK_S * 2.0**checks)
 
 
