@@ -17,16 +17,21 @@ def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:
     return queues.cpu if workload is Workload.CPU else queues.io
 
 
-def job_chain(app: Celery, job_id: str, queues: QueueConfig, backfill: bool = False) -> chain:
-    """wait_turn → context → retrieve → … → finalize, each task given only the job id."""
-    steps: list[Signature] = [
-        app.signature(
-            WAIT_TASK,
-            args=(job_id,),
-            immutable=True,
-            queue=queue_for(Workload.IO, queues, backfill),
+def job_chain(
+    app: Celery, job_id: str, queues: QueueConfig, backfill: bool = False, wait: bool = True
+) -> chain:
+    """wait_turn → context → retrieve → … → finalize, each task given only the job id. Without
+    ``wait`` (the job was first in an idle session's line), the chain starts at context."""
+    steps: list[Signature] = []
+    if wait:
+        steps.append(
+            app.signature(
+                WAIT_TASK,
+                args=(job_id,),
+                immutable=True,
+                queue=queue_for(Workload.IO, queues, backfill),
+            )
         )
-    ]
     steps += [
         app.signature(
             phase_task_name(spec.phase),

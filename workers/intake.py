@@ -70,9 +70,9 @@ def enqueue(app: MemqCelery, state: JobState, backfill: bool) -> JobRecord:
     state = state.with_(backfill=backfill)
     record = job_record(state, JobStatus.QUEUED, runtime.clock())
     runtime.states.save(state)
-    runtime.states.enter_line(state.request.scope.key, state.job_id, runtime.clock())
-    try:
-        job_chain(app, state.job_id, runtime.settings.queues, backfill).apply_async()
+    idle = runtime.states.enter_line(state.request.scope.key, state.job_id, runtime.clock())
+    try:  # first in line: nobody else will start this job, so it need not wait for its turn
+        job_chain(app, state.job_id, runtime.settings.queues, backfill, wait=not idle).apply_async()
     except OperationalError as exc:
         runtime.states.leave_line(state.request.scope.key, state.job_id)
         runtime.states.unclaim(state.job_id)

@@ -61,21 +61,27 @@ class RedisStateStore:
         with redis_errors("delete job state"):
             self.client.delete(self._state(job_id))
 
+    def forget(self, job_id: str, attempt: int) -> None:
+        """The job has ended (its record says so): drop its state, its claim and its markers in
+        the line (acceptance time, the attempt's turn); nothing of it outlives it in Redis."""
+        keys = (self._state(job_id), self._claim(job_id), self._accepted(job_id))
+        with redis_errors("forget a finished job"):
+            self.client.delete(*keys, self._turn(job_id, attempt))
+
     def claim(self, job_id: str) -> bool:
         """True for the first caller only: makes accepting a job atomic across API processes.
         Short-lived: once the job record exists, the record is what says the job exists."""
         with redis_errors("claim job id"):
-            return bool(
-                self.client.set(f"{self.prefix}:job:{job_id}:claimed", 1, nx=True, ex=CLAIM_TTL_S)
-            )
+            return bool(self.client.set(self._claim(job_id), 1, nx=True, ex=CLAIM_TTL_S))
 
     def unclaim(self, job_id: str) -> None:
         with redis_errors("unclaim job id"):
-            self.client.delete(f"{self.prefix}:job:{job_id}:claimed")
+            self.client.delete(self._claim(job_id))
 
     # -- the per-session turnstile --------------------------------------------------------------
 
-    def enter_line(self, session_key: str, job_id: str, now: datetime) -> None:
+    def enter_line(self, session_key: str, job_id: str, now: datetime) -> bool:
+        """Join the end of the session's line; True when nobody is ahead (the session is idle)."""
         key = self._session(session_key)
         with redis_errors("join the session line"):
             pipe = self.client.pipeline()
@@ -83,13 +89,14 @@ class RedisStateStore:
             pipe.rpush(key, job_id)
             pipe.expire(key, STATE_TTL_S)
             pipe.set(self._accepted(job_id), now.timestamp(), ex=STATE_TTL_S)
-            pipe.execute()
+            length = pipe.execute()[1]
+        return bool(length == 1)
 
     def take_turn(self, job_id: str, attempt: int, owner: str) -> bool:
         """True for the one chain (``owner``, a task id) that runs this attempt of the job, and
         again for that same task when it is delivered a second time; False for any other chain
         started for the same attempt (a hand-on racing the job's own wait)."""
-        key = f"{self.prefix}:job:{job_id}:turn:{attempt}"
+        key = self._turn(job_id, attempt)
         with redis_errors("take the job's turn"):
             if self.client.set(key, owner, nx=True, ex=STATE_TTL_S):
                 return True
@@ -115,8 +122,14 @@ class RedisStateStore:
         accepted = self.client.get(self._accepted(job_id))
         return accepted is not None and now.timestamp() - float(accepted) > STALE_HEAD_S
 
+    def _claim(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}:claimed"
+
     def _accepted(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:accepted"
+
+    def _turn(self, job_id: str, attempt: int) -> str:
+        return f"{self.prefix}:job:{job_id}:turn:{attempt}"
 
     def _head(self, key: str) -> str | None:
         raw = self.client.lindex(key, 0)

@@ -71,7 +71,7 @@ def record_failure(app: MemqCelery, job_id: str, exc: Exception) -> None:
     log.warning("job %s %s in phase %s: %s", job_id, status.value, phase, reason)
     current = runtime.states.load(job_id)
     if current is not None and current.attempts == state.attempts:
-        runtime.states.delete(job_id)
+        runtime.states.forget(job_id, state.attempts)
         hand_on(app, state.request.scope.key, job_id)
 
 
@@ -157,5 +157,5 @@ def finish(app: MemqCelery, phase: Phase, state: JobState) -> None:
     if phase is not Phase.FINALIZE:
         app.runtime.states.save(state)
         return
-    app.runtime.states.delete(state.job_id)
+    app.runtime.states.forget(state.job_id, state.attempts)
     hand_on(app, state.request.scope.key, state.job_id)

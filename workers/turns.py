@@ -1,11 +1,12 @@
 """Whose turn it is: jobs of one session run one at a time, in the order they were accepted.
 
-Every job's chain starts with ``wait_turn``. A job that finds the session idle goes straight on.
-A job behind others does not poll at a steady rate: when a job ends, it leaves the line and
-starts a fresh chain for the job now at the head (the hand-on), which finds itself first and
-goes on at once. The waiting task still checks back, with a growing delay, so a hand-on lost
-to a worker killed at the wrong moment costs a delay (a minute at most), never the job. Two chains may thus reach
-the head for one attempt of a job; the first to take the turn runs it, the other ends quietly.
+A job that finds its session idle when accepted starts at once, at its first phase. A job
+behind others starts with ``wait_turn``, and it does not poll at a steady rate: when a job
+ends, it leaves the line and starts a fresh chain for the job now at the head (the hand-on),
+which finds itself first and goes on at once. The waiting task still checks back, with a
+growing delay, so a hand-on lost to a worker killed at the wrong moment costs a delay (a minute
+at most), never the job. Two chains may thus reach the head for one attempt of a job; the first
+to take the turn runs it, the other ends quietly.
 """
 
 from __future__ import annotations

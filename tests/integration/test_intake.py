@@ -51,8 +51,8 @@ def test_leaving_the_line_names_the_next_job_and_one_chain_takes_each_turn(
     states = celery_app.runtime.states
     scope = Scope(user_id=f"turn-{uuid.uuid4().hex[:8]}")
     first, second = state_for(scope), state_for(scope)
-    for job in (first, second):
-        states.enter_line(scope.key, job.job_id, NOW)
+    assert states.enter_line(scope.key, first.job_id, NOW)  # an idle session: starts at once
+    assert not states.enter_line(scope.key, second.job_id, NOW)
     assert states.leave_line(scope.key, first.job_id) == second.job_id
     assert states.take_turn(second.job_id, 0, owner="hand-on")
     assert states.take_turn(second.job_id, 0, owner="hand-on")  # the same task, delivered again

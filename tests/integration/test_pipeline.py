@@ -214,6 +214,9 @@ def test_jobs_of_one_session_run_in_order(
     assert finished == sorted(finished)  # type: ignore[type-var]
     window = celery_app.runtime.store.recent_messages(scope, 10)
     assert [m.content for m in window] == [f"fact: step {i} of the plan" for i in range(4)]
+    states = celery_app.runtime.states
+    left = [k for job in jobs for k in states.client.scan_iter(f"{states.prefix}:job:{job}:*")]
+    assert left == []  # nothing of a finished job stays in Redis
 
 
 def test_a_job_ending_starts_the_next_one_of_its_session(
