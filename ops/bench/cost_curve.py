@@ -206,8 +206,9 @@ def run(args: argparse.Namespace, sizes: list[int], workdir: Path, llm: FakeLLMS
     with proxied() as proxy, opened(stores, endpoints, workdir, args.keep) as server:
         ingest = IngestBench(
             convs=[],
-            proxy=proxy,
-            embeddings=endpoints,
+            es_url=proxy.url,
+            es_requests=proxy.count,
+            embed_calls=lambda: endpoints.embed_calls,
             embed_url=f"http://127.0.0.1:{server.server_port}/v1",
             llm=llm,
             responder=responder,

@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import http.client
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 import warnings
 from collections import Counter
@@ -50,7 +52,7 @@ from unittest import mock
 
 from backfill_throughput import start_workers  # also puts the repository root on sys.path
 from elasticsearch import Elasticsearch
-from mem0_compare import Endpoints, mem0_config, serve
+from mem0_compare import Endpoints, handler_for, mem0_config
 
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding.local import MiniLMEmbedder
@@ -62,6 +64,7 @@ from workers.app import MemqCelery, create_celery
 from workers.intake import submit
 
 ES_UPSTREAM = ("127.0.0.1", 9200)
+STATS_PATH = "/stats"
 TENANT = "ingestbench"
 MEMQ_MARK = "You maintain the long-term memory"  # pipeline/prompts/extract_user_v1.txt
 MEM0_MARK = "You are a Memory Extractor"  # mem0.configs.prompts.ADDITIVE_EXTRACTION_PROMPT
@@ -268,6 +271,14 @@ class ProxyHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def do_GET(self) -> None:
+        if self.path == STATS_PATH:  # the proxy's own counts, not forwarded and not counted
+            data = json.dumps(dict(self.server.count())).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         self.relay()
 
     def do_POST(self) -> None:
@@ -283,14 +294,50 @@ class ProxyHandler(BaseHTTPRequestHandler):
         self.relay()
 
 
+class Sidecar:
+    """One of the benchmark's own servers, run in a child process with an interpreter lock of
+    its own: serving embeddings and proxying Elasticsearch for a concurrent system must not
+    queue on the lock of the process that runs mem0 and submits memq's jobs. Its counters are
+    read over HTTP (`GET /stats`)."""
+
+    def __init__(self, build: Callable[[], ThreadingHTTPServer]) -> None:
+        context = multiprocessing.get_context("fork")  # `build` runs in the child, unpickled
+        ports = context.SimpleQueue()
+        self.process = context.Process(target=serve_child, args=(build, ports), daemon=True)
+        self.process.start()
+        self.url = f"http://127.0.0.1:{ports.get()}"
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}{STATS_PATH}", timeout=30) as reply:
+            stats: dict[str, Any] = json.load(reply)
+        return stats
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.join(timeout=10)
+
+
+def serve_child(build: Callable[[], ThreadingHTTPServer], ports: Any) -> None:
+    server = build()
+    ports.put(server.server_address[1])
+    server.serve_forever()
+
+
+def embeddings_server() -> ThreadingHTTPServer:
+    """mem0_compare's endpoint over memq's local MiniLM, loaded in the process that serves it."""
+    endpoints = Endpoints(MiniLMEmbedder(EmbedderConfig()), turns=0)
+    return ThreadingHTTPServer(("127.0.0.1", 0), handler_for(endpoints))
+
+
 # --- shared bench context and results --------------------------------------------------------
 
 
 @dataclass
 class Bench:
     convs: list[Conversation]
-    proxy: CountingProxy
-    embeddings: Endpoints
+    es_url: str  # what both systems are given: the counting proxy
+    es_requests: Callable[[], Counter[str]]
+    embed_calls: Callable[[], int]
     embed_url: str
     llm: FakeLLMServer
     responder: Responder
@@ -298,7 +345,7 @@ class Bench:
     workdir: Path
 
     def counters(self) -> tuple[int, int, Counter[str]]:
-        return len(self.llm.chat_requests()), self.embeddings.embed_calls, self.proxy.count()
+        return len(self.llm.chat_requests()), self.embed_calls(), self.es_requests()
 
 
 @dataclass
@@ -331,7 +378,7 @@ def measure(bench: Bench, mode: str, work: Callable[[], tuple[int, int]]) -> Res
 def memq_env(bench: Bench, run: str, prefix: str | None = None) -> dict[str, str]:
     return {
         **os.environ,
-        "MEMQ_ES_URL": bench.proxy.url,
+        "MEMQ_ES_URL": bench.es_url,
         "MEMQ_ES_INDEX_PREFIX": prefix or f"memqbench-ingest-{run}",
         "MEMQ_LLM_BASE_URL": bench.llm.base_url,
         "MEMQ_LLM_MODEL": "scripted",
@@ -378,11 +425,11 @@ def memq_workers(env: dict[str, str], logs: Path, app: MemqCelery, run: str, cpu
 def settle(bench: Bench, quiet_s: float = 1.5, timeout_s: float = 60) -> None:
     """Wait for the workers' warm-up embeddings (one per process, after fork) to be over."""
     deadline = time.monotonic() + timeout_s
-    seen, since = bench.embeddings.embed_calls, time.monotonic()
+    seen, since = bench.embed_calls(), time.monotonic()
     while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
         time.sleep(0.1)
-        if bench.embeddings.embed_calls != seen:
-            seen, since = bench.embeddings.embed_calls, time.monotonic()
+        if bench.embed_calls() != seen:
+            seen, since = bench.embed_calls(), time.monotonic()
 
 
 def request_for(conv: Conversation, tenant: str = TENANT) -> AddRequest:
@@ -480,7 +527,7 @@ def drop_redis(settings: Settings, *patterns: str) -> None:
 def mem0_setup(bench: Bench, run: str, index: str | None = None) -> tuple[dict[str, Any], str]:
     """mem0_compare's configuration, on its own history DB for this run and on ``index`` (default:
     an index of its own)."""
-    config = mem0_config(bench.proxy.url, 0, bench.workdir / run)
+    config = mem0_config(bench.es_url, 0, bench.workdir / run)
     index = index or f"mem0bench_ingest_{run}"
     config["vector_store"]["config"]["collection_name"] = index
     config["embedder"]["config"]["openai_base_url"] = bench.embed_url
@@ -638,14 +685,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["MEM0_DIR"] = tmp
         responder = Responder()
         llm.responder = responder
-        embeddings = Endpoints(MiniLMEmbedder(EmbedderConfig()), turns=0)
-        server, proxy = serve(embeddings), CountingProxy()
-        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        embeddings, proxy = Sidecar(embeddings_server), Sidecar(CountingProxy)
         bench = Bench(
             convs=conversations(args.conversations),
-            proxy=proxy,
-            embeddings=embeddings,
-            embed_url=f"http://127.0.0.1:{server.server_port}/v1",
+            es_url=proxy.url,
+            es_requests=lambda: Counter(proxy.stats()),
+            embed_calls=lambda: int(embeddings.stats()["embed_calls"]),
+            embed_url=f"{embeddings.url}/v1",
             llm=llm,
             responder=responder,
             es=make_client(Settings().es),
@@ -654,8 +700,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results = run_rounds(bench, args.rounds)
         finally:
-            proxy.shutdown()
-            server.shutdown()
+            proxy.close()
+            embeddings.close()
     print(table(results, args.conversations))
     return 0
 

@@ -81,6 +81,16 @@ class Endpoints:
 
 def handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            """`GET /stats`: what the endpoint has answered so far."""
+            with endpoints.lock:
+                stats = {
+                    "embed_calls": endpoints.embed_calls,
+                    "embed_seconds": endpoints.embed_seconds,
+                    "llm_calls": endpoints.llm_calls,
+                }
+            self._reply(200 if self.path == "/stats" else 404, stats)
+
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
             if self.path == "/v1/embeddings":
