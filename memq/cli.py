@@ -32,17 +32,30 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         "all": ([queues.io, queues.cpu, queues.backfill], "prefork", settings.worker.concurrency),
     }[args.role]
     names, pool, concurrency = role
+    concurrency = args.concurrency or concurrency
+    if pool == "prefork":
+        settings = share_cores(settings, concurrency)
     argv = [
         "worker",
         f"--queues={args.queues or ','.join(names)}",
         f"--pool={pool}",
-        f"--concurrency={args.concurrency or concurrency}",
+        f"--concurrency={concurrency}",
         f"--loglevel={args.loglevel}",
         f"--hostname={args.hostname or f'memq-{args.role}@%h'}",
         "--without-gossip",
         "--without-mingle",
     ]
     create_celery(settings).worker_main(argv)
+
+
+def share_cores(settings: Settings, processes: int) -> Settings:
+    """Give each of a worker's ``processes`` its share of the cores for the local model, unless
+    ``MEMQ_EMBEDDER_THREADS`` says otherwise: oversubscribed model threads cost twice the CPU."""
+    if settings.embedder.threads:
+        return settings
+    threads = max(1, (os.cpu_count() or 1) // processes)
+    embedder = settings.embedder.model_copy(update={"threads": threads})
+    return settings.model_copy(update={"embedder": embedder})
 
 
 def _flower(settings: Settings, args: argparse.Namespace) -> int:

@@ -99,6 +99,9 @@ class EmbedderConfig(_Section):
     api_key: SecretStr | None = None
     batch_size: int = Field(default=64, ge=1, le=2048)
     timeout_s: float = Field(default=60.0, gt=0, le=900)
+    # Threads of the local model in one process. 0: a lone process (the API) uses every core; a
+    # worker's processes share the cores out among themselves (``memq worker`` sets it).
+    threads: int = Field(default=0, ge=0, le=256)
 
 
 class QueueConfig(_Section):

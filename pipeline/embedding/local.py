@@ -50,7 +50,7 @@ def verified(path: Path, sha256: str) -> Path:
 class MiniLMEmbedder:
     """The local default: 384-dimensional, L2-normalised sentence vectors (mean pooling)."""
 
-    def __init__(self, config: EmbedderConfig, threads: int = 0) -> None:
+    def __init__(self, config: EmbedderConfig) -> None:
         if config.dims != DIMS:
             raise ConfigurationError(
                 f"the local model makes {DIMS}-dimensional vectors; set MEMQ_EMBEDDER_DIMS={DIMS}"
@@ -61,7 +61,9 @@ class MiniLMEmbedder:
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads
+        if config.threads:  # cores shared with sibling processes: no spinning on idle threads
+            options.intra_op_num_threads = config.threads
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(
             str(verified(model_file(), MODEL_SHA256)), options, providers=["CPUExecutionProvider"]
         )

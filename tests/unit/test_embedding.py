@@ -42,6 +42,21 @@ def test_the_local_model_batches_without_changing_results(local: MiniLMEmbedder)
     assert all(cosine(a, b) > 0.9999 for a, b in zip(batched, alone, strict=True))
 
 
+def test_a_worker_process_gets_its_share_of_the_cores_and_the_same_vectors(
+    local: MiniLMEmbedder,
+) -> None:
+    from memq.cli import share_cores
+
+    shared = share_cores(Settings(), processes=256)
+    assert shared.embedder.threads == 1
+    assert (
+        share_cores(shared.model_copy(), processes=1).embedder.threads == 1
+    )  # an explicit choice stays
+    one_thread = MiniLMEmbedder(shared.embedder)
+    text = ["Caroline went hiking in the Alps with her sister in May 2021."]
+    assert cosine(local.embed(text)[0], one_thread.embed(text)[0]) > 0.9999
+
+
 def test_the_local_model_refuses_other_dims() -> None:
     with pytest.raises(ConfigurationError, match="384"):
         MiniLMEmbedder(EmbedderConfig(dims=768))
