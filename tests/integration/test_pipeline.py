@@ -239,6 +239,26 @@ def test_a_job_ending_starts_the_next_one_of_its_session(
     assert record.status == "succeeded" and record.results[0]["text"] == "Ann rows"
 
 
+def test_a_lost_hand_on_only_delays_the_job_behind(
+    celery_app: MemqCelery, store: ElasticStore, scope: Scope
+) -> None:
+    """The job ahead ends without starting the next (its worker died in between): the waiting
+    job finds the line free at its own next check and runs."""
+    states = celery_app.runtime.states
+    ahead = JobState(
+        job_id=uuid.uuid4().hex, request=ask(scope, "x"), received_at=datetime.now(UTC)
+    )
+    states.save(ahead)
+    states.enter_line(scope.key, ahead.job_id, datetime.now(UTC))
+    behind = submit(celery_app, ask(scope, "Bo sails")).record.job_id
+    time.sleep(1)
+    assert store.get_job(behind).status == "queued"  # type: ignore[union-attr]
+    states.delete(ahead.job_id)
+    assert states.leave_line(scope.key, ahead.job_id) == behind  # and no hand-on
+    record = wait_job(store, behind)
+    assert record.status == "succeeded" and record.results[0]["text"] == "Bo sails"
+
+
 def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(
     celery_app: MemqCelery,
     store: ElasticStore,
