@@ -34,8 +34,10 @@ def link_entities(state: JobState, deps: Deps) -> JobState:
     for name, vector, near in zip(names, vectors, nearest, strict=True):
         entity, memory_ids = groups[name]
         doc = entity_doc(scope, name, entity, vector, state)
-        similar = near is not None and near[1] >= deps.limits.entity_merge_similarity
-        links.append(EntityLink(doc, memory_ids, near[0] if near and similar else doc.id))
+        target = doc.id
+        if near is not None and near[1] >= deps.limits.entity_merge_similarity:
+            target = near[0]  # merge into a similar entity of the scope
+        links.append(EntityLink(doc, memory_ids, target))
     deps.store.link_entities(links)
     entity_ids = sorted({link.target for link in links})
     return state.with_(entity_ids=entity_ids, counts={**state.counts, "entities": len(entity_ids)})

@@ -210,7 +210,7 @@ class ElasticStore:
             actions = self._entity_link_actions(wanted, creatable) + extra
             if not actions:
                 return
-            conflicted = self._bulk_links(actions, set(wanted))
+            conflicted = self._bulk_all_or_raise(actions, "link entities", frozenset(wanted))
             wanted = {target: ids for target, ids in wanted.items() if target in conflicted}
             extra = []
         raise TransientError(f"entities {sorted(wanted)}: too many concurrent link updates")
@@ -367,13 +367,24 @@ class ElasticStore:
             if d.get("found")
         }
 
-    def _bulk_all_or_raise(self, actions: list[dict[str, Any]], what: str) -> None:
+    def _bulk_all_or_raise(
+        self, actions: list[dict[str, Any]], what: str, may_conflict: frozenset[str] = frozenset()
+    ) -> set[str]:
+        """Run a bulk whose every item must succeed, except that ids in ``may_conflict`` may
+        meet a version conflict (409): those are returned. Any other item error raises."""
         with es_errors(what):
             body = self.client.bulk(operations=actions).body
-        if body.get("errors"):
-            first = next(i for i in body["items"] if next(iter(i.values())).get("error"))
-            result = next(iter(first.values()))
-            raise TransientError(f"{what}: HTTP {result['status']} {error_reason(result['error'])}")
+        conflicted: set[str] = set()
+        if not body.get("errors"):
+            return conflicted
+        for item in body["items"]:
+            result = next(iter(item.values()))
+            if result["status"] == 409 and result["_id"] in may_conflict:
+                conflicted.add(result["_id"])
+            elif result.get("error"):
+                reason = error_reason(result["error"])
+                raise TransientError(f"{what}: HTTP {result['status']} {reason}")
+        return conflicted
 
     @staticmethod
     def _top_hit(response: dict[str, Any]) -> tuple[str, float] | None:
@@ -407,17 +418,3 @@ class ElasticStore:
             actions.append({"update": {"_index": self.names.entities, "_id": target, **guard}})
             actions.append({"doc": {"linked_memory_ids": sorted(linked | memory_ids)}})
         return actions
-
-    def _bulk_links(self, actions: list[dict[str, Any]], entities: set[str]) -> set[str]:
-        """Run the link bulk; returns the entities another writer got to first (409)."""
-        with es_errors("link entities"):
-            items = self.client.bulk(operations=actions).body["items"]
-        conflicted: set[str] = set()
-        for item in items:
-            result = next(iter(item.values()))
-            if result["status"] == 409 and result["_id"] in entities:
-                conflicted.add(result["_id"])
-            elif result.get("error"):
-                reason = error_reason(result["error"])
-                raise TransientError(f"link entities: HTTP {result['status']} {reason}")
-        return conflicted
