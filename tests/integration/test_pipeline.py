@@ -68,6 +68,16 @@ def wait_job(store: ElasticStore, job_id: str, timeout_s: float = 90) -> JobReco
     )
 
 
+def in_line(app: MemqCelery, scope: Scope, fact: str) -> JobState:
+    """A job accepted into its session's line with its state saved, but no chain of its own."""
+    state = JobState(
+        job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=datetime.now(UTC)
+    )
+    app.runtime.states.save(state)
+    app.runtime.states.enter_line(scope.key, state.job_id, datetime.now(UTC))
+    return state
+
+
 def memories_of(es: Elasticsearch, names: IndexNames, scope: Scope) -> list[dict[str, Any]]:
     es.indices.refresh(index=names.memories)
     hits = es.search(index=names.memories, query={"term": {"user_id": scope.user_id}}, size=1000)
@@ -225,15 +235,8 @@ def test_a_job_ending_starts_the_next_one_of_its_session(
     """The hand-on alone starts the job behind: this one was never given a chain of its own."""
     from workers.turns import hand_on
 
-    states = celery_app.runtime.states
-    ahead, behind = (
-        JobState(job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=datetime.now(UTC))
-        for fact in ("x", "Ann rows")
-    )
-    for job in (ahead, behind):
-        states.save(job)
-        states.enter_line(scope.key, job.job_id, datetime.now(UTC))
-    states.delete(ahead.job_id)
+    ahead, behind = in_line(celery_app, scope, "x"), in_line(celery_app, scope, "Ann rows")
+    celery_app.runtime.states.delete(ahead.job_id)
     hand_on(celery_app, scope.key, ahead.job_id)
     record = wait_job(store, behind.job_id)
     assert record.status == "succeeded" and record.results[0]["text"] == "Ann rows"
@@ -245,11 +248,7 @@ def test_a_lost_hand_on_only_delays_the_job_behind(
     """The job ahead ends without starting the next (its worker died in between): the waiting
     job finds the line free at its own next check and runs."""
     states = celery_app.runtime.states
-    ahead = JobState(
-        job_id=uuid.uuid4().hex, request=ask(scope, "x"), received_at=datetime.now(UTC)
-    )
-    states.save(ahead)
-    states.enter_line(scope.key, ahead.job_id, datetime.now(UTC))
+    ahead = in_line(celery_app, scope, "x")
     behind = submit(celery_app, ask(scope, "Bo sails")).record.job_id
     time.sleep(1)
     assert store.get_job(behind).status == "queued"  # type: ignore[union-attr]
@@ -348,13 +347,7 @@ def test_a_failure_is_recorded_then_its_state_freed(
     from workers.tasks import record_failure
 
     runtime = celery_app.runtime
-    state = JobState(
-        job_id=f"fail-{uuid.uuid4().hex[:8]}",
-        request=ask(scope, "x"),
-        received_at=datetime.now(UTC),
-    )
-    runtime.states.save(state)
-    runtime.states.enter_line(scope.key, state.job_id, datetime.now(UTC))
+    state = in_line(celery_app, scope, "x")
     record_failure(celery_app, state.job_id, PermanentError("bad input"))
     record = store.get_job(state.job_id)
     assert record is not None and record.status == "failed" and record.reason == "bad input"
