@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,34 @@ def load() -> dict[str, Any]:
     return data
 
 
+OPS_SERVICES = Path(__file__).resolve().parents[2] / "ops" / "services"
+MEMQ_SERVICES = ("api", "worker-io", "worker-cpu", "flower")
+
+
+def ops_commands() -> dict[str, str]:
+    """What ``ops/services`` runs for each of memq's services: ``memq <command>``."""
+    text = OPS_SERVICES.read_text()
+    table = dict(re.findall(r"^\s*([a-z-]+)\) echo \"(worker [^\"]+)\" ;;", text, re.M))
+    return {name: table.get(name, name) for name in MEMQ_SERVICES}
+
+
 def test_every_service_of_the_stack_is_there() -> None:
-    assert set(load()["services"]) == {"redis", "elasticsearch", "api", "worker", "flower"}
+    assert set(load()["services"]) == {"redis", "elasticsearch", *MEMQ_SERVICES}
+
+
+def test_memq_services_run_what_ops_runs() -> None:
+    services = load()["services"]
+    commands = ops_commands()
+    assert commands["worker-io"] == "worker --role io"
+    for name in MEMQ_SERVICES:
+        command = services[name]["command"]
+        ran = command[-1] if command[0] == "sh" else " ".join(command)
+        assert ran.endswith(f"memq {commands[name]}"), (name, command)
+
+
+def test_the_api_gets_an_admin_key_or_compose_refuses_to_start() -> None:
+    env = load()["services"]["api"]["environment"]
+    assert re.fullmatch(r"\$\{MEMQ_API_ADMIN_KEY:\?.+\}", env["MEMQ_API_ADMIN_KEY"])
 
 
 def test_every_service_has_a_healthcheck() -> None:
@@ -27,7 +54,7 @@ def test_every_service_has_a_healthcheck() -> None:
 
 def test_dependencies_wait_for_health() -> None:
     services = load()["services"]
-    for name in ("api", "worker", "flower"):
+    for name in MEMQ_SERVICES:
         depends = services[name]["depends_on"]
         assert depends["redis"]["condition"] == "service_healthy", name
         assert depends["elasticsearch"]["condition"] == "service_healthy", name
@@ -43,7 +70,7 @@ def test_redis_persists_and_elasticsearch_is_single_node() -> None:
 
 def test_memq_services_point_at_the_compose_hosts() -> None:
     services = load()["services"]
-    for name in ("api", "worker", "flower"):
+    for name in MEMQ_SERVICES:
         env = services[name]["environment"]
         assert env["MEMQ_ES_URL"] == "http://elasticsearch:9200"
         assert env["MEMQ_REDIS_URL"].startswith("redis://redis:6379")
