@@ -194,6 +194,12 @@ class FlowerConfig(_Section):
     api_without_auth: bool = True  # Flower's JSON API when no basic_auth is set (loopback only)
 
 
+class LogConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # auto: JSON lines when stderr is not a terminal (a log file, a container), text on one
+    format: Literal["auto", "json", "text"] = "auto"
+
+
 class Settings(BaseSettings):
     """All of memq's configuration. Build it once (``Settings()``) and pass it down."""
 
@@ -215,6 +221,7 @@ class Settings(BaseSettings):
     chat: ChatConfig = ChatConfig()
     api: ApiConfig = ApiConfig()
     flower: FlowerConfig = FlowerConfig()
+    log: LogConfig = LogConfig()
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "MEMQ_OPENAI_API_KEY")
     )
