@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -15,7 +16,7 @@ from pipeline.config import Settings
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from tests.fakellm import FakeLLMServer
-from tests.processes import WorkerProcess
+from tests.processes import ApiProcess, WorkerProcess, free_port
 from workers.app import MemqCelery, create_celery
 
 
@@ -23,6 +24,20 @@ from workers.app import MemqCelery, create_celery
 def stack_settings() -> Settings:
     """The settings of the stack ``ops/up`` started (the environment's)."""
     return Settings()
+
+
+ADMIN_KEY_FILE = Path("/var/lib/memq/admin-key")
+
+
+def admin_key() -> str:
+    """The stack's bootstrap admin key: ``MEMQ_API_ADMIN_KEY``, else the one ``ops/up`` kept."""
+    key = os.environ.get("MEMQ_API_ADMIN_KEY")
+    if key:
+        return key
+    try:
+        return ADMIN_KEY_FILE.read_text().strip()
+    except OSError as exc:
+        pytest.fail(f"no admin key: set MEMQ_API_ADMIN_KEY or create {ADMIN_KEY_FILE} ({exc})")
 
 
 @pytest.fixture(scope="session")
@@ -134,3 +149,26 @@ def worker(
         pytest.fail(str(exc))
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def api_process(
+    test_env: dict[str, str], worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiProcess]:
+    """A real ``memq api`` process of this checkout on a free port, over the test indices and
+    queues (the worker fixture consumes them); the admin key is the stack's."""
+    env = {**test_env, "MEMQ_API_PORT": str(free_port()), "MEMQ_API_ADMIN_KEY": admin_key()}
+    process = ApiProcess(env, tmp_path_factory.mktemp("api") / "api.log")
+    process.start()
+    try:
+        process.wait_ready()
+    except RuntimeError as exc:
+        process.stop()
+        pytest.fail(str(exc))
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def api_url(api_process: ApiProcess) -> str:
+    return api_process.url

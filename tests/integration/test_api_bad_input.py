@@ -17,13 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.config import Settings
 from tests.integration.test_api import (
     Tenant,
     admin_key,
     create_tenant,
     http_client,
-    reachable_api,
     remember,
     wait_listed,
 )
@@ -63,8 +61,8 @@ def assert_only_sentinel(tenant: Tenant, user_id: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def base_url(stack_settings: Settings) -> str:
-    return reachable_api(stack_settings)
+def base_url(api_url: str) -> str:
+    return api_url
 
 
 @pytest.fixture(scope="module")

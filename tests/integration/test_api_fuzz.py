@@ -1,8 +1,9 @@
 """Property-based fuzzing of the live API from its own OpenAPI document (schemathesis): whatever
 a generated request holds, the answer is never a 5xx.
 
-Runs with a tenant key of its own against the running stack. ``/v1/reset`` and ``/v1/admin/*``
-are left out (they act on every tenant); the mem0 wire routes are fuzzed in a test of their own.
+Runs with a tenant key of its own against the API process of the ``api_url`` fixture.
+``/v1/reset`` and ``/v1/admin/*`` are left out (they act on every tenant); the mem0 wire routes
+are fuzzed in a test of their own.
 A bounded number of examples per operation keeps the run within a few minutes.
 """
 
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from pipeline.config import Settings
-from tests.integration.test_api import Tenant, admin_key, create_tenant, reachable_api
+from tests.integration.test_api import Tenant, admin_key, create_tenant
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +36,8 @@ TRAILING_SLASH = r"/$"
 
 
 @pytest.fixture(scope="module")
-def base_url(stack_settings: Settings) -> str:
-    return reachable_api(stack_settings)
+def base_url(api_url: str) -> str:
+    return api_url
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.config import Settings
 from tests.integration.test_api import (
     Tenant,
     admin_key,
     create_tenant,
     http_client,
-    reachable_api,
     wait_until,
 )
 
@@ -47,8 +45,8 @@ def mem0(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def base_url(stack_settings: Settings) -> str:
-    return reachable_api(stack_settings)
+def base_url(api_url: str) -> str:
+    return api_url
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The Python SDK (``memq.Client``, ``memq.AsyncClient``) against the running API of the stack.
+"""The Python SDK (``memq.Client``, ``memq.AsyncClient``) against a real API process.
 
 Every test runs in a tenant created for this session with the admin key, under a user id of
 its own, with ``infer=False`` (the stack has no LLM). A succeeded job's memories are readable
@@ -10,11 +10,9 @@ the next index refresh, about a second): those checks poll a condition with a de
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -28,11 +26,10 @@ from memq import (
     UnavailableError,
     ValidationError,
 )
+from tests.conftest import admin_key
 
 pytestmark = pytest.mark.integration
 
-BASE_URL = "http://127.0.0.1:8000"
-ADMIN_KEY_FILE = Path("/var/lib/memq/admin-key")
 T = TypeVar("T")
 
 
@@ -49,16 +46,6 @@ def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = 15.0
         time.sleep(0.1)
 
 
-def admin_key() -> str:
-    key = os.environ.get("MEMQ_API_ADMIN_KEY")
-    if key:
-        return key
-    try:
-        return ADMIN_KEY_FILE.read_text().strip()
-    except OSError as exc:
-        pytest.fail(f"no admin key: set MEMQ_API_ADMIN_KEY or create {ADMIN_KEY_FILE} ({exc})")
-
-
 def api_is_up(admin: Client) -> bool | None:
     """True when the API answers; ``None`` (poll again) while it is down or restarting."""
     try:
@@ -68,9 +55,9 @@ def api_is_up(admin: Client) -> bool | None:
 
 
 @pytest.fixture(scope="module")
-def admin() -> Iterator[Client]:
-    with Client(BASE_URL, admin_key()) as client:
-        eventually(lambda: api_is_up(client), f"the API at {BASE_URL} (run ops/up)", 30.0)
+def admin(api_url: str) -> Iterator[Client]:
+    with Client(api_url, admin_key()) as client:
+        eventually(lambda: api_is_up(client), f"the API at {api_url}", 30.0)
         yield client
 
 
@@ -83,8 +70,8 @@ def tenant_key(admin: Client) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture
-def client(tenant_key: dict[str, Any]) -> Iterator[Client]:
-    with Client(BASE_URL, tenant_key["key"]) as sdk:
+def client(api_url: str, tenant_key: dict[str, Any]) -> Iterator[Client]:
+    with Client(api_url, tenant_key["key"]) as sdk:
         yield sdk
 
 
@@ -223,8 +210,8 @@ def test_add_batch_and_its_counts(client: Client, user: str) -> None:
 # -- errors ----------------------------------------------------------------------------------
 
 
-def test_a_wrong_key_is_an_authentication_error() -> None:
-    with Client(BASE_URL, "mq_nope_nope") as wrong, pytest.raises(AuthenticationError) as raised:
+def test_a_wrong_key_is_an_authentication_error(api_url: str) -> None:
+    with Client(api_url, "mq_nope_nope") as wrong, pytest.raises(AuthenticationError) as raised:
         wrong.job("anything")
     assert (raised.value.status, raised.value.type) == (401, "unauthorized")
 
@@ -235,10 +222,10 @@ def test_a_tenant_key_cannot_create_keys(client: Client) -> None:
     assert raised.value.status == 403
 
 
-def test_a_revoked_key_is_refused(admin: Client, tenant_key: dict[str, Any]) -> None:
+def test_a_revoked_key_is_refused(api_url: str, admin: Client, tenant_key: dict[str, Any]) -> None:
     extra = admin.create_key(tenant_key["tenant"], name="revoked at once")
     admin.revoke_key(extra["id"])
-    with Client(BASE_URL, extra["key"]) as revoked, pytest.raises(AuthenticationError):
+    with Client(api_url, extra["key"]) as revoked, pytest.raises(AuthenticationError):
         revoked.job("anything")
 
 
@@ -272,9 +259,11 @@ def test_health_and_readiness(client: Client) -> None:
 # -- the async client ------------------------------------------------------------------------
 
 
-def test_async_client_adds_waits_and_searches(tenant_key: dict[str, Any], user: str) -> None:
+def test_async_client_adds_waits_and_searches(
+    api_url: str, tenant_key: dict[str, Any], user: str
+) -> None:
     async def scenario() -> tuple[dict[str, Any], list[str]]:
-        async with AsyncClient(BASE_URL, tenant_key["key"]) as sdk:
+        async with AsyncClient(api_url, tenant_key["key"]) as sdk:
             accepted = await sdk.add("I swim in the lake at dawn", user_id=user, infer=False)
             job = await sdk.wait_for(accepted, timeout_s=60.0)
             deadline = time.monotonic() + 15.0
