@@ -5,18 +5,41 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from importlib.metadata import version
 
 from fastapi import FastAPI, Request, Response
+from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error, install_error_handlers
 from api.metrics import Metrics
 from api.routes import admin, health, jobs, mem0, memories, webhooks
+from api.schemas import ERROR_RESPONSES
 from pipeline.config import Settings
-from pipeline.keys import KeyStore
 from workers.app import MemqCelery, create_celery
 
 log = logging.getLogger("memq.api")
+
+DESCRIPTION = """Long-term memory for AI agents.
+
+Post a conversation to `POST /v1/memories`: the answer (202) comes at once with a job id, and
+workers turn the conversation into memories. Search them with `POST /v1/memories/search`.
+
+Every call except the health checks and the chat-platform webhooks needs a tenant's API key:
+`Authorization: Bearer mq_…` (or `Token mq_…`). Use **Authorize** to try calls from this page.
+Errors are JSON `{"error": {"type", "message", "field"}, "detail"}`."""
+
+TAGS = [
+    {
+        "name": "memories",
+        "description": "Queue conversations, list, read, change and search memories",
+    },
+    {"name": "jobs", "description": "What became of a queued conversation; batches of them"},
+    {"name": "mem0 compatibility", "description": "The wire contract of the mem0ai hosted client"},
+    {"name": "chat platforms", "description": "Slack, Telegram and signed generic webhooks"},
+    {"name": "admin", "description": "Tenants' API keys (admin key only)"},
+    {"name": "health", "description": "Liveness, readiness and Prometheus metrics"},
+]
 
 
 class BodyLimit:
@@ -78,10 +101,18 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
     """Build the API for ``settings`` (read from the environment when omitted)."""
     settings = settings or Settings()
     celery = celery or create_celery(settings)
-    app = FastAPI(title="memq", version="0.1.0", description="Long-term memory for AI agents.")
+    # The docs pages load Swagger UI and ReDoc from files shipped in a package, not from a CDN,
+    # so /docs and /redoc work on machines without internet.
+    app = FastAPIOffline(
+        title="memq",
+        version=version("memq"),
+        description=DESCRIPTION,
+        responses=ERROR_RESPONSES,
+        static_url="/docs-assets",
+        openapi_tags=TAGS,
+    )
     app.state.settings = settings
     app.state.celery = celery
-    app.state.keys = KeyStore(celery.runtime.es, celery.runtime.store.names)
     app.state.metrics = Metrics()
     install_error_handlers(app)
     app.middleware("http")(count_requests)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.protocol import JobRecord
 
 _MESSAGES = TypeAdapter(list[MessageIn])
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
 
 
 def scope_of(
@@ -24,6 +26,43 @@ def scope_of(
     if user_id is None and agent_id is None and run_id is None:
         raise InvalidInputError("give at least one of user_id, agent_id, run_id", field="user_id")
     return Scope(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+
+def scope_from_filters(filters: Any) -> dict[str, str]:
+    """user_id / agent_id / run_id equalities at the top of a filter (or in a top AND), where
+    mem0 2.x callers put the scope."""
+    found: dict[str, str] = {}
+    nodes = filters.get("AND", [filters]) if isinstance(filters, dict) else []
+    for node in nodes if isinstance(nodes, list) else []:
+        if isinstance(node, dict):
+            found |= {k: v for k, v in node.items() if k in SCOPE_KEYS and isinstance(v, str)}
+    return found
+
+
+def split_filters(
+    principal: Principal, filters: Any, given: Mapping[str, str | None] | None = None
+) -> tuple[Scope, dict[str, Any] | None]:
+    """The scope named by ``given`` ids and/or by ids inside ``filters``, and the rest of the
+    filter. An id named both ways must agree (``InvalidInputError`` otherwise)."""
+    ids = scope_from_filters(filters)
+    for key, value in (given or {}).items():
+        if value is not None and ids.setdefault(key, value) != value:
+            raise InvalidInputError(f"{key} differs between the body and its filters", field=key)
+    scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
+    if not isinstance(filters, dict):
+        return scope, None
+    if "AND" in filters and isinstance(filters["AND"], list):
+        rest = [strip_ids(n) for n in filters["AND"]]
+        rest = [n for n in rest if n]
+        return scope, ({"AND": rest} if rest else None)
+    remaining = strip_ids(filters)
+    return scope, remaining or None
+
+
+def strip_ids(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: v for k, v in node.items() if k not in SCOPE_KEYS}
+    return node
 
 
 def messages_of(raw: str | dict[str, Any] | list[dict[str, Any]]) -> list[MessageIn]:

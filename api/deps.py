@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from pipeline.errors import PermanentError
 from pipeline.keys import KeyStore, Principal
@@ -30,21 +31,51 @@ def get_runtime(request: Request) -> Runtime:
 
 
 def get_keys(request: Request) -> KeyStore:
-    keys: KeyStore = request.app.state.keys
+    """The key store, built on first use: the app itself is built without touching
+    Elasticsearch (``memq openapi`` runs offline; a node that is down at start is a 503 later,
+    not a process that cannot start)."""
+    keys: KeyStore | None = getattr(request.app.state, "keys", None)
+    if keys is None:
+        runtime = get_runtime(request)
+        keys = request.app.state.keys = KeyStore(runtime.es, runtime.store.names)
     return keys
 
 
-def get_principal(request: Request) -> Principal:
+# Both schemes are declared so that OpenAPI documents them (Swagger's Authorize button); they
+# read the same header, and either one is enough (neither raises on its own).
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    description="An API key: `Authorization: Bearer mq_…`",
+    auto_error=False,
+)
+TOKEN = APIKeyHeader(
+    name="Authorization",
+    scheme_name="token",
+    description="The same key as mem0 clients send it: `Authorization: Token mq_…`",
+    auto_error=False,
+)
+
+
+def get_principal(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+    header: Annotated[str | None, Security(TOKEN)],
+) -> Principal:
     """``Authorization: Bearer <key>`` (or ``Token <key>``, as mem0 clients send)."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() not in ("bearer", "token") or not token.strip():
+    token = bearer.credentials.strip() if bearer is not None else token_of(header or "")
+    if not token:
         raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
     runtime = get_runtime(request)
-    principal = get_keys(request).authenticate(token.strip(), runtime.settings.api.admin_key)
+    principal = get_keys(request).authenticate(token, runtime.settings.api.admin_key)
     if principal is None:
         raise UnauthorizedError("unknown or revoked API key")
     return principal
+
+
+def token_of(header: str) -> str:
+    """The key of a ``Token <key>`` header; empty for any other scheme."""
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "token" else ""
 
 
 def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from pipeline.models import AwareDatetime, Identifier, MemoryType, MemoryView
-from pipeline.search import SearchOptions
+from pipeline.search import SearchHit, SearchOptions
 
 
 class _In(BaseModel):
@@ -133,3 +133,138 @@ class ErrorBody(BaseModel):
 class ErrorResponse(BaseModel):
     error: ErrorBody
     detail: str
+
+
+class Message(BaseModel):
+    """An acknowledgement."""
+
+    message: str
+
+
+class Deleted(Message):
+    deleted: int = Field(description="how many memories were deleted")
+
+
+class SearchResults(BaseModel):
+    results: list[SearchHit]
+
+
+class BatchSearchResults(BaseModel):
+    results: list[list[SearchHit]] = Field(description="one list of hits per query, in order")
+
+
+class HistoryEntry(BaseModel):
+    """One ADD, UPDATE or DELETE event of a memory."""
+
+    id: str
+    memory_id: str
+    event: str
+    job_id: str | None = None
+    old: str | None = None
+    new: str | None = None
+    actor: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    created_at: datetime
+
+
+class KeyPublic(BaseModel):
+    """An API key as admins list it (never its secret)."""
+
+    id: str
+    tenant: str
+    name: str = ""
+    role: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    elasticsearch: str
+    redis: str
+
+
+class WebhookAck(BaseModel):
+    """A chat platform's event was received; ``accepted`` when it joined a conversation."""
+
+    ok: bool = True
+    accepted: bool = False
+
+
+class SlackChallenge(BaseModel):
+    """Slack's url_verification handshake, answered with its own challenge."""
+
+    challenge: str
+
+
+class Mem0Ping(BaseModel):
+    status: str
+    org_id: str
+    project_id: str
+    user_email: str
+
+
+class Mem0Event(BaseModel):
+    id: str
+    memory: str
+    event: str
+
+
+class Mem0Added(BaseModel):
+    """mem0's add reply: the events when the job finished, else ``PENDING`` and the job id."""
+
+    results: list[Mem0Event]
+    status: str | None = None
+    event_id: str | None = None
+    job_id: str | None = None
+
+
+class Mem0Hit(MemoryPublic):
+    score: float
+
+
+class Mem0Results(BaseModel):
+    results: list[Mem0Hit]
+
+
+class Mem0Page(BaseModel):
+    """mem0's page-numbered listing (``next``/``previous`` are page numbers or null)."""
+
+    count: int
+    next: int | None
+    previous: int | None
+    results: list[MemoryPublic]
+
+
+class Mem0Updated(MemoryPublic):
+    message: str
+
+
+class Mem0HistoryEntry(BaseModel):
+    id: str
+    memory_id: str
+    event: str
+    old_memory: str | None = None
+    new_memory: str | None = None
+    created_at: datetime | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {
+        "model": ErrorResponse,
+        "description": "The request was refused; ``error.field`` names what was wrong "
+        "(401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, "
+        "413 body too large, 422 invalid input, 429 rate limited with Retry-After)",
+    },
+    "5XX": {
+        "model": ErrorResponse,
+        "description": "Elasticsearch or Redis unavailable: 503 with Retry-After; retry later",
+    },
+}
+"""memq's error body, declared for every operation instead of FastAPI's default 422 shape."""

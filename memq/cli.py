@@ -12,12 +12,14 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from pipeline.config import Settings
 from pipeline.errors import MemqError
+from pipeline.logs import configure_logging
 
 Handler = Callable[[Settings, argparse.Namespace], int]
 
@@ -74,7 +76,18 @@ def _api(settings: Settings, args: argparse.Namespace) -> int:
 
     from api.app import create_app
 
-    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port)
+    # log_config=None: uvicorn's lines go through the logging memq configured at start
+    uvicorn.run(
+        create_app(settings), host=settings.api.host, port=settings.api.port, log_config=None
+    )
+    return 0
+
+
+def _openapi(settings: Settings, args: argparse.Namespace) -> int:
+    """The API's OpenAPI document as JSON on stdout; needs no running service."""
+    from api.app import create_app
+
+    print(json.dumps(create_app(settings).openapi(), indent=2))
     return 0
 
 
@@ -209,6 +222,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memq", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"memq {version('memq')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run a Celery worker")
@@ -229,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("flower", help="run the Flower dashboard").set_defaults(handler=_flower)
     sub.add_parser("api", help="run the HTTP API").set_defaults(handler=_api)
+    sub.add_parser("openapi", help="print the API's OpenAPI document (JSON), offline").set_defaults(
+        handler=_openapi
+    )
     sub.add_parser("init", help="create index templates and indices").set_defaults(handler=_init)
 
     health = sub.add_parser("health", help="round-trip a task through a worker")
@@ -257,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"memq: invalid settings: {_first_error(exc)}", file=sys.stderr)
         return 2
+    configure_logging(settings.log, args.command)
     handler: Handler = args.handler
     try:
         return handler(settings, args)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, status
 
 from api.deps import AdminDep, IdPath, KeysDep, RuntimeDep
-from api.schemas import KeyCreate, KeyCreated
+from api.schemas import KeyCreate, KeyCreated, KeyPublic, Message
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -19,12 +19,12 @@ def create_key(body: KeyCreate, keys: KeysDep, runtime: RuntimeDep, _admin: Admi
     return KeyCreated(id=key_id, tenant=body.tenant, key=token)
 
 
-@router.get("/keys")
+@router.get("/keys", response_model=list[KeyPublic])
 def list_keys(keys: KeysDep, _admin: AdminDep, tenant: str | None = None) -> list[dict[str, Any]]:
     return keys.list(tenant)
 
 
-@router.delete("/keys/{key_id}")
+@router.delete("/keys/{key_id}", response_model=Message)
 def revoke_key(
     key_id: IdPath, keys: KeysDep, runtime: RuntimeDep, _admin: AdminDep
 ) -> dict[str, str]:

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from api.deps import RuntimeDep
 from api.metrics import render_metrics
+from api.schemas import Health, Readiness
 from pipeline.errors import MemqError
 from pipeline.health import elasticsearch_health
 
@@ -14,12 +15,16 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+def healthz() -> Health:
     """The process is up and serving."""
-    return {"status": "ok"}
+    return Health(status="ok")
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "Elasticsearch or Redis is down"}},
+)
 def readyz(runtime: RuntimeDep) -> JSONResponse:
     """Elasticsearch and Redis both reachable: 200; otherwise 503 naming what is not."""
     checks: dict[str, str] = {}
@@ -36,7 +41,11 @@ def readyz(runtime: RuntimeDep) -> JSONResponse:
     return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, **checks})
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+)
 def metrics(runtime: RuntimeDep, request: Request) -> Response:
     """Prometheus text format: requests, enqueue latency, jobs by status, queue depths."""
     body, content_type = render_metrics(runtime, request.app.state.metrics)

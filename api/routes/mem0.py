@@ -12,15 +12,24 @@ from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.convert import memory_public, scope_of
+from api.convert import SCOPE_KEYS, memory_public, scope_from_filters, scope_of, split_filters
 from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.routes.memories import TERMINAL, accept, wait_for
-from api.schemas import MemoryCreate
+from api.schemas import (
+    Deleted,
+    Mem0Added,
+    Mem0HistoryEntry,
+    Mem0Page,
+    Mem0Ping,
+    Mem0Results,
+    Mem0Updated,
+    MemoryCreate,
+    MemoryPublic,
+    Message,
+)
 from pipeline import crud
 from pipeline.errors import InvalidInputError
-from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
-from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.elastic import scope_filter
 
@@ -38,7 +47,6 @@ class Mem0Search(BaseModel):
     threshold: float | None = Field(default=None, ge=0, le=1)
 
 
-SCOPE_KEYS = ("user_id", "agent_id", "run_id")
 MEM0_IGNORED = (
     "version",
     "output_format",
@@ -55,7 +63,7 @@ MEM0_IGNORED = (
 )
 
 
-@router.get("/v1/ping/")
+@router.get("/v1/ping/", response_model=Mem0Ping)
 def ping(principal: PrincipalDep) -> dict[str, str]:
     """What the mem0 client reads at construction: an org and a project (here: the tenant)."""
     return {
@@ -66,7 +74,7 @@ def ping(principal: PrincipalDep) -> dict[str, str]:
     }
 
 
-@router.post("/v3/memories/add/")
+@router.post("/v3/memories/add/", response_model=Mem0Added, response_model_exclude_none=True)
 async def add(
     request: Request,
     app: CeleryDep,
@@ -108,7 +116,9 @@ async def add(
     }
 
 
-@router.post("/v3/memories/")
+# Documented rather than validated: the page keeps ``next: null`` while its memories, as mem0
+# shows them, leave out empty fields.
+@router.post("/v3/memories/", responses={200: {"model": Mem0Page}})
 def get_all(
     *,
     runtime: RuntimeDep,
@@ -136,7 +146,7 @@ def get_all(
     }
 
 
-@router.post("/v3/memories/search/")
+@router.post("/v3/memories/search/", response_model=Mem0Results, response_model_exclude_none=True)
 def search(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -155,12 +165,16 @@ def search(
     }
 
 
-@router.get("/v1/memories/{memory_id}/")
+@router.get(
+    "/v1/memories/{memory_id}/", response_model=MemoryPublic, response_model_exclude_none=True
+)
 def get(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
     return mem0_memory(crud.get_memory(runtime.store, principal.tenant, memory_id))
 
 
-@router.put("/v1/memories/{memory_id}/")
+@router.put(
+    "/v1/memories/{memory_id}/", response_model=Mem0Updated, response_model_exclude_none=True
+)
 def update(
     memory_id: IdPath,
     runtime: RuntimeDep,
@@ -178,13 +192,13 @@ def update(
     return mem0_memory(updated) | {"message": "Memory updated successfully!"}
 
 
-@router.delete("/v1/memories/{memory_id}/")
+@router.delete("/v1/memories/{memory_id}/", response_model=Message)
 def delete(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
     crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
     return {"message": "Memory deleted successfully!"}
 
 
-@router.delete("/v1/memories/")
+@router.delete("/v1/memories/", response_model=Deleted)
 def delete_everything(
     *,
     runtime: RuntimeDep,
@@ -205,7 +219,7 @@ def delete_everything(
     return {"message": "Memories deleted successfully!", "deleted": deleted}
 
 
-@router.get("/v1/memories/{memory_id}/history/")
+@router.get("/v1/memories/{memory_id}/history/", response_model=list[Mem0HistoryEntry])
 def history(
     memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
 ) -> list[dict[str, Any]]:
@@ -223,7 +237,7 @@ def history(
     ]
 
 
-@router.put("/v1/batch/")
+@router.put("/v1/batch/", response_model=Message)
 def batch_update(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -243,7 +257,7 @@ def batch_update(
     return {"message": f"Successfully updated {len(items)} memories"}
 
 
-@router.delete("/v1/batch/")
+@router.delete("/v1/batch/", response_model=Message)
 def batch_delete(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -274,36 +288,6 @@ def literal(raw: str) -> Any:
             raise InvalidInputError(
                 "filters is neither JSON nor a literal", field="filters"
             ) from exc
-
-
-def scope_from_filters(filters: Any) -> dict[str, str]:
-    """user_id / agent_id / run_id equalities at the top of mem0 filters (or in a top AND)."""
-    found: dict[str, str] = {}
-    nodes = filters.get("AND", [filters]) if isinstance(filters, dict) else []
-    for node in nodes if isinstance(nodes, list) else []:
-        if isinstance(node, dict):
-            found |= {k: v for k, v in node.items() if k in SCOPE_KEYS and isinstance(v, str)}
-    return found
-
-
-def split_filters(principal: Principal, filters: Any) -> tuple[Scope, dict[str, Any] | None]:
-    """mem0 filters → memq's scope (the ids) and the remaining filter."""
-    ids = scope_from_filters(filters)
-    scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
-    if not isinstance(filters, dict):
-        return scope, None
-    if "AND" in filters and isinstance(filters["AND"], list):
-        rest = [strip_ids(n) for n in filters["AND"]]
-        rest = [n for n in rest if n]
-        return scope, ({"AND": rest} if rest else None)
-    remaining = strip_ids(filters)
-    return scope, remaining or None
-
-
-def strip_ids(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: v for k, v in node.items() if k not in SCOPE_KEYS}
-    return node
 
 
 def mem0_memory(item: dict[str, Any]) -> dict[str, Any]:

@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.convert import add_request, job_public, memory_public, scope_of
+from api.convert import add_request, job_public, memory_public, scope_of, split_filters
 from api.deps import AdminDep, CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.schemas import (
     BatchSearchRequest,
+    BatchSearchResults,
+    Deleted,
+    HistoryEntry,
     JobAccepted,
     JobPublic,
     MemoryCreate,
     MemoryPage,
     MemoryPublic,
     MemoryUpdate,
+    Message,
     SearchRequest,
+    SearchResults,
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
@@ -32,6 +38,7 @@ from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
 from workers.intake import submit
 
+log = logging.getLogger("memq.api")
 router = APIRouter(prefix="/v1", tags=["memories"])
 TERMINAL = ("succeeded", "failed", "dead")
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
@@ -44,6 +51,12 @@ def accept(
     accepted = submit(app, add_request(body, principal), idempotency_key=key)
     request.app.state.metrics.enqueue_seconds.observe(time.perf_counter() - started)
     record = accepted.record
+    log.info(
+        "job %s (%s)",
+        record.job_id,
+        "accepted" if accepted.created else "already known",
+        extra={"job_id": record.job_id, "tenant": principal.tenant},
+    )
     url = str(request.url_for("get_job", job_id=record.job_id))
     return JobAccepted(
         job_id=record.job_id, status=record.status, status_url=url, created=accepted.created
@@ -125,7 +138,7 @@ def parse_filters(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
-@router.delete("/memories")
+@router.delete("/memories", response_model=Deleted)
 def delete_scope(
     runtime: RuntimeDep,
     principal: PrincipalDep,
@@ -139,7 +152,7 @@ def delete_scope(
     return {"message": f"deleted {deleted} memories", "deleted": deleted}
 
 
-@router.post("/memories/search")
+@router.post("/memories/search", response_model=SearchResults)
 def search(
     body: SearchRequest, runtime: RuntimeDep, principal: PrincipalDep
 ) -> dict[str, list[SearchHit]]:
@@ -147,7 +160,7 @@ def search(
     return {"results": runtime.searcher.search(search_query(body, principal))}
 
 
-@router.post("/memories/search/batch")
+@router.post("/memories/search/batch", response_model=BatchSearchResults)
 def search_batch(
     body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep
 ) -> dict[str, list[list[SearchHit]]]:
@@ -157,9 +170,11 @@ def search_batch(
 
 
 def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:
-    scope = scope_of(principal, body.user_id, body.agent_id, body.run_id)
-    options = body.model_dump(exclude={"user_id", "agent_id", "run_id"})
-    return SearchQuery(scope=scope, **options)
+    """The scope comes from the top-level ids, or from ``filters`` as mem0 2.x writes it."""
+    ids = {"user_id": body.user_id, "agent_id": body.agent_id, "run_id": body.run_id}
+    scope, filters = split_filters(principal, body.filters, ids)
+    options = body.model_dump(exclude={"user_id", "agent_id", "run_id", "filters"})
+    return SearchQuery(scope=scope, filters=filters, **options)
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryPublic)
@@ -183,7 +198,7 @@ def update_memory(
     return memory_public(updated)
 
 
-@router.delete("/memories/{memory_id}")
+@router.delete("/memories/{memory_id}", response_model=Message)
 def delete_memory(
     memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
 ) -> dict[str, str]:
@@ -191,7 +206,7 @@ def delete_memory(
     return {"message": "Memory deleted successfully!"}
 
 
-@router.get("/memories/{memory_id}/history")
+@router.get("/memories/{memory_id}/history", response_model=list[HistoryEntry])
 def history(
     memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
 ) -> list[dict[str, Any]]:
@@ -199,7 +214,7 @@ def history(
     return crud.memory_history(runtime.store, principal.tenant, memory_id)
 
 
-@router.post("/reset")
+@router.post("/reset", response_model=Message)
 def reset(runtime: RuntimeDep, _admin: AdminDep) -> dict[str, str]:
     """Delete every memory, entity, history row, message and job of every tenant (keys stay)."""
     names = runtime.store.names

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import CeleryDep
+from api.schemas import SlackChallenge, WebhookAck
 from pipeline import chat
 from pipeline.config import ChatConfig, Settings
 from pipeline.errors import NotFoundError
@@ -50,13 +51,13 @@ async def verified(
     return signed.body
 
 
-async def accept(app: MemqCelery, event: chat.ChatEvent | None) -> dict[str, Any]:
+async def accept(app: MemqCelery, event: chat.ChatEvent | None) -> WebhookAck:
     accepted = event is not None and await run_in_threadpool(accept_event, app, event)
-    return {"ok": True, "accepted": accepted}
+    return WebhookAck(accepted=accepted)
 
 
 @router.post("/slack")
-async def slack(request: Request, app: CeleryDep) -> dict[str, Any]:
+async def slack(request: Request, app: CeleryDep) -> WebhookAck | SlackChallenge:
     """Slack Events API: answers the url_verification handshake; keeps message events."""
     secret = enabled(chat_config(request).slack_signing_secret, "slack")
     body = await verified(
@@ -64,12 +65,12 @@ async def slack(request: Request, app: CeleryDep) -> dict[str, Any]:
     )
     payload = chat.load_json(body)
     if payload.get("type") == "url_verification":
-        return {"challenge": payload.get("challenge", "")}
+        return SlackChallenge(challenge=str(payload.get("challenge", "")))
     return await accept(app, chat.slack_event(payload))
 
 
 @router.post("/telegram")
-async def telegram(request: Request, app: CeleryDep) -> dict[str, Any]:
+async def telegram(request: Request, app: CeleryDep) -> WebhookAck:
     """Telegram Bot API updates (the bot's webhook secret_token is
     MEMQ_CHAT_TELEGRAM_SECRET_TOKEN)."""
     secret = enabled(chat_config(request).telegram_secret_token, "telegram")
@@ -78,7 +79,7 @@ async def telegram(request: Request, app: CeleryDep) -> dict[str, Any]:
 
 
 @router.post("/generic")
-async def generic(request: Request, app: CeleryDep) -> dict[str, Any]:
+async def generic(request: Request, app: CeleryDep) -> WebhookAck:
     """Any other source: HMAC-SHA256 of "{X-Memq-Timestamp}.{body}" in X-Memq-Signature."""
     secret = enabled(chat_config(request).webhook_secret, "generic")
     body = await verified(request, chat.GENERIC, secret, "x-memq-timestamp", "x-memq-signature")

@@ -1,31 +1,31 @@
-"""The HTTP API over real HTTP against the running stack: every endpoint, and tenant isolation
-between two keys on every endpoint that reads or changes a tenant's data.
+"""The HTTP API over real HTTP: every endpoint, and tenant isolation between two keys on every
+endpoint that reads or changes a tenant's data.
 
-Needs the stack ``ops/up`` started (API, workers, Elasticsearch, Redis) and the bootstrap admin
-key (``MEMQ_API_ADMIN_KEY``, else ``/var/lib/memq/admin-key``). Every add is ``infer=false``: no
-LLM is configured on the stack. A missing API fails the run; nothing skips.
+The API is a real ``memq api`` process of this checkout (the ``api_url`` fixture) over the test
+indices and queues, served by the test worker; Elasticsearch and Redis are the stack's, and the
+admin key is the stack's bootstrap key (``MEMQ_API_ADMIN_KEY``, else
+``/var/lib/memq/admin-key``). Every add is ``infer=false``. A missing service fails the run;
+nothing skips.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 
-from pipeline.config import Settings
+from tests.conftest import admin_key
+from tests.processes import ApiProcess
 
 pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
-ADMIN_KEY_FILE = Path("/var/lib/memq/admin-key")
 TIMEOUT_S = 30.0
 JOB_KEYS = {"job_id", "status", "phase", "batch_id", "attempts", "counts", "timings_ms"}
 EXPLAIN_KEYS = {"semantic", "bm25", "entity", "fused", "rank_semantic", "rank_bm25"}
@@ -60,15 +60,6 @@ def wait_until(probe: Callable[[], T | None], what: str, timeout_s: float = TIME
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(0.2)
-
-
-def admin_key() -> str:
-    key = os.environ.get("MEMQ_API_ADMIN_KEY")
-    if key:
-        return key
-    if not ADMIN_KEY_FILE.exists():
-        pytest.fail(f"no admin key: set MEMQ_API_ADMIN_KEY or create {ADMIN_KEY_FILE}")
-    return ADMIN_KEY_FILE.read_text().strip()
 
 
 def remember(tenant: Tenant, user_id: str, text: str, **extra: Any) -> dict[str, Any]:
@@ -125,25 +116,9 @@ def assert_error(response: httpx.Response, status: int) -> dict[str, Any]:
     return body
 
 
-def reachable_api(settings: Settings) -> str:
-    """The running API's base URL; fails loudly (never skips) when it does not answer."""
-    url = f"http://{settings.api.host}:{settings.api.port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                return url
-            problem = "does not answer /healthz with 200"
-        except httpx.HTTPError as exc:
-            problem = f"is not reachable ({exc!r})"
-        if time.monotonic() > deadline:
-            pytest.fail(f"the memq API at {url} {problem}: start the stack with ops/up")
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
-def base_url(stack_settings: Settings) -> str:
-    return reachable_api(stack_settings)
+def base_url(api_url: str) -> str:
+    return api_url
 
 
 @pytest.fixture(scope="module")
@@ -438,6 +413,24 @@ def test_delete_a_scope_needs_an_id(a: Tenant) -> None:
     assert assert_error(a.http.delete("/v1/memories"), 422)["error"]["field"] == "user_id"
 
 
+def test_the_api_logs_accepted_jobs_as_json_lines_with_job_and_tenant(
+    a: Tenant, uid: str, api_process: ApiProcess
+) -> None:
+    body = {"messages": "a line for the log", "user_id": uid, "infer": False}
+    job = a.http.post("/v1/memories", json=body).json()["job_id"]
+
+    def logged() -> dict[str, Any] | None:
+        for line in api_process.log_path.read_text().splitlines():
+            event = json.loads(line)  # every line of a log file is JSON
+            if event.get("job_id") == job:
+                return event
+        return None
+
+    event = wait_until(logged, "the API's log line for the job", 5.0)
+    assert (event["tenant"], event["level"], event["logger"]) == (a.name, "INFO", "memq.api")
+    assert event["process_kind"] == "api"
+
+
 # --- search ---------------------------------------------------------------------------------
 
 
@@ -455,6 +448,30 @@ def test_search_explains_and_filters(a: Tenant, uid: str) -> None:
     assert hits[0]["explain"]["fused"] == pytest.approx(hits[0]["score"])
     assert tea["id"] not in search_ids(a, uid, "tea", filters={"kind": "pet"})
     assert search_ids(a, uid, "tea", filters={"kind": "drink"}) == [tea["id"]]
+
+
+def test_search_takes_the_scope_inside_filters_as_mem0_writes_it(
+    a: Tenant, b: Tenant, uid: str
+) -> None:
+    tea = remember(a, uid, "I drink green tea every morning", metadata={"kind": "drink"})
+    remember(a, uid, "My dog is called Rex", metadata={"kind": "pet"})
+    wait_listed(a, uid, 2)
+
+    def found(tenant: Tenant, filters: dict[str, Any], **top: Any) -> list[str]:
+        body = {"query": "what tea do I drink", "filters": filters, **top}
+        response = tenant.http.post("/v1/memories/search", json=body)
+        assert response.status_code == 200, response.text
+        return [hit["id"] for hit in response.json()["results"]]
+
+    assert found(a, {"user_id": uid})[0] == tea["id"]
+    assert found(a, {"AND": [{"user_id": uid}, {"kind": "drink"}]}) == [tea["id"]]
+    pets = found(a, {"user_id": uid, "kind": "pet"}, user_id=uid)  # named both ways, agreeing
+    assert pets and tea["id"] not in pets
+    assert found(b, {"user_id": uid}) == []  # the tenant still comes from the key
+    body = {"query": "tea", "user_id": uid, "filters": {"user_id": "someone-else"}}
+    error = assert_error(a.http.post("/v1/memories/search", json=body), 422)
+    assert error["error"]["field"] == "user_id"
+    assert_error(a.http.post("/v1/memories/search", json={"query": "tea", "filters": {}}), 422)
 
 
 def test_search_batch_answers_in_order(a: Tenant, uid: str) -> None:
