@@ -64,7 +64,7 @@ class BodyLimit:
         if more:
             await self._refuse(scope, receive, send)
             return
-        await self.app(scope, replay(body), send)
+        await self.app(scope, replay(body, receive), send)
 
     async def _buffer(self, receive: Receive) -> tuple[bytes, bool]:
         """Read a body of unknown length; True when it went past the limit."""
@@ -84,17 +84,19 @@ class BodyLimit:
         await error(413, "too_large", f"request body over {self.limit} bytes")(scope, receive, send)
 
 
-def replay(body: bytes) -> Receive:
+def replay(body: bytes, receive: Receive) -> Receive:
+    """The buffered body as one message, then the client's own messages: a streaming response
+    listens for the real disconnect (answering one at once would cut every stream short)."""
     sent = False
 
-    async def receive() -> Message:
+    async def replayed() -> Message:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await receive()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    return receive
+    return replayed
 
 
 def create_app(settings: Settings | None = None, celery: MemqCelery | None = None) -> FastAPI:

@@ -24,6 +24,22 @@ class ScopeIds(_In):
 class MemoryCreate(ScopeIds):
     """A conversation to remember: a string, one message, or a list of messages."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "messages": [
+                        {"role": "user", "name": "Alice", "content": "I moved to Lisbon last year"},
+                        {"role": "assistant", "content": "How do you like it?"},
+                    ],
+                    "user_id": "alice",
+                    "timestamp": "2026-11-30T09:00:00Z",
+                    "metadata": {"source": "chat"},
+                }
+            ]
+        }
+    )
+
     messages: str | dict[str, Any] | list[dict[str, Any]]
     metadata: dict[str, Any] | None = None
     infer: bool = True
@@ -38,6 +54,19 @@ class MemoryCreate(ScopeIds):
 
 
 class JobAccepted(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job_id": "3f1c9e0a7b2d4c58",
+                    "status": "queued",
+                    "status_url": "http://127.0.0.1:8000/v1/jobs/3f1c9e0a7b2d4c58",
+                    "created": True,
+                }
+            ]
+        }
+    )
+
     job_id: str
     status: str
     status_url: str
@@ -81,9 +110,23 @@ class MemoryUpdate(_In):
 
 
 class SearchRequest(SearchOptions):
-    """A search in the caller's tenant, in the scope of the given ids."""
+    """A search in the caller's tenant, in the scope of the given ids (at the top level, or
+    inside ``filters`` as mem0 2.x writes them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=False,
+        json_schema_extra={
+            "examples": [
+                {"query": "where does alice live", "user_id": "alice", "top_k": 5},
+                {
+                    "query": "what does alice drink",
+                    "filters": {"AND": [{"user_id": "alice"}, {"source": "chat"}]},
+                    "explain": True,
+                },
+            ]
+        },
+    )
 
     user_id: Identifier | None = None
     agent_id: Identifier | None = None
@@ -131,6 +174,21 @@ class ErrorBody(BaseModel):
 
 
 class ErrorResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "error": {
+                        "type": "invalid_input",
+                        "message": "give at least one of user_id, agent_id, run_id",
+                        "field": "user_id",
+                    },
+                    "detail": "give at least one of user_id, agent_id, run_id",
+                }
+            ]
+        }
+    )
+
     error: ErrorBody
     detail: str
 

@@ -431,6 +431,16 @@ def test_the_api_logs_accepted_jobs_as_json_lines_with_job_and_tenant(
     assert event["process_kind"] == "api"
 
 
+def test_docs_and_their_assets_are_served_whole(base_url: str) -> None:
+    """Through a real server: a streamed file must not be cut short by the body-limit layer."""
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        assert "swagger-ui-bundle.js" in http.get("/docs").text
+        for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
+            response = http.get(f"/docs-assets/{asset}")
+            assert response.status_code == 200, asset
+            assert len(response.content) == int(response.headers["content-length"]) > 100_000
+
+
 # --- search ---------------------------------------------------------------------------------
 
 
