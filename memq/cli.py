@@ -125,7 +125,7 @@ def _demo(settings: Settings, args: argparse.Namespace) -> int:
 def _status(settings: Settings, args: argparse.Namespace) -> int:
     from memq.status import run_status
 
-    return run_status(settings)
+    return run_status(settings, as_json=args.json)
 
 
 def _settings(settings: Settings, args: argparse.Namespace) -> int:
@@ -255,9 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("settings", help="print resolved ports for ops/").set_defaults(handler=_settings)
 
-    sub.add_parser("status", help="queue depths, jobs by status, dead jobs, workers").set_defaults(
-        handler=_status
-    )
+    status = sub.add_parser("status", help="queue depths, jobs by status, dead jobs, workers")
+    status.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    status.set_defaults(handler=_status)
 
     demo = sub.add_parser("demo", help="show the running stack doing its main job")
     demo.add_argument("--timeout-s", type=float, default=60.0)

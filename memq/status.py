@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pipeline.config import Settings
@@ -30,8 +31,12 @@ def collect(app: MemqCelery) -> dict[str, Any]:
     return {"queues": depths, "jobs": jobs, "dead": dead, "workers": workers}
 
 
-def run_status(settings: Settings) -> int:
+def run_status(settings: Settings, as_json: bool = False) -> int:
+    """Print the status (one JSON object with ``as_json``); exit 1 when no worker answers."""
     status = collect(create_celery(settings))
+    if as_json:
+        print(json.dumps(status, default=str))
+        return 0 if status["workers"] else 1
     print("queues:  " + ", ".join(f"{q} {n}" for q, n in status["queues"].items()))
     print(
         "jobs:    "

@@ -20,6 +20,8 @@ from pythonjsonlogger.json import JsonFormatter
 from pipeline.config import LogConfig
 
 CONTEXT_FIELDS = ("job_id", "tenant", "phase", "batch")
+# Client libraries that log every request at INFO: quiet unless the level is DEBUG.
+CHATTY_LOGGERS = ("elastic_transport", "httpx", "httpcore", "urllib3", "openai")
 _CONTEXT: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("memq_log_context")
 
 
@@ -75,3 +77,5 @@ def configure_logging(config: LogConfig, process: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(config.level)
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel("DEBUG" if config.level == "DEBUG" else "WARNING")

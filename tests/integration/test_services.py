@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import json
 import subprocess
 import sys
 import time
@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from pipeline.config import Settings
-from tests.processes import WorkerProcess
+from tests.processes import WorkerProcess, free_port
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
 
 pytestmark = pytest.mark.integration
@@ -89,13 +89,6 @@ def test_flower_can_require_a_login(test_env: dict[str, str], tmp_path: Path) ->
         log.close()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def test_memq_status_reports_queues_jobs_and_workers(
     test_env: dict[str, str], worker: WorkerProcess
 ) -> None:
@@ -112,3 +105,21 @@ def test_memq_status_reports_queues_jobs_and_workers(
     assert lines[0].startswith("queues:") and test_env["MEMQ_QUEUES_IO"] in lines[0]
     assert lines[1].startswith("jobs:")
     assert lines[2].startswith("workers:") and "memqtest@" in lines[2]
+
+
+def test_memq_status_json_is_one_object_for_scripts(
+    test_env: dict[str, str], worker: WorkerProcess
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "memq.cli", "status", "--json"],
+        env=test_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert set(status) == {"queues", "jobs", "dead", "workers"}
+    assert status["queues"][test_env["MEMQ_QUEUES_IO"]] >= 0
+    assert any(name.startswith("memqtest@") for name in status["workers"])
