@@ -30,6 +30,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 from pipeline.backfill.readers import Conversation, Located, Reader
 from pipeline.errors import InvalidInputError
 from pipeline.models import AddRequest, MessageIn, Scope
@@ -174,8 +176,8 @@ class TokenBucket:
 
 
 class Progress:
-    """One line on ``stream``: done / failed / rate / ETA, redrawn at most ``hz`` times a second
-    on a terminal (every 5 s otherwise, one line each)."""
+    """On a terminal, a progress bar (tqdm: done / total, rate, ETA, failed and in flight),
+    redrawn at most 4 times a second; otherwise one summary line every 5 s, for log files."""
 
     def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream
@@ -185,14 +187,24 @@ class Progress:
         self.started = clock()
         self.shown = 0.0
         self.base = 0  # conversations finished before this run started counting
+        self.bar = (
+            tqdm(file=stream, unit="conv", desc="backfill", dynamic_ncols=True)
+            if self.tty
+            else None
+        )
 
     def show(self, counts: Counts, in_flight: int, force: bool = False) -> None:
         now = self.clock()
         if not force and now - self.shown < self.every_s:
             return
         self.shown = now
-        line = self.line(counts, in_flight, now - self.started)
-        self.stream.write(f"\r{line}\x1b[K" if self.tty else f"{line}\n")
+        if self.bar is not None:
+            self.bar.total, self.bar.initial, self.bar.n = counts.total, self.base, counts.finished
+            failed = counts.failed + counts.dead
+            self.bar.set_postfix_str(f"{failed} failed, {in_flight} in flight", refresh=False)
+            self.bar.refresh()
+            return
+        self.stream.write(f"{self.line(counts, in_flight, now - self.started)}\n")
         self.stream.flush()
 
     def line(self, counts: Counts, in_flight: int, elapsed_s: float) -> str:
@@ -206,8 +218,8 @@ class Progress:
         )
 
     def end(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
+        if self.bar is not None:
+            self.bar.close()
 
 
 # -- requests -----------------------------------------------------------------------------------

@@ -8,6 +8,10 @@ A reader streams an archive as ``Conversation`` items. Every reader offers two p
 - ``load(position)`` reads one conversation back from where ``scan`` found it (a byte offset,
   or a file name), without re-reading the rest.
 
+An archive may also be a ``.zip`` of the same files (ChatGPT and Slack export as zip): it is
+read in place, member by member, never unpacked to disk; a zip whose files sit in one folder is
+read from that folder.
+
 Items that cannot be read (a bad JSONL line, a conversation without messages) are reported in
 ``reader.problems`` (where + why) and skipped. An archive that is not of the reader's format
 raises ``InvalidInputError`` naming the file and what is wrong. A new format is one ``Reader``
@@ -20,10 +24,12 @@ import codecs
 import hashlib
 import json
 import re
+import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -31,15 +37,30 @@ from pipeline.errors import InvalidInputError
 
 Position = tuple[str | int, ...]
 Message = dict[str, str]
-Opener = Callable[[Path], IO[bytes]]
+ArchivePath = Path | zipfile.Path
+Opener = Callable[[ArchivePath], IO[bytes]]
 
 CHUNK_SIZE = 1 << 20
 MAX_ELEMENT_CHARS = 64 << 20  # one conversation larger than this is taken as a malformed file
 _WS = " \t\r\n"
 
 
-def open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: ArchivePath) -> IO[bytes]:
     return path.open("rb")
+
+
+def archive_root(path: Path) -> ArchivePath:
+    """``path`` itself, or, for a zip file, the folder (or the one file) inside it to read."""
+    if not (path.is_file() and zipfile.is_zipfile(path)):
+        return path
+    root: ArchivePath = zipfile.Path(zipfile.ZipFile(path))
+    entries: list[ArchivePath] = list(root.iterdir())
+    while len(entries) == 1:  # one folder (or one file) wrapping everything
+        root = entries[0]
+        if not root.is_dir():
+            break
+        entries = list(root.iterdir())
+    return root
 
 
 @dataclass(frozen=True)
@@ -89,7 +110,7 @@ class Reader(ABC):
 
     format: ClassVar[str]
 
-    def __init__(self, path: Path, options: ReaderOptions | None = None) -> None:
+    def __init__(self, path: ArchivePath, options: ReaderOptions | None = None) -> None:
         self.path = path
         self.options = options or ReaderOptions()
         self.problems: list[Problem] = []
@@ -155,7 +176,7 @@ def reader_for(fmt: str, path: Path, options: ReaderOptions | None = None) -> Re
     if fmt not in READERS:
         known = ", ".join(sorted(READERS))
         raise InvalidInputError(f"unknown format {fmt!r} (known: {known})", field="format")
-    return READERS[fmt](path, options)
+    return READERS[fmt](archive_root(path), options)
 
 
 # -- shared parsing -----------------------------------------------------------------------------
@@ -179,7 +200,7 @@ def content_key(value: Any) -> str:
     return "sha1-" + hashlib.sha1(payload.encode(), usedforsecurity=False).hexdigest()[:20]
 
 
-def first_char(path: Path, opener: Opener) -> str:
+def first_char(path: ArchivePath, opener: Opener) -> str:
     """The first non-blank character of a file ('' when it is blank)."""
     with opener(path) as stream:
         head = stream.read(4096).decode("utf-8-sig", errors="replace")
@@ -266,7 +287,9 @@ class JsonArrayStream:
             ) from exc
 
 
-def load_json_at(path: Path, offset: int, opener: Opener, chunk_size: int = CHUNK_SIZE) -> Any:
+def load_json_at(
+    path: ArchivePath, offset: int, opener: Opener, chunk_size: int = CHUNK_SIZE
+) -> Any:
     """The one JSON value starting at byte ``offset`` of ``path`` (read in chunks)."""
     with opener(path) as stream:
         stream.seek(offset)
@@ -283,7 +306,9 @@ def load_json_at(path: Path, offset: int, opener: Opener, chunk_size: int = CHUN
                     raise InvalidInputError(f"{path}: no JSON value at byte {offset}") from exc
 
 
-def iter_lines(path: Path, opener: Opener, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
+def iter_lines(
+    path: ArchivePath, opener: Opener, start: int = 0
+) -> Iterator[tuple[int, int, bytes]]:
     """``(line_number, byte_offset, raw_line)`` from ``start``, streamed; line numbers count
     from 1 at ``start``."""
     with opener(path) as stream:
@@ -387,7 +412,7 @@ class ChatGPTReader(Reader):
 
     format = "chatgpt"
 
-    def __init__(self, path: Path, options: ReaderOptions | None = None) -> None:
+    def __init__(self, path: ArchivePath, options: ReaderOptions | None = None) -> None:
         path = path / "conversations.json" if path.is_dir() else path
         super().__init__(path, options)
 
@@ -483,11 +508,26 @@ class SlackReader(Reader):
     """A Slack export folder: ``channels.json`` (optional: when present, it lists the channels
     read) and one folder per channel holding one ``YYYY-MM-DD.json`` per day. One conversation
     per channel per day, thread replies folded in after their parent; user id: the channel name
-    unless ``user_id`` is given; every message has role ``user`` and name = the Slack user id.
-    Messages with a subtype (joins, topics, bots) are left out, except thread_broadcast,
-    file_share and me_message. Key and position: ``channel/day``."""
+    unless ``user_id`` is given; every message has role ``user`` and name = the person's name
+    from ``users.json`` (display name, else real name, else handle), or the Slack user id when
+    the export has no such entry. Messages with a subtype (joins, topics, bots) are left out,
+    except thread_broadcast, file_share and me_message. Key and position: ``channel/day``."""
 
     format = "slack"
+
+    @cached_property
+    def names(self) -> dict[str, str]:
+        """Slack user id → the name people know them by, from ``users.json`` (if any)."""
+        index = self.path / "users.json"
+        if not index.is_file():
+            return {}
+        try:
+            items = json.loads(index.read_text(encoding="utf-8-sig"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidInputError(f"{index}: not JSON ({exc})") from exc
+        if not isinstance(items, list):
+            raise InvalidInputError(f"{index}: not a JSON array of users")
+        return {u["id"]: n for u in items if isinstance(u, dict) and (n := _slack_name(u))}
 
     def validate(self) -> None:
         if not self.path.is_dir():
@@ -541,7 +581,7 @@ class SlackReader(Reader):
             user_id=self.user_for(channel, f"{channel}/{day}"),
             agent_id=self.options.agent_id,
             timestamp=datetime.fromtimestamp(kept[0][0][1], UTC),
-            messages=[_slack_message(m) for _, m in kept],
+            messages=[_slack_message(m, self.names) for _, m in kept],
             metadata={"source": self.format, "channel": channel, "day": day[:10]},
         )
 
@@ -568,11 +608,28 @@ def _slack_order(item: dict[str, Any]) -> tuple[float, float]:
     return (root if root is not None else ts, ts)
 
 
-def _slack_message(item: dict[str, Any]) -> Message:
+def _slack_message(item: dict[str, Any], names: dict[str, str]) -> Message:
     message = {"role": "user", "content": item["text"]}
     if isinstance(item.get("user"), str) and item["user"]:
-        message["name"] = item["user"]
+        message["name"] = names.get(item["user"], item["user"])
     return message
+
+
+def _slack_name(user: dict[str, Any]) -> str | None:
+    """A users.json entry's name: display name, else real name, else handle (None: no id)."""
+    if not isinstance(user.get("id"), str):
+        return None
+    profile = user.get("profile")
+    profile = profile if isinstance(profile, dict) else {}
+    for value in (
+        profile.get("display_name"),
+        profile.get("real_name"),
+        user.get("real_name"),
+        user.get("name"),
+    ):
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
 
 
 # -- locomo -------------------------------------------------------------------------------------
@@ -599,7 +656,7 @@ class LocomoReader(Reader):
     format = "locomo"
     layout: str | None
 
-    def __init__(self, path: Path, options: ReaderOptions | None = None) -> None:
+    def __init__(self, path: ArchivePath, options: ReaderOptions | None = None) -> None:
         if path.is_dir():
             found = [p for p in (path / "locomo10.json", path / "turns.jsonl") if p.is_file()]
             path = found[0] if found else path / "turns.jsonl"

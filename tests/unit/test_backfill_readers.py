@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -324,6 +325,69 @@ def test_slack_one_conversation_per_channel_day_with_threads_folded(tmp_path: Pa
 def test_slack_user_option_and_no_index(tmp_path: Path) -> None:
     reader = reader_for("slack", slack_export(tmp_path, with_index=False), ReaderOptions("me"))
     assert {c.user_id for c in reader.read()} == {"me"}
+
+
+def test_slack_names_people_from_users_json(tmp_path: Path) -> None:
+    root = slack_export(tmp_path)
+    users = [
+        {"id": "U1", "name": "ana", "profile": {"display_name": "Ana", "real_name": "Ana Lima"}},
+        {"id": "U2", "name": "bo", "real_name": "Bo Chen", "profile": {"display_name": ""}},
+        {"name": "no id"},
+    ]
+    (root / "users.json").write_text(json.dumps(users))
+    day = next(reader_for("slack", root).read())
+    assert [(m["name"], m["content"]) for m in day.messages] == [
+        ("Ana", "first"),
+        ("Bo Chen", "reply"),
+        ("Bo Chen", "later"),
+    ]
+    (root / "users.json").write_text("{not json")
+    with pytest.raises(InvalidInputError, match=r"users\.json: not JSON"):
+        next(reader_for("slack", root).read())
+
+
+def zipped(folder: Path, archive: Path, inside: str = "") -> Path:
+    """``folder``'s files in a zip, under the folder ``inside`` of the zip (or at its root)."""
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                out.write(path, str(Path(inside) / path.relative_to(folder)))
+    return archive
+
+
+def test_slack_and_chatgpt_exports_are_read_zipped(tmp_path: Path) -> None:
+    slack = slack_export(tmp_path / "slack")
+    (slack / "users.json").write_text(json.dumps([{"id": "U1", "name": "ana"}]))
+    for inside in ("", "export-2024"):
+        archive = zipped(slack, tmp_path / f"slack{inside}.zip", inside)
+        reader = reader_for("slack", archive)
+        items = list(reader.read())
+        assert [c.key for c in items] == ["general/2024-03-01", "general/2024-03-02"]
+        assert items[0].messages[0]["name"] == "ana"
+        assert [p.where for p in reader.problems] == ["random/2024-03-01.json"]
+        located = list(reader_for("slack", archive).scan())
+        assert reader.load(located[1].position) == items[1]
+
+    chatgpt = tmp_path / "chatgpt"
+    chatgpt.mkdir()
+    conversations = [chatgpt_conversation(i) for i in range(3)]
+    (chatgpt / "conversations.json").write_text(json.dumps(conversations))
+    (chatgpt / "chat.html").write_text("<html></html>")
+    reader = reader_for("chatgpt", zipped(chatgpt, tmp_path / "gpt.zip"), ReaderOptions("me"))
+    located = list(reader.scan())
+    assert len(located) == 3
+    assert reader.load(located[2].position) == list(reader.read())[2]
+
+
+def test_a_zip_without_the_export_is_bad_input(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.txt").write_text("x")
+    (other / "b.txt").write_text("y")
+    with pytest.raises(InvalidInputError, match=r"conversations\.json"):
+        reader_for("chatgpt", zipped(other, tmp_path / "o.zip"), ReaderOptions("me"))
+    with pytest.raises(InvalidInputError, match="not a Slack export"):
+        reader_for("slack", zipped(other, tmp_path / "o.zip"))
 
 
 def test_slack_refuses_what_is_not_an_export(tmp_path: Path) -> None:
