@@ -5,7 +5,11 @@ Every job made ready also sends a gather task, so no ready job waits for a later
 gather that finds the list already emptied by an earlier one ends at once. Under light load a
 gather takes the one job there is and starts at once. Under load (more than one job made ready
 in the lane this second) it first lingers ``MEMQ_WORKER_BATCH_WAIT_MS`` so the batch can fill.
-A batch holds at most one job per session, so a session's jobs keep their order.
+At most ``MEMQ_WORKER_BATCHES_IN_FLIGHT`` batches of a lane run at once: beyond that, ready jobs
+wait in the list, and the next batch to end gathers all of them. That is what makes batches
+grow with the load: taking jobs as soon as they are ready would only move the queue from the
+ready list into the broker, as many small batches. A batch holds at most one job per session,
+so a session's jobs keep their order.
 
 The batch's membership is kept in Redis under the gather's task id before anything else
 happens: a gather delivered again after its worker died takes the same jobs, and once its
@@ -30,6 +34,8 @@ from workers.runtime import MemqCelery, queue_for
 log = logging.getLogger("memq.worker")
 
 LIVE, BACKFILL = "live", "backfill"
+LOST_BATCH_S = 120.0  # a batch that has not ended after this long no longer holds a slot
+RECHECK_S = 1.0
 
 
 def lane_of(backfill: bool) -> str:
@@ -54,18 +60,23 @@ def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
 def gather(app: MemqCelery, batch_id: str, lane: str) -> list[str]:
     """Take a batch of ready jobs, mark them running and send their chain; returns the ids of
     the jobs it runs (none when another gather took them first)."""
-    runtime, worker = app.runtime, app.runtime.settings.worker
-    taken = runtime.states.take_batch(batch_id, lane, worker.batch_max_jobs)
+    runtime = app.runtime
+    taken = take(app, batch_id, lane)
     if taken is None:  # delivered again after its chain was sent
         return []
+    if isinstance(taken, int):  # every batch slot is taken; jobs wait for one
+        recheck_later(app, lane)
+        return []
     if taken and linger(app, lane, len(taken)):
-        time.sleep(worker.batch_wait_ms / 1000)
-        taken = runtime.states.take_batch(batch_id, lane, worker.batch_max_jobs) or taken
+        time.sleep(runtime.settings.worker.batch_wait_ms / 1000)
+        more = take(app, batch_id, lane)
+        taken = more if isinstance(more, list) else taken
     if not taken:
         return []
     jobs = admit(app, batch_id, lane, list(dict.fromkeys(taken)))
     if not jobs:
         runtime.states.launched(batch_id)
+        batch_ended(app, batch_id)
         return []
     runtime.states.save_many(jobs)
     mark_running(app, jobs)
@@ -75,6 +86,34 @@ def gather(app: MemqCelery, batch_id: str, lane: str) -> list[str]:
     runtime.states.launched(batch_id)
     log.info("batch %s: %d job(s)", batch_id, len(ids))
     return ids
+
+
+def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
+    runtime, worker = app.runtime, app.runtime.settings.worker
+    now = runtime.clock().timestamp()
+    limit, in_flight = worker.batch_max_jobs, worker.batches_in_flight
+    return runtime.states.take_batch(
+        batch_id, lane, limit=limit, in_flight=in_flight, now=now, lost_s=LOST_BATCH_S
+    )
+
+
+def recheck_later(app: MemqCelery, lane: str) -> None:
+    """Every batch slot is taken: the batches that end will gather what waits. In case none
+    does (its worker died), one gather per lane comes back a second later, so no ready job
+    waits on a lost batch for longer than LOST_BATCH_S."""
+    runtime = app.runtime
+    if not runtime.states.first_to_recheck(lane, RECHECK_S):
+        return
+    queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
+    app.send_task(GATHER_TASK, args=(lane,), queue=queue, countdown=RECHECK_S)
+
+
+def batch_ended(app: MemqCelery, batch_id: str) -> None:
+    """Free the batch's slot and gather whatever waits for one."""
+    runtime = app.runtime
+    for lane in runtime.states.batch_ended(batch_id, (LIVE, BACKFILL)):
+        queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
+        app.send_task(GATHER_TASK, args=(lane,), queue=queue)
 
 
 def linger(app: MemqCelery, lane: str, taken: int) -> bool:

@@ -27,9 +27,17 @@ CLAIM_TTL_S = 120
 BATCH_TTL_S = 86_400
 # Take up to ARGV[1] ready jobs into the batch KEYS[1] (kept, so a redelivered gather finds the
 # same jobs); false once the batch was launched (KEYS[3]), so a late redelivery takes nothing.
+# A new batch starts only while fewer than ARGV[3] batches of the lane are in flight (KEYS[4],
+# scored by start time; entries older than ARGV[5] are dropped as lost); otherwise the ready
+# jobs wait, and the next batch to end takes them all at once.
 TAKE_BATCH = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return false end
 local members = redis.call('LRANGE', KEYS[1], 0, -1)
+if #members == 0 then
+  if redis.call('LLEN', KEYS[2]) == 0 then return {} end
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[5])
+  if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[3]) then return -1 end
+end
 local want = tonumber(ARGV[1]) - #members
 if want > 0 then
   local got = redis.call('LPOP', KEYS[2], want)
@@ -39,6 +47,7 @@ if want > 0 then
       table.insert(members, id)
     end
     redis.call('EXPIRE', KEYS[1], ARGV[2])
+    redis.call('ZADD', KEYS[4], ARGV[4], ARGV[6])
   end
 end
 return members
@@ -114,15 +123,42 @@ class RedisStateStore:
         with redis_errors("read the arrival count"):
             return int(self.client.get(self._arrivals(lane)) or 0)
 
-    def take_batch(self, batch_id: str, lane: str, limit: int) -> list[str] | None:
+    def take_batch(
+        self, batch_id: str, lane: str, *, limit: int, in_flight: int, now: float, lost_s: float
+    ) -> list[str] | int | None:
         """The jobs of batch ``batch_id``: those it already holds, topped up from the lane's
-        ready list to ``limit``. None once the batch was launched."""
-        keys = [self._batch(batch_id), self._ready(lane), self._launched(batch_id)]
+        ready list to ``limit``. A new batch takes none while ``in_flight`` batches of the lane
+        run (started less than ``lost_s`` ago): then -1 if jobs are waiting. None once the
+        batch was launched."""
+        keys = [
+            self._batch(batch_id),
+            self._ready(lane),
+            self._launched(batch_id),
+            self._in_flight(lane),
+        ]
+        args: list[str | int | float] = [limit, BATCH_TTL_S, in_flight, now, now - lost_s, batch_id]
         with redis_errors("take a batch of ready jobs"):
-            taken = self._take(keys=keys, args=[limit, BATCH_TTL_S])
-        if taken is None:
-            return None
+            taken = self._take(keys=keys, args=args)
+        if taken is None or isinstance(taken, int):
+            return taken
         return [raw.decode() for raw in taken]
+
+    def batch_ended(self, batch_id: str, lanes: tuple[str, ...]) -> list[str]:
+        """The batch no longer counts as in flight; returns the lanes with jobs still ready."""
+        with redis_errors("end a batch"):
+            pipe = self.client.pipeline()
+            for lane in lanes:
+                pipe.zrem(self._in_flight(lane), batch_id)
+                pipe.llen(self._ready(lane))
+            replies = pipe.execute()
+        return [lane for lane, waiting in zip(lanes, replies[1::2], strict=True) if waiting]
+
+    def first_to_recheck(self, lane: str, every_s: float) -> bool:
+        """True for one caller per ``every_s`` per lane: who schedules the next look at a
+        ready list that found every batch slot taken."""
+        with redis_errors("schedule a ready-list check"):
+            key = f"{self._ready(lane)}:recheck"
+            return bool(self.client.set(key, 1, nx=True, px=int(every_s * 1000)))
 
     def launched(self, batch_id: str) -> None:
         """The batch's chain is sent: a redelivered gather must neither resend it nor take
@@ -149,6 +185,9 @@ class RedisStateStore:
 
     def _arrivals(self, lane: str) -> str:
         return f"{self.prefix}:ready:{lane}:arrivals"
+
+    def _in_flight(self, lane: str) -> str:
+        return f"{self.prefix}:ready:{lane}:in-flight"
 
     def _batch(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}"

@@ -28,7 +28,7 @@ from pipeline.jobs import job_record
 from pipeline.phases import PHASES, PhaseSpec, run_batch
 from pipeline.state import JobState, JobStatus, Phase
 from pipeline.store.protocol import JobRecord
-from workers.batches import gather, make_ready, send_alone
+from workers.batches import batch_ended, gather, make_ready, send_alone
 from workers.names import GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
 from workers.runtime import MemqCelery, Runtime
 from workers.turns import check_delay, hand_on
@@ -59,6 +59,8 @@ class JobTask(Task):  # type: ignore[type-arg]
         for state in app.runtime.states.load_many(list(job_ids)):
             if state is not None and state.run == batch_id:
                 record_failure(app, state.job_id, exc)
+        if batch_id is not None:
+            batch_ended(app, batch_id)
 
 
 RECORD_ATTEMPTS = 3
@@ -165,6 +167,8 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> N
             s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id
         ]
         if not states:  # every job ended or left the batch (a redelivered message)
+            if spec.phase is Phase.FINALIZE:
+                batch_ended(app, batch_id)
             return []
         todo = [s for s in states if not s.is_done(spec.phase)]
         result = run_guarded(spec, states, runtime)
@@ -173,6 +177,8 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> N
             raise failed[0]  # the whole batch failed alike: retry the batch task
         finish(app, spec.phase, result.states)
         settle_failures(app, spec.phase, states, result.failures)
+        if spec.phase is Phase.FINALIZE:
+            batch_ended(app, batch_id)
         return [s.job_id for s in result.states]
 
 
