@@ -25,7 +25,7 @@ from pipeline.state import JobState
 class FloatState(JobState):
     """The earlier form: vectors as lists of JSON floats."""
 
-    embeddings: list[list[float] | None] = Field(default_factory=list)  # type: ignore[assignment]
+    embeddings: list[list[float] | None] = Field(default_factory=list)
 
 
 def state(facts: int, dims: int = 384) -> JobState:
