@@ -49,6 +49,7 @@ class JobTask(Task):  # type: ignore[type-arg]
         app = cast("MemqCelery", self.app)
         if self.name == GATHER_TASK:  # its jobs go back to the ready list for another gather
             app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
+            batch_ended(app, task_id)
             return
         if self.name == WAIT_TASK:
             job_id = args[0] if args else kwargs.get("job_id")
@@ -177,7 +178,7 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> N
             raise failed[0]  # the whole batch failed alike: retry the batch task
         finish(app, spec.phase, result.states)
         settle_failures(app, spec.phase, states, result.failures)
-        if spec.phase is Phase.FINALIZE:
+        if spec.phase is Phase.FINALIZE:  # after the hand-ons: one gather takes what waits
             batch_ended(app, batch_id)
         return [s.job_id for s in result.states]
 
