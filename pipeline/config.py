@@ -87,6 +87,9 @@ class LLMConfig(_Section):
     timeout_s: float = Field(default=60.0, gt=0, le=900)
     max_retries: int = Field(default=3, ge=0, le=20)
     vision: bool = False
+    # LLM calls in flight at once per worker process; lowered by itself while the provider
+    # answers 429, and raised again as calls succeed
+    max_concurrency: int = Field(default=16, ge=1, le=1024)
 
 
 class EmbedderConfig(_Section):
@@ -144,6 +147,12 @@ class WorkerConfig(_Section):
     retry_backoff_s: int = Field(default=2, ge=1)
     retry_backoff_max_s: int = Field(default=120, ge=1)
     visibility_timeout_s: int = Field(default=900, ge=5)
+    # a micro-batch: up to batch_max_jobs ready jobs, or those ready within batch_wait_ms
+    # (waited for only while jobs keep arriving; a lone job starts at once); at most
+    # batches_in_flight batches per lane (live, backfill) run at once, the rest wait to join one
+    batch_max_jobs: int = Field(default=32, ge=1, le=1024)
+    batch_wait_ms: int = Field(default=20, ge=0, le=10_000)
+    batches_in_flight: int = Field(default=2, ge=1, le=1024)
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerConfig:

@@ -19,6 +19,7 @@ class Limits:
     retrieved_memories: int = 10
     entity_merge_similarity: float = 0.95
     webhook_timeout_s: float = 5.0
+    llm_concurrency: int = 16  # LLM calls one batch makes at once (the adapter bounds them too)
 
 
 @dataclass(frozen=True)

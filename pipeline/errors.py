@@ -21,7 +21,15 @@ class MemqError(Exception):
 
 
 class TransientError(MemqError):
-    """A failure that may pass: retry with backoff."""
+    """A failure that may pass: retry with backoff. ``throttled``: the server refused for load
+    (429); ``retry_after_s`` is its own word on when to come back, when it gave one."""
+
+    def __init__(
+        self, reason: str, retry_after_s: float | None = None, throttled: bool = False
+    ) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+        self.throttled = throttled
 
 
 class PermanentError(MemqError):

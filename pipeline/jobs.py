@@ -28,7 +28,7 @@ def job_record(
         batch_id=state.batch_id,
         attempts=state.attempts,
         backfill=state.backfill,
-        counts=state.counts,
+        counts={**state.counts, "batch_size": state.batch_size},
         timings_ms=state.timings_ms,
         reason=reason,
         errors=[error.model_dump(mode="json", exclude_none=True) for error in state.errors],

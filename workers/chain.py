@@ -1,44 +1,37 @@
-"""The one function that builds a job's chain of tasks."""
+"""The one function that builds a batch's chain of phase tasks."""
 
 from __future__ import annotations
 
 from celery import Celery, chain
-from celery.canvas import Signature
 
 from pipeline.config import QueueConfig
-from pipeline.phases import PHASES, Workload
-from workers.names import WAIT_TASK, phase_task_name
+from pipeline.phases import PHASES
+from pipeline.state import Phase
+from workers.names import phase_task_name
+from workers.runtime import queue_for
 
 
-def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:
-    """Backfill jobs keep to their own queue so live traffic is never starved by them."""
-    if backfill:
-        return queues.backfill
-    return queues.cpu if workload is Workload.CPU else queues.io
-
-
-def job_chain(
-    app: Celery, job_id: str, queues: QueueConfig, backfill: bool = False, wait: bool = True
+def batch_chain(
+    app: Celery,
+    batch_id: str,
+    job_ids: list[str],
+    queues: QueueConfig,
+    *,
+    backfill: bool = False,
+    start: Phase = Phase.CONTEXT,
 ) -> chain:
-    """wait_turn → context → retrieve → … → finalize, each task given only the job id. Without
-    ``wait`` (the job was first in an idle session's line), the chain starts at context."""
-    steps: list[Signature] = []
-    if wait:
-        steps.append(
+    """context → retrieve → … → finalize from ``start`` on, each task given the batch id and
+    its job ids (what Flower shows as the task's arguments)."""
+    phases = [spec.phase for spec in PHASES]
+    return chain(
+        *[
             app.signature(
-                WAIT_TASK,
-                args=(job_id,),
+                phase_task_name(spec.phase),
+                args=(batch_id, job_ids),
                 immutable=True,
-                queue=queue_for(Workload.IO, queues, backfill),
+                queue=queue_for(spec.workload, queues, backfill),
             )
-        )
-    steps += [
-        app.signature(
-            phase_task_name(spec.phase),
-            args=(job_id,),
-            immutable=True,
-            queue=queue_for(spec.workload, queues, backfill),
-        )
-        for spec in PHASES
-    ]
-    return chain(*steps, app=app)
+            for spec in PHASES[phases.index(start) :]
+        ],
+        app=app,
+    )

@@ -1,8 +1,9 @@
 """Accepting jobs: the same path for the API, the CLI and backfills.
 
 ``submit`` answers in milliseconds: it claims the job id (atomic, so a conversation posted twice
-is one job), writes the ``queued`` record and the state, joins the session's line and enqueues
-the chain. Nothing runs here.
+is one job), writes the ``queued`` record and the state, joins the session's line and either
+makes the job ready for the next batch (its session was idle) or sends its ``wait_turn``.
+Nothing runs here.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from kombu.exceptions import OperationalError
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.jobs import job_record
 from pipeline.models import NAMESPACE, AddRequest
+from pipeline.phases import Workload
 from pipeline.state import JobState, JobStatus
 from pipeline.store.protocol import JobRecord
-from workers.app import MemqCelery
-from workers.chain import job_chain
+from workers.batches import make_ready
+from workers.names import WAIT_TASK
+from workers.runtime import MemqCelery, queue_for
 
 
 @dataclass(frozen=True)
@@ -63,22 +66,32 @@ def in_flight_record(app: MemqCelery, job_id: str, request: AddRequest) -> JobRe
 
 
 def enqueue(app: MemqCelery, state: JobState, backfill: bool) -> JobRecord:
-    """State, then the session line, then the chain, then the ``queued`` record: a crash
-    before the chain leaves no record (the id can be submitted again once its claim expires),
+    """State, then the session line, then the start, then the ``queued`` record: a crash
+    before the start leaves no record (the id can be submitted again once its claim expires),
     and a crash after it leaves a job that runs and records itself."""
     runtime = app.runtime
     state = state.with_(backfill=backfill)
     record = job_record(state, JobStatus.QUEUED, runtime.clock())
     runtime.states.save(state)
     idle = runtime.states.enter_line(state.request.scope.key, state.job_id, runtime.clock())
-    try:  # first in line: nobody else will start this job, so it need not wait for its turn
-        job_chain(app, state.job_id, runtime.settings.queues, backfill, wait=not idle).apply_async()
-    except OperationalError as exc:
+    try:
+        start(app, state.job_id, backfill, idle)
+    except (OperationalError, TransientError) as exc:
         runtime.states.leave_line(state.request.scope.key, state.job_id)
         runtime.states.unclaim(state.job_id)
         raise TransientError(f"could not enqueue job {state.job_id}: {exc}") from exc
     runtime.store.create_job(record)
     return record
+
+
+def start(app: MemqCelery, job_id: str, backfill: bool, idle: bool) -> None:
+    """First in an idle session's line: nobody else will start this job, so it is ready now.
+    Behind others: it waits for its turn."""
+    if idle:
+        make_ready(app, job_id, backfill)
+        return
+    queue = queue_for(Workload.IO, app.runtime.settings.queues, backfill)
+    app.send_task(WAIT_TASK, args=(job_id,), queue=queue)
 
 
 def replay(app: MemqCelery, job_id: str) -> JobRecord:

@@ -6,6 +6,7 @@ from pipeline.state import Phase
 
 HEALTH_TASK = "memq.health"
 WAIT_TASK = "memq.job.wait_turn"
+GATHER_TASK = "memq.batch.gather"
 CHAT_FLUSH_TASK = "memq.chat.flush"
 
 

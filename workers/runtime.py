@@ -1,7 +1,10 @@
-"""Per-process resources shared by the tasks of one worker: settings and lazily built clients.
+"""The Celery application class and the per-process resources its tasks share.
 
-Built on first use, per process, so a forked worker child never shares a connection (or a model
-session) with its parent."""
+``MemqCelery`` carries a ``Runtime``: settings and lazily built clients, built on first use
+per process, so a forked worker child never shares a connection (or a model session) with its
+parent. Tasks are registered on the app elsewhere (``workers.tasks``); ``workers.app`` puts the
+two together. This module imports no task module, so nothing here can form an import cycle.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +12,38 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Any
 
 import redis
+from celery import Celery
 from elasticsearch import Elasticsearch
 
-from pipeline.config import Settings
-from pipeline.deps import Deps
+from pipeline.config import QueueConfig, Settings
+from pipeline.deps import Deps, Limits
+from pipeline.embedding import make_embedder
+from pipeline.llm.openai_llm import OpenAILLM
 from pipeline.models import utcnow
+from pipeline.nlp.entities import RuleEntityExtractor
+from pipeline.nlp.lemmatize import SimplemmaLemmatizer
+from pipeline.phases import PHASES, Workload
 from pipeline.search import Searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
+from workers.chat_buffer import ChatBuffer
+from workers.names import CHAT_FLUSH_TASK, GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
 from workers.state_store import RedisStateStore
 
-if TYPE_CHECKING:
-    from workers.chat import ChatBuffer
-
 log = logging.getLogger("memq.worker")
+
+
+class MemqCelery(Celery):
+    """A Celery app that carries memq's per-process ``Runtime`` (settings and clients)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__("memq", set_as_current=False)
+        self.runtime = Runtime(settings)
+        self.conf.update(celery_config(settings))
 
 
 class Runtime:
@@ -50,8 +67,6 @@ class Runtime:
 
     @cached_property
     def chat_buffer(self) -> ChatBuffer:
-        from workers.chat import ChatBuffer
-
         return ChatBuffer(self.redis, self.settings.es.index_prefix)
 
     @cached_property
@@ -90,11 +105,6 @@ class Runtime:
 def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], datetime]) -> Deps:
     """The phases' dependencies for ``settings``: the configured embedder and LLM (None when
     no LLM is configured), the lemmatizer and the entity extractor."""
-    from pipeline.embedding import make_embedder
-    from pipeline.llm.openai_llm import OpenAILLM
-    from pipeline.nlp.entities import RuleEntityExtractor
-    from pipeline.nlp.lemmatize import SimplemmaLemmatizer
-
     llm = OpenAILLM(settings.llm, settings.llm_api_key()) if settings.llm_configured() else None
     return Deps(
         store=store,
@@ -103,5 +113,56 @@ def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], date
         entities=RuleEntityExtractor(),
         llm=llm,
         vision=settings.llm.vision,
+        limits=Limits(llm_concurrency=settings.llm.max_concurrency),
         clock=clock,
     )
+
+
+def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:
+    """Backfill jobs keep to their own queue so live traffic is never starved by them."""
+    if backfill:
+        return queues.backfill
+    return queues.cpu if workload is Workload.CPU else queues.io
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings: at-least-once delivery, JSON only, routing per queue."""
+    queues = settings.queues
+    return {
+        "broker_url": settings.redis.url,
+        "result_backend": settings.redis.url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": settings.worker.visibility_timeout_s},
+        "result_backend_transport_options": {
+            "visibility_timeout": settings.worker.visibility_timeout_s
+        },
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_track_started": True,
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        "task_default_queue": queues.io,
+        "task_time_limit": settings.worker.task_time_limit_s,
+        "task_soft_time_limit": settings.worker.task_soft_time_limit_s,
+        "result_expires": 86_400,
+        "worker_hijack_root_logger": False,
+        "task_routes": task_routes(settings),
+    }
+
+
+def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
+    """Default queue per task name (a chain may still send a backfill batch elsewhere)."""
+    queues = settings.queues
+    routes = {
+        HEALTH_TASK: {"queue": queues.io},
+        WAIT_TASK: {"queue": queues.io},
+        GATHER_TASK: {"queue": queues.io},
+        CHAT_FLUSH_TASK: {"queue": queues.io},
+    }
+    for spec in PHASES:
+        routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}
+    return routes

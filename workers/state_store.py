@@ -1,9 +1,11 @@
-"""Job state between tasks, and the per-session turnstile, both in Redis.
+"""Job state between tasks, the per-session turnstile, and the ready lists, all in Redis.
 
-Broker messages carry only job ids; the state of a job (its request and each phase's
-output) lives under ``memq:{namespace}:job:{id}:state`` until the job ends. The turnstile is a
-Redis list per session: jobs of one session run one at a time, in the order they were accepted
-(``workers.turns`` says who starts whom).
+Broker messages carry only ids; the state of a job (its request and each phase's output)
+lives under ``memq:{namespace}:job:{id}:state`` until the job ends, and a batch's task reads
+and writes the states of all its jobs in one round trip. The turnstile is a Redis list per
+session: jobs of one session run one at a time, in the order they were accepted
+(``workers.turns`` says who starts whom). A job whose turn has come waits in its lane's ready
+list until a gather task takes it into a batch (``workers.batches``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,34 @@ log = logging.getLogger("memq.worker")
 STATE_TTL_S = 7 * 86_400
 STALE_HEAD_S = 3_600  # longer than any job's retries last: a head this old is not running
 CLAIM_TTL_S = 120
+BATCH_TTL_S = 86_400
+# Take up to ARGV[1] ready jobs into the batch KEYS[1] (kept, so a redelivered gather finds the
+# same jobs); false once the batch was launched (KEYS[3]), so a late redelivery takes nothing.
+# A new batch starts only while fewer than ARGV[3] batches of the lane are in flight (KEYS[4],
+# scored by start time; entries older than ARGV[5] are dropped as lost); otherwise the ready
+# jobs wait, and the next batch to end takes them all at once.
+TAKE_BATCH = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return false end
+local members = redis.call('LRANGE', KEYS[1], 0, -1)
+if #members == 0 then
+  if redis.call('LLEN', KEYS[2]) == 0 then return {} end
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[5])
+  if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[3]) then return -1 end
+end
+local want = tonumber(ARGV[1]) - #members
+if want > 0 then
+  local got = redis.call('LPOP', KEYS[2], want)
+  if got then
+    for _, id in ipairs(got) do
+      redis.call('RPUSH', KEYS[1], id)
+      table.insert(members, id)
+    end
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    redis.call('ZADD', KEYS[4], ARGV[4], ARGV[6])
+  end
+end
+return members
+"""
 LEAVE_LINE = """
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 return redis.call('LINDEX', KEYS[1], 0)
@@ -36,6 +66,7 @@ class RedisStateStore:
         self.client = client
         self.prefix = f"memq:{namespace}"
         self._leave = client.register_script(LEAVE_LINE)
+        self._take = client.register_script(TAKE_BATCH)
 
     def _state(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:state"
@@ -52,6 +83,117 @@ class RedisStateStore:
         with redis_errors("load job state"):
             raw = self.client.get(self._state(job_id))
         return JobState.model_validate_json(raw) if raw is not None else None
+
+    def save_many(self, states: list[JobState]) -> None:
+        """Save the states of a batch's jobs in one round trip."""
+        if not states:
+            return
+        with redis_errors("save job states"):
+            pipe = self.client.pipeline(transaction=False)
+            for state in states:
+                pipe.set(self._state(state.job_id), state.model_dump_json(), ex=STATE_TTL_S)
+            pipe.execute()
+
+    def load_many(self, job_ids: list[str]) -> list[JobState | None]:
+        """The states of ``job_ids`` (None for a job that has ended) in one round trip."""
+        if not job_ids:
+            return []
+        with redis_errors("load job states"):
+            raw = self.client.mget([self._state(job_id) for job_id in job_ids])
+        return [JobState.model_validate_json(r) if r is not None else None for r in raw]
+
+    # -- the ready lists and the batches taken from them ----------------------------------------
+
+    def push_ready(self, lane: str, job_id: str) -> int:
+        """Put a job whose turn has come at the end of its lane's ready list; returns how many
+        jobs became ready in this lane during the current second (a measure of load)."""
+        with redis_errors("mark a job ready"):
+            pipe = self.client.pipeline()
+            pipe.rpush(self._ready(lane), job_id)
+            pipe.incr(self._arrivals(lane))
+            pipe.expire(self._arrivals(lane), 1, nx=True)
+            return int(pipe.execute()[1])
+
+    def unready(self, lane: str, job_id: str) -> None:
+        with redis_errors("unmark a ready job"):
+            self.client.lrem(self._ready(lane), 0, job_id)
+
+    def arrivals(self, lane: str) -> int:
+        """Jobs that became ready in this lane during the current second."""
+        with redis_errors("read the arrival count"):
+            return int(self.client.get(self._arrivals(lane)) or 0)
+
+    def take_batch(
+        self, batch_id: str, lane: str, *, limit: int, in_flight: int, now: float, lost_s: float
+    ) -> list[str] | int | None:
+        """The jobs of batch ``batch_id``: those it already holds, topped up from the lane's
+        ready list to ``limit``. A new batch takes none while ``in_flight`` batches of the lane
+        run (started less than ``lost_s`` ago): then -1 if jobs are waiting. None once the
+        batch was launched."""
+        keys = [
+            self._batch(batch_id),
+            self._ready(lane),
+            self._launched(batch_id),
+            self._in_flight(lane),
+        ]
+        args: list[str | int | float] = [limit, BATCH_TTL_S, in_flight, now, now - lost_s, batch_id]
+        with redis_errors("take a batch of ready jobs"):
+            taken = self._take(keys=keys, args=args)
+        if taken is None or isinstance(taken, int):
+            return taken
+        return [raw.decode() for raw in taken]
+
+    def batch_ended(self, batch_id: str, lanes: tuple[str, ...]) -> list[str]:
+        """The batch no longer counts as in flight; returns the lanes with jobs still ready."""
+        with redis_errors("end a batch"):
+            pipe = self.client.pipeline()
+            for lane in lanes:
+                pipe.zrem(self._in_flight(lane), batch_id)
+                pipe.llen(self._ready(lane))
+            replies = pipe.execute()
+        return [lane for lane, waiting in zip(lanes, replies[1::2], strict=True) if waiting]
+
+    def first_to_recheck(self, lane: str, every_s: float) -> bool:
+        """True for one caller per ``every_s`` per lane: who schedules the next look at a
+        ready list that found every batch slot taken."""
+        with redis_errors("schedule a ready-list check"):
+            key = f"{self._ready(lane)}:recheck"
+            return bool(self.client.set(key, 1, nx=True, px=int(every_s * 1000)))
+
+    def launched(self, batch_id: str) -> None:
+        """The batch's chain is sent: a redelivered gather must neither resend it nor take
+        more jobs."""
+        with redis_errors("mark a batch launched"):
+            self.client.set(self._launched(batch_id), 1, ex=BATCH_TTL_S)
+
+    def release_batch(self, batch_id: str, lane: str) -> list[str]:
+        """Give an unlaunched batch's jobs back to the front of the ready list."""
+        with redis_errors("release a batch"):
+            members = [
+                raw.decode() if isinstance(raw, bytes) else str(raw)
+                for raw in self.client.lrange(self._batch(batch_id), 0, -1)
+            ]
+            if members:
+                pipe = self.client.pipeline()
+                pipe.lpush(self._ready(lane), *reversed(members))
+                pipe.delete(self._batch(batch_id))
+                pipe.execute()
+        return members
+
+    def _ready(self, lane: str) -> str:
+        return f"{self.prefix}:ready:{lane}"
+
+    def _arrivals(self, lane: str) -> str:
+        return f"{self.prefix}:ready:{lane}:arrivals"
+
+    def _in_flight(self, lane: str) -> str:
+        return f"{self.prefix}:ready:{lane}:in-flight"
+
+    def _batch(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}"
+
+    def _launched(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}:launched"
 
     def exists(self, job_id: str) -> bool:
         with redis_errors("check job state"):

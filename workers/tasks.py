@@ -1,57 +1,73 @@
 """The task registry: every memq task, with its explicit name, registered on one app.
 
-Each phase task is a thin adapter: load the job state from Redis, run the phase function from
-``pipeline.phases``, save the state, hand on (the chain calls the next task). Retry policy is
-data (``retry_policy``), applied here and only here for Elasticsearch/Redis failures; the LLM
-adapter retries its own calls and raises ``RetriesExhaustedError``, which is not retried again.
+Each phase task is a thin adapter over a batch: load the states of its jobs from Redis (one
+round trip), run the phase function from ``pipeline.phases`` over them, save them (one round
+trip), and let the chain call the next task. A job the phase could not finish leaves the
+batch: a permanent failure ends it ``failed``; a transient one sends it on alone, to retry that
+phase with backoff, while its batch-mates go on; a failure of every job at once (Elasticsearch
+down) retries the batch task itself. Retry policy is data (``retry_policy``); the LLM adapter
+retries its own calls and raises ``RetriesExhaustedError``, which is not retried again.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import socket
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from celery import Task
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
+from pipeline.batch import BatchResult
 from pipeline.config import WorkerConfig
 from pipeline.errors import MemqError, PermanentError, RetriesExhaustedError, TransientError
 from pipeline.health import elasticsearch_health
 from pipeline.jobs import job_record
-from pipeline.phases import PHASES, PhaseSpec, run_phase
+from pipeline.phases import PHASES, PhaseSpec, run_batch
 from pipeline.state import JobState, JobStatus, Phase
 from pipeline.store.protocol import JobRecord
-from workers.names import HEALTH_TASK, WAIT_TASK, phase_task_name
+from workers.batches import batch_ended, gather, make_ready, send_alone
+from workers.names import GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
+from workers.runtime import MemqCelery, Runtime
 from workers.turns import check_delay, hand_on
-
-if TYPE_CHECKING:
-    from workers.app import MemqCelery
-    from workers.runtime import Runtime
 
 log = logging.getLogger("memq.worker")
 
 
 class JobTask(Task):  # type: ignore[type-arg]
-    """Base of every job task: when a task finally fails, the job's record says why.
-
-    A ``PermanentError`` (or a bug) ends the job ``failed``; a transient failure that outlived its
-    retries ends it ``dead``, listed for replay. Either way the session line moves on."""
+    """Base of every job task: when a task finally fails, the record of each of its jobs says
+    why. A ``PermanentError`` (or a bug) ends a job ``failed``; a transient failure that
+    outlived its retries ends it ``dead``, listed for replay. Either way the session line
+    moves on."""
 
     runtime: Runtime
     ignore_result = True  # a job's outcome is its record; nothing reads task results
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        job_id = args[0] if args else kwargs.get("job_id")
-        if job_id is not None:
-            record_failure(cast("MemqCelery", self.app), job_id, exc)
+        app = cast("MemqCelery", self.app)
+        if self.name == GATHER_TASK:  # its jobs go back to the ready list for another gather
+            app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
+            batch_ended(app, task_id)
+            return
+        if self.name == WAIT_TASK:
+            job_id = args[0] if args else kwargs.get("job_id")
+            if job_id is not None:
+                record_failure(app, job_id, exc)
+            return
+        batch_id, job_ids = (args[0], args[1]) if len(args) >= 2 else (None, [])
+        for state in app.runtime.states.load_many(list(job_ids)):
+            if state is not None and state.run == batch_id:
+                record_failure(app, state.job_id, exc)
+        if batch_id is not None:
+            batch_ended(app, batch_id)
 
 
 RECORD_ATTEMPTS = 3
 
 
-def record_failure(app: MemqCelery, job_id: str, exc: Exception) -> None:
+def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> None:
     """Write the job's final record, then free its state and hand the session line on —
     unless the record cannot be written (the state stays for an operator, the line head goes
     stale) or the job was replayed meanwhile (the new run owns the state)."""
@@ -106,6 +122,11 @@ def retry_policy(policy: WorkerConfig) -> dict[str, Any]:
     }
 
 
+def backoff_s(policy: WorkerConfig, retries: int) -> float:
+    """The same backoff as ``retry_policy``, for a job sent on alone: full jitter, capped."""
+    return random.uniform(0, min(policy.retry_backoff_max_s, policy.retry_backoff_s * 2**retries))
+
+
 def register_tasks(app: MemqCelery) -> None:
     """Register memq's tasks on ``app``; each is a thin adapter over a pipeline function."""
     runtime = app.runtime
@@ -118,16 +139,21 @@ def register_tasks(app: MemqCelery) -> None:
 
     @app.task(name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime)
     def wait_turn(self: JobTask, job_id: str) -> str:
-        """Hold the chain until every earlier job of the same session has ended, then take this
-        attempt's turn; a chain that finds the turn taken by another (or the job over) ends."""
+        """Hold the job until every earlier job of its session has ended, then make it ready
+        for a batch; a job that has ended meanwhile is let go."""
         state = runtime.states.load(job_id)
         if state is None:
             raise Ignore()
         if not runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock()):
             raise self.retry(countdown=check_delay(self.request.retries), max_retries=None)
-        if not runtime.states.take_turn(job_id, state.attempts, owner=str(self.request.id)):
-            raise Ignore()
+        make_ready(app, job_id, state.backfill)
         return job_id
+
+    @app.task(name=GATHER_TASK, bind=True, base=JobTask, runtime=runtime, **retry)
+    def gather_batch(self: JobTask, lane: str) -> list[str]:
+        """Take a batch of ready jobs and send it down the phases; returns its job ids (what
+        Flower shows as the result)."""
+        return gather(app, str(self.request.id), lane)
 
     for spec in PHASES:
         register_phase(app, spec, retry)
@@ -137,25 +163,74 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> N
     runtime = app.runtime
 
     @app.task(name=phase_task_name(spec.phase), bind=True, base=JobTask, runtime=runtime, **retry)
-    def phase_task(self: JobTask, job_id: str) -> str:
-        state = runtime.states.load(job_id)
-        if state is None:  # the job already ended (a redelivered message after success)
-            log.info("job %s: no state left, phase %s skipped", job_id, spec.phase.value)
-            return job_id
-        if spec.phase is Phase.CONTEXT:
-            runtime.store.save_job(
-                job_record(state, JobStatus.RUNNING, runtime.clock(), phase=spec.phase.value)
+    def phase_task(self: JobTask, batch_id: str, job_ids: list[str]) -> list[str]:
+        states = [
+            s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id
+        ]
+        if not states:  # every job ended or left the batch (a redelivered message)
+            if spec.phase is Phase.FINALIZE:
+                batch_ended(app, batch_id)
+            return []
+        todo = [s for s in states if not s.is_done(spec.phase)]
+        result = run_guarded(spec, states, runtime)
+        failed = [result.failures[s.job_id] for s in todo if s.job_id in result.failures]
+        if todo and len(failed) == len(todo) and all(isinstance(e, TransientError) for e in failed):
+            raise failed[0]  # the whole batch failed alike: retry the batch task
+        finish(app, spec.phase, result.states)
+        settle_failures(app, spec.phase, states, result.failures)
+        if spec.phase is Phase.FINALIZE:  # after the hand-ons: one gather takes what waits
+            batch_ended(app, batch_id)
+        return [s.job_id for s in result.states]
+
+
+def run_guarded(spec: PhaseSpec, states: list[JobState], runtime: Runtime) -> BatchResult:
+    """The phase over the batch. A bug (an exception that is not memq's) met by the batch is
+    met again job by job, so it fails only the job that causes it."""
+    try:
+        return run_batch(spec, states, runtime.deps)
+    except (SoftTimeLimitExceeded, MemqError):
+        raise
+    except Exception:
+        if len(states) == 1:
+            raise
+        log.exception("phase %s failed for a batch of %d; job by job", spec.phase, len(states))
+    result = BatchResult()
+    for state in states:
+        try:
+            result.merge(run_batch(spec, [state], runtime.deps))
+        except (SoftTimeLimitExceeded, TransientError):
+            raise
+        except Exception as exc:
+            result.failures[state.job_id] = PermanentError(
+                f"internal error: {exc.__class__.__name__}: {exc}"
             )
-        state = run_phase(spec, state, runtime.deps)
-        finish(app, spec.phase, state)
-        return job_id
+    return result
 
 
-def finish(app: MemqCelery, phase: Phase, state: JobState) -> None:
-    """Save the state for the next task; after the last phase, free it and hand the session
-    line on to the next job."""
+def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
+    """Save the states for the next task; after the last phase, free them and hand each
+    session's line on to its next job."""
+    runtime = app.runtime
     if phase is not Phase.FINALIZE:
-        app.runtime.states.save(state)
+        runtime.states.save_many(states)
         return
-    app.runtime.states.forget(state.job_id, state.attempts)
-    hand_on(app, state.request.scope.key, state.job_id)
+    for state in states:
+        runtime.states.forget(state.job_id, state.attempts)
+        hand_on(app, state.request.scope.key, state.job_id)
+
+
+def settle_failures(
+    app: MemqCelery, phase: Phase, states: list[JobState], failures: dict[str, MemqError]
+) -> None:
+    """A job that failed alone: ended when retrying cannot help or its retries are spent,
+    otherwise sent on by itself to retry the phase after a backoff."""
+    policy = app.runtime.settings.worker
+    for state in states:
+        exc = failures.get(state.job_id)
+        if exc is None:
+            continue
+        if isinstance(exc, TransientError) and state.retries < policy.max_retries:
+            log.warning("job %s left its batch in %s to retry alone: %s", state.job_id, phase, exc)
+            send_alone(app, state, phase, backoff_s(policy, state.retries))
+        else:
+            record_failure(app, state.job_id, exc)

@@ -1,26 +1,22 @@
 """Whose turn it is: jobs of one session run one at a time, in the order they were accepted.
 
-A job that finds its session idle when accepted starts at once, at its first phase. A job
-behind others starts with ``wait_turn``, and it does not poll at a steady rate: when a job
-ends, it leaves the line and starts a fresh chain for the job now at the head (the hand-on),
-which finds itself first and goes on at once. The waiting task still checks back, with a
-growing delay, so a hand-on lost to a worker killed at the wrong moment costs a delay (a minute
-at most), never the job. Two chains may thus reach the head for one attempt of a job; the first
-to take the turn runs it, the other ends quietly.
+A job that finds its session idle when accepted is ready at once (``workers.batches``). A job
+behind others gets a ``wait_turn`` task, and it does not poll at a steady rate: when a job
+ends, it leaves the line and makes the job now at the head ready (the hand-on). The waiting
+task still checks back, with a growing delay, so a hand-on lost to a worker killed at the wrong
+moment costs a delay (a minute at most), never the job. A job may thus be made ready twice for
+one attempt; the first batch to take its turn runs it, the other leaves it out.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from kombu.exceptions import OperationalError
 
 from pipeline.errors import TransientError
-from workers.chain import job_chain
-
-if TYPE_CHECKING:
-    from workers.app import MemqCelery
+from workers.batches import make_ready
+from workers.runtime import MemqCelery
 
 log = logging.getLogger("memq.worker")
 
@@ -36,8 +32,8 @@ def check_delay(checks: int) -> float:
 
 
 def hand_on(app: MemqCelery, session_key: str, job_id: str) -> None:
-    """``job_id`` has ended: leave the session's line and start whichever job now heads it.
-    The start is best effort; the waiting job's own checks cover a failed one."""
+    """``job_id`` has ended: leave the session's line and make whichever job now heads it
+    ready. Best effort; the waiting job's own checks cover a failed one."""
     runtime = app.runtime
     following = runtime.states.leave_line(session_key, job_id)
     if following is None:
@@ -46,6 +42,6 @@ def hand_on(app: MemqCelery, session_key: str, job_id: str) -> None:
         state = runtime.states.load(following)
         if state is None:  # lost; the next waiting job's check takes it out of the line
             return
-        job_chain(app, following, runtime.settings.queues, state.backfill).apply_async()
+        make_ready(app, following, state.backfill)
     except (TransientError, OperationalError) as exc:
         log.warning("job %s: could not start %s, its own check will: %s", job_id, following, exc)

@@ -3,7 +3,12 @@ scripted OpenAI-compatible server answers instantly, so the figure is memq's own
 the LoCoMo dev turns with infer=False. Needs Elasticsearch and Redis (ops/up); starts its own
 workers (one I/O, one CPU, as ops/ does) on private queues and a private index prefix.
 
-    .venv/bin/python ops/bench/backfill_throughput.py [--conversations 300]
+With ``--baseline DIR`` (a checkout of an earlier memq, e.g. a ``git worktree`` of another
+commit) the same runs are made with that code too, in the same invocation: its workers and its
+``memq backfill`` run in DIR with DIR first on PYTHONPATH (same virtualenv, same services).
+
+    .venv/bin/python ops/bench/backfill_throughput.py [--conversations 300] [--baseline DIR]
+        [--synthetic-only]
 """
 
 from __future__ import annotations
@@ -67,7 +72,11 @@ def synthetic_archive(path: Path, count: int, run: str) -> None:
             out.write(json.dumps(line) + "\n")
 
 
-def start_workers(env: dict[str, str], logs: Path) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    env: dict[str, str], logs: Path, cwd: Path | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """An I/O and a CPU worker, as ops/ runs them (from the source tree ``cwd`` if given:
+    ``-m`` puts the working directory first on sys.path), waited for on both queues."""
     workers = []
     for role in ("io", "cpu"):
         log = (logs / f"worker-{role}.log").open("wb")
@@ -75,6 +84,7 @@ def start_workers(env: dict[str, str], logs: Path) -> list[subprocess.Popen[byte
             subprocess.Popen(
                 [sys.executable, "-m", "memq.cli", "worker", f"--role={role}"],
                 env=env,
+                cwd=cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -84,13 +94,16 @@ def start_workers(env: dict[str, str], logs: Path) -> list[subprocess.Popen[byte
         subprocess.run(
             [sys.executable, "-m", "memq.cli", "health", f"--queue={queue}", "--timeout-s=120"],
             env=env,
+            cwd=cwd,
             check=True,
             capture_output=True,
         )
     return workers
 
 
-def backfill(env: dict[str, str], archive: Path, fmt: str, infer: bool, checkpoint: Path) -> float:
+def backfill(
+    env: dict[str, str], archive: Path, fmt: str, infer: bool, checkpoint: Path, *, cwd: Path
+) -> float:
     command = [
         sys.executable,
         "-m",
@@ -104,7 +117,7 @@ def backfill(env: dict[str, str], archive: Path, fmt: str, infer: bool, checkpoi
         "--max-in-flight=64",
     ]
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"backfill failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -124,41 +137,64 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=300)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared/data/locomo-dev")
+    parser.add_argument("--baseline", type=Path, help="source tree of an earlier memq")
+    parser.add_argument("--synthetic-only", action="store_true", help="skip the LoCoMo run")
     args = parser.parse_args(argv)
-    run = uuid.uuid4().hex[:6]
-    prefix = f"memqbench-backfill-{run}"
-    with tempfile.TemporaryDirectory() as tmp, FakeLLMServer() as llm:
+    trees = [("this tree", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
+    rows: list[list[Any]] = []
+    with FakeLLMServer() as llm:
         llm.responder = facts_reply
-        env = {
-            **os.environ,
-            "MEMQ_ES_INDEX_PREFIX": prefix,
-            "MEMQ_LLM_BASE_URL": llm.base_url,
-            "MEMQ_LLM_MODEL": "scripted",
-            **{f"MEMQ_QUEUES_{q.upper()}": f"bench-{run}.{q}" for q in ("io", "cpu", "backfill")},
-        }
-        workers = start_workers(env, Path(tmp))
-        try:
-            rows = run_both(env, Path(tmp), args, prefix=prefix, llm=llm)
-        finally:
-            for worker in workers:
-                os.killpg(worker.pid, signal.SIGTERM)
-                worker.wait(timeout=60)
-            drop_indices(make_client(Settings().es), IndexNames(prefix))
-    print("| run | conversations | memories | seconds | conversations/s | memories/s | LLM calls |")
-    print("|---|---|---|---|---|---|---|")
+        for label, tree in trees:
+            rows += [[label, *row] for row in run_tree(llm, tree, args)]
+    columns = ["code", "run", "conversations", "memories", "seconds", "conversations/s"]
+    print("| " + " | ".join([*columns, "memories/s", "LLM calls"]) + " |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(str(cell) for cell in row) + " |")
     return 0
 
 
+def run_tree(llm: FakeLLMServer, tree: Path, args: argparse.Namespace) -> list[list[Any]]:
+    """Both runs with the code in ``tree``, on queues and indices of their own."""
+    run = uuid.uuid4().hex[:6]
+    prefix = f"memqbench-backfill-{run}"
+    calls_before = len(llm.chat_requests())
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "MEMQ_ES_INDEX_PREFIX": prefix,
+            "MEMQ_LLM_BASE_URL": llm.base_url,
+            "MEMQ_LLM_MODEL": "scripted",
+            **{f"MEMQ_QUEUES_{q.upper()}": f"bench-{run}.{q}" for q in ("io", "cpu", "backfill")},
+        }
+        workers = start_workers(env, Path(tmp), tree)
+        try:
+            return run_both(
+                env, Path(tmp), args, prefix=prefix, llm=llm, tree=tree, calls_before=calls_before
+            )
+        finally:
+            for worker in workers:
+                os.killpg(worker.pid, signal.SIGTERM)
+                worker.wait(timeout=60)
+            drop_indices(make_client(Settings().es), IndexNames(prefix))
+
+
 def run_both(
-    env: dict[str, str], tmp: Path, args: argparse.Namespace, *, prefix: str, llm: FakeLLMServer
+    env: dict[str, str],
+    tmp: Path,
+    args: argparse.Namespace,
+    *,
+    prefix: str,
+    llm: FakeLLMServer,
+    tree: Path,
+    calls_before: int,
 ) -> list[list[Any]]:
     archive = tmp / "synthetic.jsonl"
     synthetic_archive(archive, args.conversations, prefix)
-    elapsed = backfill(env, archive, "memq-jsonl", True, tmp / "a.checkpoint")
+    elapsed = backfill(env, archive, "memq-jsonl", True, tmp / "a.checkpoint", cwd=tree)
     jobs, memories = count(env, prefix)
-    calls = len(llm.chat_requests())
+    calls = len(llm.chat_requests()) - calls_before
     rows = [
         [
             "synthetic, infer (scripted LLM)",
@@ -170,7 +206,10 @@ def run_both(
             calls,
         ]
     ]
-    elapsed = backfill(env, args.data / "turns.jsonl", "locomo", False, tmp / "b.checkpoint")
+    if args.synthetic_only:
+        return rows
+    locomo = args.data / "turns.jsonl"
+    elapsed = backfill(env, locomo, "locomo", False, tmp / "b.checkpoint", cwd=tree)
     all_jobs, all_memories = count(env, prefix)
     rows.append(
         [
@@ -180,7 +219,7 @@ def run_both(
             f"{elapsed:.1f}",
             f"{(all_jobs - jobs) / elapsed:.1f}",
             f"{(all_memories - memories) / elapsed:.1f}",
-            len(llm.chat_requests()) - calls,
+            len(llm.chat_requests()) - calls_before - calls,
         ]
     )
     return rows

@@ -18,7 +18,12 @@ runs from the first `intake.submit` to every job record terminal and the memorie
 refreshed; mem0's from the first add to the last one returned and its index refreshed. Needs
 the stack (ops/up); starts its own workers on private queues and index prefixes.
 
-    .venv/bin/python ops/bench/ingest_compare.py [--conversations 200] [--rounds 1]
+With ``--baseline DIR`` (a checkout of an earlier memq, e.g. a ``git worktree`` of another
+commit), a "baseline-1w" mode runs that code in the same run: its workers and its intake run in
+processes started in DIR with DIR first on PYTHONPATH (same virtualenv, same services, same
+counters), the intake process importing everything before the clock starts.
+
+    .venv/bin/python ops/bench/ingest_compare.py [--conversations 200] [--rounds 1] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -375,9 +380,13 @@ def measure(bench: Bench, mode: str, work: Callable[[], tuple[int, int]]) -> Res
 # --- memq ------------------------------------------------------------------------------------
 
 
-def memq_env(bench: Bench, run: str, prefix: str | None = None) -> dict[str, str]:
+def memq_env(
+    bench: Bench, run: str, prefix: str | None = None, baseline: Path | None = None
+) -> dict[str, str]:
+    code = {"PYTHONPATH": str(baseline)} if baseline else {}
     return {
         **os.environ,
+        **code,
         "MEMQ_ES_URL": bench.es_url,
         "MEMQ_ES_INDEX_PREFIX": prefix or f"memqbench-ingest-{run}",
         "MEMQ_LLM_BASE_URL": bench.llm.base_url,
@@ -409,9 +418,38 @@ def add_cpu_worker(env: dict[str, str], logs: Path, app: MemqCelery, run: str) -
     return worker
 
 
+def start_workers_in(env: dict[str, str], logs: Path, cwd: Path) -> list[Any]:
+    """An io and a cpu worker run from the source tree ``cwd`` (``-m`` puts the working
+    directory first on sys.path), then waited for on both queues."""
+    workers = []
+    for role in ("io", "cpu"):
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "memq.cli", "worker", f"--role={role}"],
+                env=env,
+                cwd=cwd,
+                stdout=(logs / f"worker-{role}.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    for queue in ("io", "cpu"):
+        command = [sys.executable, "-m", "memq.cli", "health", f"--queue={queue}"]
+        subprocess.run([*command, "--timeout-s=120"], env=env, cwd=cwd, check=True)
+    return workers
+
+
 @contextmanager
-def memq_workers(env: dict[str, str], logs: Path, app: MemqCelery, run: str, cpu: int) -> Any:
-    workers = start_workers(env, logs)
+def memq_workers(
+    env: dict[str, str],
+    logs: Path,
+    app: MemqCelery,
+    run: str,
+    cpu: int,
+    *,
+    baseline: Path | None = None,
+) -> Any:
+    workers = start_workers_in(env, logs, baseline) if baseline else start_workers(env, logs)
     try:
         if cpu == 2:
             workers.append(add_cpu_worker(env, logs, app, run))
@@ -467,11 +505,14 @@ def stored(es: Elasticsearch, index: str) -> int:
 
 
 @contextmanager
-def memq_app(bench: Bench, cpu_workers: int, prefix: str | None = None) -> Iterator[MemqCelery]:
+def memq_app(
+    bench: Bench, cpu_workers: int, prefix: str | None = None, baseline: Path | None = None
+) -> Iterator[MemqCelery]:
     """memq's workers on private queues, up and settled; the app to submit to. They write under
-    ``prefix``, or under a private prefix whose indices are dropped at the end."""
+    ``prefix``, or under a private prefix whose indices are dropped at the end. With
+    ``baseline``, the workers run that source tree's code."""
     run = uuid.uuid4().hex[:6]
-    env = memq_env(bench, run, prefix)
+    env = memq_env(bench, run, prefix, baseline)
     with mock.patch.dict(os.environ, env):
         settings = Settings()
     app = create_celery(settings)
@@ -479,8 +520,9 @@ def memq_app(bench: Bench, cpu_workers: int, prefix: str | None = None) -> Itera
     logs = bench.workdir / f"memq-{run}"
     logs.mkdir()
     try:
-        with memq_workers(env, logs, app, run, cpu_workers):
+        with memq_workers(env, logs, app, run, cpu_workers, baseline=baseline):
             settle(bench)
+            app.conf.update(memq_bench_env=env)
             yield app
     finally:
         if prefix is None:
@@ -508,6 +550,59 @@ def memq_ingest(
 def memq_run(bench: Bench, cpu_workers: int) -> Result:
     with memq_app(bench, cpu_workers) as app:
         return memq_ingest(bench, app, f"memq-{cpu_workers}w")
+
+
+BASELINE_INTAKE = """
+import json, sys
+from pipeline.config import Settings
+from pipeline.models import AddRequest
+from workers.app import create_celery
+from workers.intake import submit
+app = create_celery(Settings())
+requests = [AddRequest.model_validate(r) for r in json.loads(sys.stdin.readline())]
+app.runtime.store
+print("ready", flush=True)
+sys.stdin.readline()
+for request in requests:
+    submit(app, request)
+print("done", flush=True)
+"""
+
+
+def baseline_run(bench: Bench, baseline: Path) -> Result:
+    """The same work for the code in ``baseline``: its workers, and its intake in a process
+    of its own (everything imported and connected before the clock starts)."""
+    with memq_app(bench, 1, baseline=baseline) as app:
+        names = app.runtime.store.names
+        env = app.conf.memq_bench_env
+        intake = subprocess.Popen(
+            [sys.executable, "-c", BASELINE_INTAKE],
+            env=env,
+            cwd=baseline,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert intake.stdin is not None and intake.stdout is not None
+        requests = [request_for(conv).model_dump(mode="json") for conv in bench.convs]
+        intake.stdin.write(json.dumps(requests) + "\n")
+        intake.stdin.flush()
+        if intake.stdout.readline().strip() != "ready":
+            raise SystemExit("ingest_compare: the baseline intake did not start")
+        before = stored(bench.es, names.memories)
+
+        def work() -> tuple[int, int]:
+            assert intake.stdin is not None and intake.stdout is not None
+            intake.stdin.write("go\n")
+            intake.stdin.flush()
+            intake.stdout.readline()
+            failed = wait_terminal(bench.es, names, len(bench.convs), timeout_s=900)
+            bench.es.indices.refresh(index=names.memories)
+            return stored(bench.es, names.memories) - before, failed
+
+        result = measure(bench, "baseline-1w", work)
+        intake.wait(timeout=60)
+        return result
 
 
 def drop_redis(settings: Settings, *patterns: str) -> None:
@@ -655,16 +750,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--baseline", type=Path, help="source tree of an earlier memq to compare")
     return parser.parse_args(argv)
 
 
-def run_rounds(bench: Bench, rounds: int) -> list[Result]:
+def run_rounds(bench: Bench, rounds: int, baseline: Path | None = None) -> list[Result]:
     modes: list[Callable[[], Result]] = [
         lambda: memq_run(bench, 1),
         lambda: mem0_seq_run(bench),
         lambda: memq_run(bench, 2),
         lambda: mem0_async_run(bench),
     ]
+    if baseline is not None:
+        modes.insert(1, lambda: baseline_run(bench, baseline))
     results = []
     for round_no in range(1, rounds + 1):
         for mode in modes:
@@ -698,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
             workdir=Path(tmp),
         )
         try:
-            results = run_rounds(bench, args.rounds)
+            results = run_rounds(bench, args.rounds, args.baseline)
         finally:
             proxy.close()
             embeddings.close()

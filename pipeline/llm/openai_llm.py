@@ -1,8 +1,10 @@
 """The LLM adapter: the official ``openai`` SDK against any OpenAI-compatible base URL.
 
 Retries live here and only here (the SDK's own are off): a ``TransientError`` is retried with
-exponential backoff and full jitter, ``config.max_retries`` times; then ``RetriesExhaustedError``
-tells the task layer not to retry again. The SDK's exceptions become memq's in
+exponential backoff and full jitter, ``config.max_retries`` times, never sooner than a 429's
+``Retry-After``; then ``RetriesExhaustedError`` tells the task layer not to retry again. Calls in
+flight are bounded per process by an ``AdaptiveLimit`` (``config.max_concurrency`` at most,
+halved on each wave of 429s). The SDK's exceptions become memq's in
 ``openai_errors``, which the embeddings client uses too.
 """
 
@@ -28,6 +30,7 @@ from pipeline.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from pipeline.llm.limiter import AdaptiveLimit
 from pipeline.protocols import ChatMessage
 
 _LOG = logging.getLogger("memq.llm")
@@ -37,6 +40,7 @@ _PLACEHOLDER_KEY = "memq-no-key"
 # 408 and 409 are the server asking us to come back later; the other 4xx will not change.
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _MAX_MESSAGE_CHARS = 500
+MAX_RETRY_AFTER_S = 60.0  # a server asking for longer is waited for by the task layer instead
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class OpenAILLM:
     ) -> None:
         self._config = config
         self._backoff = backoff
+        self.limit = AdaptiveLimit(config.max_concurrency)
         self._client = openai.OpenAI(
             api_key=_resolve_key(config, api_key),
             base_url=config.base_url,
@@ -104,12 +109,20 @@ class OpenAILLM:
         self.close()
 
     def _create(self, wire: list[ChatCompletionMessageParam], *, json_mode: bool) -> str:
-        """One request, no retry: the reply text, or a memq error."""
+        """One request, no retry, within the concurrency limit: the reply text, or a memq
+        error."""
         extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if json_mode else {}
-        with openai_errors(f"LLM {self._config.model}"):
-            completion = self._client.chat.completions.create(
-                model=self._config.model, messages=wire, temperature=0, **extra
-            )
+        with self.limit.slot():
+            try:
+                with openai_errors(f"LLM {self._config.model}"):
+                    completion = self._client.chat.completions.create(
+                        model=self._config.model, messages=wire, temperature=0, **extra
+                    )
+            except TransientError as exc:
+                if exc.throttled:
+                    self.limit.throttled()
+                raise
+        self.limit.succeeded()
         return _reply_text(completion)
 
     def _with_retries(self, call: Callable[[], str]) -> str:
@@ -118,7 +131,7 @@ class OpenAILLM:
         retrying = Retrying(
             retry=retry_if_exception_type(TransientError),
             stop=stop_after_attempt(attempts),
-            wait=self._backoff.wait(),
+            wait=_not_before_retry_after(self._backoff.wait()),
             before_sleep=_log_retry,
             reraise=True,  # the last TransientError itself, not tenacity's RetryError
         )
@@ -127,6 +140,17 @@ class OpenAILLM:
         except TransientError as exc:
             reason = f"LLM call failed after {attempts} attempt(s); last error: {exc.reason}"
             raise RetriesExhaustedError(reason) from exc
+
+
+def _not_before_retry_after(backoff: wait_base) -> Callable[[RetryCallState], float]:
+    """The backoff, but never less than what the server asked for in ``Retry-After``."""
+
+    def wait(state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        asked = getattr(error, "retry_after_s", None) or 0.0
+        return max(float(backoff(state)), min(float(asked), MAX_RETRY_AFTER_S))
+
+    return wait
 
 
 def _resolve_key(config: LLMConfig, api_key: SecretStr | None) -> str:
@@ -182,8 +206,17 @@ def _status_error(what: str, exc: openai.APIStatusError) -> TransientError | Per
     status = exc.status_code
     reason = f"{what}: HTTP {status}: {_server_message(exc)}"
     if status >= 500 or status in _RETRYABLE_STATUS:
-        return TransientError(reason)
+        return TransientError(reason, retry_after_s=_retry_after(exc), throttled=status == 429)
     return PermanentError(reason)
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    """``Retry-After`` in seconds (the delta-seconds form; an HTTP date is not honoured)."""
+    value = exc.response.headers.get("retry-after") if exc.response is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

@@ -1,26 +1,28 @@
-"""The V3 ingestion phases, in order: plain functions ``(JobState, Deps) -> JobState``.
+"""The V3 ingestion phases, in order, each over a batch of jobs.
 
 ``PHASES`` is the one list both drivers walk: the Celery chain (one task per phase, on the
-phase's queue) and the in-process ``run_job`` used by the ``Memory`` facade and unit tests.
+phase's queue, each task given a batch of jobs) and the in-process ``run_job`` used by the
+``Memory`` facade and unit tests (a batch of one). ``PhaseSpec.run`` is a phase for one job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from time import perf_counter
 
+from pipeline.batch import BatchResult, BatchRun, single
 from pipeline.deps import Deps
-from pipeline.phases.context import collect_context
-from pipeline.phases.dedup import dedup_facts
-from pipeline.phases.embed import embed_facts
-from pipeline.phases.extract import extract_facts
-from pipeline.phases.finalize import finalize_job
-from pipeline.phases.lemmatize import lemmatize_facts
-from pipeline.phases.link import link_entities
-from pipeline.phases.persist import persist_memories
-from pipeline.phases.retrieve import retrieve_existing
+from pipeline.phases.context import collect_context_batch
+from pipeline.phases.dedup import dedup_facts_batch
+from pipeline.phases.embed import embed_facts_batch
+from pipeline.phases.extract import extract_facts_batch
+from pipeline.phases.finalize import finalize_jobs_batch
+from pipeline.phases.lemmatize import lemmatize_facts_batch
+from pipeline.phases.link import link_entities_batch
+from pipeline.phases.persist import persist_memories_batch
+from pipeline.phases.retrieve import retrieve_existing_batch
 from pipeline.state import JobState, Phase
 
 
@@ -34,30 +36,49 @@ class Workload(StrEnum):
 @dataclass(frozen=True)
 class PhaseSpec:
     phase: Phase
-    run: Callable[[JobState, Deps], JobState]
+    batch: BatchRun
     workload: Workload
+
+    @property
+    def run(self) -> Callable[[JobState, Deps], JobState]:
+        """The phase for one job (raises what stopped it)."""
+        return single(self.batch)
 
 
 PHASES: tuple[PhaseSpec, ...] = (
-    PhaseSpec(Phase.CONTEXT, collect_context, Workload.IO),
-    PhaseSpec(Phase.RETRIEVE, retrieve_existing, Workload.CPU),
-    PhaseSpec(Phase.EXTRACT, extract_facts, Workload.IO),
-    PhaseSpec(Phase.EMBED, embed_facts, Workload.CPU),
-    PhaseSpec(Phase.LEMMATIZE, lemmatize_facts, Workload.CPU),
-    PhaseSpec(Phase.DEDUP, dedup_facts, Workload.IO),
-    PhaseSpec(Phase.PERSIST, persist_memories, Workload.IO),
-    PhaseSpec(Phase.LINK, link_entities, Workload.CPU),
-    PhaseSpec(Phase.FINALIZE, finalize_job, Workload.IO),
+    PhaseSpec(Phase.CONTEXT, collect_context_batch, Workload.IO),
+    PhaseSpec(Phase.RETRIEVE, retrieve_existing_batch, Workload.CPU),
+    PhaseSpec(Phase.EXTRACT, extract_facts_batch, Workload.IO),
+    PhaseSpec(Phase.EMBED, embed_facts_batch, Workload.CPU),
+    PhaseSpec(Phase.LEMMATIZE, lemmatize_facts_batch, Workload.CPU),
+    PhaseSpec(Phase.DEDUP, dedup_facts_batch, Workload.IO),
+    PhaseSpec(Phase.PERSIST, persist_memories_batch, Workload.IO),
+    PhaseSpec(Phase.LINK, link_entities_batch, Workload.CPU),
+    PhaseSpec(Phase.FINALIZE, finalize_jobs_batch, Workload.IO),
 )
 
 
-def run_phase(spec: PhaseSpec, state: JobState, deps: Deps) -> JobState:
-    """Run one phase unless the state says it is done; record its duration."""
-    if state.is_done(spec.phase):
-        return state
+def run_batch(spec: PhaseSpec, states: Sequence[JobState], deps: Deps) -> BatchResult:
+    """Run one phase over the jobs of a batch that have not done it yet (a job that has is
+    passed through: a redelivered task is a no-op for it); record each job's duration."""
+    todo = [s for s in states if not s.is_done(spec.phase)]
+    result = BatchResult(states=[s for s in states if s.is_done(spec.phase)])
+    if not todo:
+        return result
     started = perf_counter()
-    result = spec.run(state, deps)
-    return result.completed(spec.phase, (perf_counter() - started) * 1000)
+    ran = spec.batch(todo, deps)
+    elapsed = (perf_counter() - started) * 1000
+    result.states += [s.completed(spec.phase, elapsed) for s in ran.states]
+    result.failures.update(ran.failures)
+    return result
+
+
+def run_phase(spec: PhaseSpec, state: JobState, deps: Deps) -> JobState:
+    """Run one phase for one job unless its state says it is done; raises what stopped it."""
+    result = run_batch(spec, [state], deps)
+    if state.job_id in result.failures:
+        raise result.failures[state.job_id]
+    return result.states[0]
 
 
 def run_job(state: JobState, deps: Deps) -> JobState:

@@ -1,16 +1,23 @@
 """Phase 5: drop facts the scope already holds (by hash, over the whole scope) or that repeat
-within the batch."""
+within the job. Jobs of one batch belong to different sessions, hence different scopes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.state import JobState
 
 
-def dedup_facts(state: JobState, deps: Deps) -> JobState:
-    """Fill ``state.keep`` (aligned with facts). Facts without an embedding are not kept (they
-    were reported by the embed phase)."""
-    known = deps.store.hashes_in_scope(state.request.scope, sorted(set(state.hashes)))
+def dedup_facts_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Fill ``keep`` (aligned with facts) of each job: one multi-search for the batch. Facts
+    without an embedding are not kept (the embed phase reported them)."""
+    known = deps.store.hashes_in_scopes([(s.request.scope, sorted(set(s.hashes))) for s in states])
+    return [keep_new(state, held) for state, held in zip(states, known, strict=True)]
+
+
+def keep_new(state: JobState, known: set[str]) -> JobState:
     seen: set[str] = set()
     keep: list[bool] = []
     for text_hash, vector in zip(state.hashes, state.embeddings, strict=True):
@@ -20,3 +27,7 @@ def dedup_facts(state: JobState, deps: Deps) -> JobState:
     duplicates = sum(1 for kept, ok in zip(keep, embedded, strict=True) if ok and not kept)
     counts = {**state.counts, "facts": len(state.facts), "duplicates": duplicates}
     return state.with_(keep=keep, counts=counts)
+
+
+dedup_facts_batch = shared(dedup_facts_of)
+dedup_facts = single(dedup_facts_batch)

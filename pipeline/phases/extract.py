@@ -8,10 +8,13 @@ LLM first when vision is on; otherwise only the text parts are used.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from pipeline.batch import BatchResult
 from pipeline.deps import Deps
-from pipeline.errors import PermanentError
+from pipeline.errors import MemqError, PermanentError
 from pipeline.llm.parse import ParsedFacts, parse_facts
 from pipeline.models import AddRequest, ContextMessage, ExistingMemory, Fact, MemoryType, Role
 from pipeline.prompts import load_prompt
@@ -44,6 +47,31 @@ def extract_facts(state: JobState, deps: Deps) -> JobState:
     if request.memory_type is MemoryType.PROCEDURAL:
         return state.with_(facts=procedural_facts(llm, request, turns, state))
     return state.with_(facts=inferred_facts(llm, state, turns))
+
+
+def extract_facts_batch(states: Sequence[JobState], deps: Deps) -> BatchResult:
+    """Each job's own LLM call, run concurrently (the LLM adapter bounds how many are in flight
+    at once for the whole process). A reply that cannot be used fails only its own job."""
+    if len(states) <= 1:  # no thread for a lone job
+        outcomes = [attempt(state, deps) for state in states]
+    else:
+        workers = min(len(states), deps.limits.llm_concurrency)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memq-extract") as pool:
+            outcomes = list(pool.map(lambda s: attempt(s, deps), states))
+    result = BatchResult()
+    for state, outcome in zip(states, outcomes, strict=True):
+        if isinstance(outcome, MemqError):
+            result.failures[state.job_id] = outcome
+        else:
+            result.states.append(outcome)
+    return result
+
+
+def attempt(state: JobState, deps: Deps) -> JobState | MemqError:
+    try:
+        return extract_facts(state, deps)
+    except MemqError as exc:
+        return exc
 
 
 def require_llm(deps: Deps) -> LLM:

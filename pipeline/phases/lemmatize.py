@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.models import md5_hex
 from pipeline.nlp.lemmatize import normalize_for_hash
 from pipeline.state import JobState
 
 
-def lemmatize_facts(state: JobState, deps: Deps) -> JobState:
-    """Fill ``state.lemmas`` and ``state.hashes`` (aligned with facts). CPU-bound."""
-    lemmas = [deps.lemmatizer.lemmatize(fact.text) for fact in state.facts]
-    hashes = [md5_hex(normalize_for_hash(fact.text)) for fact in state.facts]
-    return state.with_(lemmas=lemmas, hashes=hashes)
+def lemmatize_facts_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Fill ``lemmas`` and ``hashes`` (aligned with facts) of each job. CPU-bound."""
+    return [
+        state.with_(
+            lemmas=[deps.lemmatizer.lemmatize(fact.text) for fact in state.facts],
+            hashes=[md5_hex(normalize_for_hash(fact.text)) for fact in state.facts],
+        )
+        for state in states
+    ]
+
+
+lemmatize_facts_batch = shared(lemmatize_facts_of)
+lemmatize_facts = single(lemmatize_facts_batch)

@@ -1,17 +1,20 @@
-"""Phase 7: entities of the stored memories — one extraction pass, one batch embedding, one
-batch search; each entity merges into a similar one of the scope (similarity >= 0.95) or is
-created. All links are recorded in one store call (for Elasticsearch: one read and one bulk),
-with optimistic concurrency, so concurrent jobs never lose each other's links."""
+"""Phase 7: entities of the stored memories of a whole batch — one extraction pass, one
+embedding call, one multi-search; each entity merges into a similar one of its scope
+(similarity >= 0.95) or is created. All links are recorded in one store call (for
+Elasticsearch: one read and one bulk), with optimistic concurrency, so concurrent jobs never
+lose each other's links."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 
+from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.models import Scope, entity_id
 from pipeline.protocols import Entity
-from pipeline.state import JobState, StoredMemory
+from pipeline.state import JobState
 from pipeline.store.protocol import EntityDoc, EntityLink
 
 Groups = dict[str, tuple[Entity, list[str]]]
@@ -21,33 +24,44 @@ def normalize_entity(text: str) -> str:
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
 
 
-def link_entities(state: JobState, deps: Deps) -> JobState:
-    """Fill ``state.entity_ids`` and record entity ids on each stored memory."""
-    groups = group_entities(state.stored, deps)
-    if not groups:
-        return state
-    scope = state.request.scope
-    names = list(groups)
-    vectors = deps.embedder.embed([groups[n][0].text for n in names])
-    nearest = deps.store.nearest_entities(scope, vectors)
-    links: list[EntityLink] = []
-    for name, vector, near in zip(names, vectors, nearest, strict=True):
-        entity, memory_ids = groups[name]
-        doc = entity_doc(scope, name, entity, vector, state)
+def link_entities_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Fill each job's ``entity_ids`` and record entity ids on each stored memory."""
+    texts = [memory.text for state in states for memory in state.stored]
+    found = iter(deps.entities.extract(texts) if texts else [])
+    groups = {s.job_id: group_entities(s, [next(found) for _ in s.stored]) for s in states}
+    wanted = [
+        (state, name, entity)
+        for state in states
+        for name, (entity, _) in groups[state.job_id].items()
+    ]
+    if not wanted:
+        return list(states)
+    vectors = deps.embedder.embed([entity.text for _, _, entity in wanted])
+    scopes = [state.request.scope for state, _, _ in wanted]
+    nearest = deps.store.nearest_entities_many(list(zip(scopes, vectors, strict=True)))
+    links: dict[str, list[EntityLink]] = {state.job_id: [] for state in states}
+    for (state, name, entity), vector, near in zip(wanted, vectors, nearest, strict=True):
+        doc = entity_doc(state.request.scope, name, entity, vector, state)
         target = doc.id
         if near is not None and near[1] >= deps.limits.entity_merge_similarity:
             target = near[0]  # merge into a similar entity of the scope
-        links.append(EntityLink(doc, memory_ids, target))
-    deps.store.link_entities(links)
+        memory_ids = groups[state.job_id][name][1]
+        links[state.job_id].append(EntityLink(doc, memory_ids, target))
+    deps.store.link_entities([link for job in links.values() for link in job])
+    return [linked(state, links[state.job_id]) for state in states]
+
+
+def linked(state: JobState, links: list[EntityLink]) -> JobState:
+    if not links:
+        return state
     entity_ids = sorted({link.target for link in links})
     return state.with_(entity_ids=entity_ids, counts={**state.counts, "entities": len(entity_ids)})
 
 
-def group_entities(stored: list[StoredMemory], deps: Deps) -> Groups:
-    """Entities by normalized text, each with the memories that mention it."""
+def group_entities(state: JobState, found: list[list[Entity]]) -> Groups:
+    """The job's entities by normalized text, each with the memories that mention it."""
     groups: Groups = {}
-    found = deps.entities.extract([memory.text for memory in stored]) if stored else []
-    for memory, entities in zip(stored, found, strict=True):
+    for memory, entities in zip(state.stored, found, strict=True):
         for entity in entities:
             name = normalize_entity(entity.text)
             if name and memory.id not in groups.setdefault(name, (entity, []))[1]:
@@ -67,3 +81,7 @@ def entity_doc(
         embedding=vector,
         created_at=state.received_at,
     )
+
+
+link_entities_batch = shared(link_entities_of)
+link_entities = single(link_entities_batch)

@@ -1,36 +1,120 @@
-"""Phase 6: one bulk create of the kept facts as memories, plus their history rows.
+"""Phase 6: one bulk request creating the kept facts of a whole batch as memories, together
+with their history rows.
 
 Ids are deterministic, so re-running this phase after a crash meets its own documents: a
 conflict whose stored hash and job are ours counts as stored, one with our hash from another
 job is a duplicate (two workers raced on one fact), and one with another hash means the id is
-held by a memory whose text was edited since — then the job-derived id is used.
+held by a memory whose text was edited since — then the job-derived id is used. History rows
+go in the same bulk as their memories; the rare row whose memory turned out not to be ours
+(refused, raced, or moved to another id) is deleted afterwards, so history reports only what
+was stored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.models import fallback_memory_id, history_id, memory_id
 from pipeline.state import ItemError, JobState, Phase, StoredMemory
 from pipeline.store.protocol import HistoryDoc, MemoryDoc, WriteOutcome
 
 
-def persist_memories(state: JobState, deps: Deps) -> JobState:
-    """Fill ``state.stored`` with exactly the memories that are in the store for this job."""
-    docs = [memory_doc(state, i) for i, kept in enumerate(state.keep) if kept]
-    stored, errors, raced = write_memories(state, deps, docs)
-    history = [history_row(state, doc) for doc in stored]
-    history_errors = deps.store.write_history(history).failed
-    errors += [
-        ItemError(phase=Phase.PERSIST, reason=f"history: {r}") for r in history_errors.values()
-    ]
+@dataclass
+class Written:
+    """What one job's part of the bulk came to."""
+
+    stored: list[MemoryDoc] = field(default_factory=list)
+    errors: list[ItemError] = field(default_factory=list)
+    raced: int = 0
+    stray: list[str] = field(default_factory=list)  # history rows of memories not ours
+
+
+def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Fill each job's ``stored`` with exactly the memories that are in the store for it."""
+    docs = {s.job_id: [memory_doc(s, i) for i, kept in enumerate(s.keep) if kept] for s in states}
+    everything = [doc for s in states for doc in docs[s.job_id]]
+    rows = [history_row(s, doc) for s in states for doc in docs[s.job_id]]
+    memories, history = write(deps, everything, rows)
+    results = [settle(s, deps, docs[s.job_id], memories, history) for s in states]
+    stray = [row for written in results for row in written.stray]
+    if stray:
+        deps.store.delete_history(stray)
+    return [finish(s, written) for s, written in zip(states, results, strict=True)]
+
+
+def write(
+    deps: Deps, docs: list[MemoryDoc], rows: list[HistoryDoc]
+) -> tuple[WriteOutcome, WriteOutcome]:
+    if not docs:
+        return WriteOutcome(), WriteOutcome()
+    return deps.store.create_memories_with_history(docs, rows)
+
+
+def settle(
+    state: JobState,
+    deps: Deps,
+    docs: list[MemoryDoc],
+    memories: WriteOutcome,
+    history: WriteOutcome,
+) -> Written:
+    """Sort this job's items of the bulk into stored, failed, raced and moved; moved ones are
+    written again under their job-derived id (a second request, only when an id was taken)."""
+    written = Written()
+    moved = take(state, {doc.id: doc for doc in docs}, memories, history, written)
+    if moved:
+        relocated = [relocate(state, doc) for doc in moved]
+        second = write(deps, relocated, [history_row(state, doc) for doc in relocated])
+        for doc in take(state, {doc.id: doc for doc in relocated}, *second, written):
+            reason = f"memory id {doc.id} is taken by another memory"
+            written.errors.append(ItemError(phase=Phase.PERSIST, reason=reason, text=doc.text))
+    return written
+
+
+def take(
+    state: JobState,
+    by_id: dict[str, MemoryDoc],
+    memories: WriteOutcome,
+    history: WriteOutcome,
+    written: Written,
+) -> list[MemoryDoc]:
+    """Record the outcome of ``by_id``'s documents; returns those whose id is held by a memory
+    with another text (to be moved)."""
+    created = set(memories.created)
+    moved: list[MemoryDoc] = []
+    for doc_id, doc in by_id.items():
+        row = history_id(doc_id, "ADD", state.job_id)
+        held = memories.conflicts.get(doc_id)
+        ours = held is not None and held.hash == doc.hash and held.job_id == state.job_id
+        if doc_id in created or ours:
+            written.stored.append(doc)
+            if row in history.failed:
+                reason = f"history: {history.failed[row]}"
+                written.errors.append(ItemError(phase=Phase.PERSIST, reason=reason))
+            continue
+        if row in history.created:
+            written.stray.append(row)
+        if doc_id in memories.failed:
+            reason = memories.failed[doc_id]
+            written.errors.append(ItemError(phase=Phase.PERSIST, reason=reason, text=doc.text))
+        elif held is not None and held.hash == doc.hash:
+            written.raced += 1
+        elif held is not None:
+            moved.append(doc)
+    return moved
+
+
+def finish(state: JobState, written: Written) -> JobState:
     counts = {
         **state.counts,
-        "stored": len(stored),
-        "duplicates": state.counts.get("duplicates", 0) + raced,
+        "stored": len(written.stored),
+        "duplicates": state.counts.get("duplicates", 0) + written.raced,
     }
     return state.with_(
-        stored=[StoredMemory(id=doc.id, text=doc.text) for doc in stored],
-        errors=[*state.errors, *errors],
+        stored=[StoredMemory(id=doc.id, text=doc.text) for doc in written.stored],
+        errors=[*state.errors, *written.errors],
         counts=counts,
     )
 
@@ -58,48 +142,6 @@ def memory_doc(state: JobState, index: int, doc_id: str | None = None) -> Memory
     )
 
 
-def write_memories(
-    state: JobState, deps: Deps, docs: list[MemoryDoc]
-) -> tuple[list[MemoryDoc], list[ItemError], int]:
-    """Create ``docs``; returns what is stored for this job, item errors, and lost races."""
-    by_id = {doc.id: doc for doc in docs}
-    outcome = deps.store.create_memories(docs)
-    stored = [by_id[i] for i in outcome.created]
-    ours, raced, moved = sort_conflicts(state, by_id, outcome)
-    stored += ours
-    failed = dict(outcome.failed)
-    if moved:
-        by_id.update({doc.id: doc for doc in moved})
-        second = deps.store.create_memories(moved)
-        stored += [by_id[i] for i in second.created]
-        stored += [by_id[i] for i, held in second.conflicts.items() if held.job_id == state.job_id]
-        failed.update(second.failed)
-    errors = [
-        ItemError(phase=Phase.PERSIST, reason=reason, text=by_id[i].text)
-        for i, reason in failed.items()
-    ]
-    return stored, errors, raced
-
-
-def sort_conflicts(
-    state: JobState, by_id: dict[str, MemoryDoc], outcome: WriteOutcome
-) -> tuple[list[MemoryDoc], int, list[MemoryDoc]]:
-    """Split conflicts into our own earlier writes, races lost to another job's copy of the
-    same fact, and ids held by an edited memory (relocated to a job-derived id)."""
-    ours: list[MemoryDoc] = []
-    moved: list[MemoryDoc] = []
-    raced = 0
-    for doc_id, held in outcome.conflicts.items():
-        doc = by_id[doc_id]
-        if held.hash != doc.hash:
-            moved.append(relocate(state, doc))
-        elif held.job_id == state.job_id:
-            ours.append(doc)
-        else:
-            raced += 1
-    return ours, raced, moved
-
-
 def relocate(state: JobState, doc: MemoryDoc) -> MemoryDoc:
     index = next(i for i, h in enumerate(state.hashes) if h == doc.hash)
     return memory_doc(state, index, fallback_memory_id(state.job_id, doc.hash))
@@ -116,3 +158,7 @@ def history_row(state: JobState, doc: MemoryDoc) -> HistoryDoc:
         new=doc.text,
         actor=doc.actor_id,
     )
+
+
+persist_memories_batch = shared(persist_memories_of)
+persist_memories = single(persist_memories_batch)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.models import AddRequest, Role
 from pipeline.state import JobState
@@ -16,12 +19,27 @@ def needs_llm_extraction(request: AddRequest) -> bool:
     return request.infer and request.memory_type is None
 
 
-def retrieve_existing(state: JobState, deps: Deps) -> JobState:
-    """Top-k memories of the scope by the embedding of the new turn. Skipped when no LLM will
-    read them (infer=False and procedural jobs)."""
-    query = new_turn_text(state.request)
-    if not needs_llm_extraction(state.request) or not query:
-        return state
-    vector = deps.embedder.embed([query])[0]
-    found = deps.store.similar_memories(state.request.scope, vector, deps.limits.retrieved_memories)
-    return state.with_(existing=found)
+def retrieve_existing_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Top-k memories of each scope by the embedding of its new turn: one embedding call and
+    one multi-search for the batch. Skipped for jobs no LLM will read them for (infer=False and
+    procedural jobs)."""
+    wanted = [
+        (i, new_turn_text(s.request))
+        for i, s in enumerate(states)
+        if needs_llm_extraction(s.request) and new_turn_text(s.request)
+    ]
+    if not wanted:
+        return list(states)
+    vectors = deps.embedder.embed([text for _, text in wanted])
+    found = deps.store.similar_memories_many(
+        [(states[i].request.scope, vector) for (i, _), vector in zip(wanted, vectors, strict=True)],
+        deps.limits.retrieved_memories,
+    )
+    out = list(states)
+    for (i, _), existing in zip(wanted, found, strict=True):
+        out[i] = states[i].with_(existing=existing)
+    return out
+
+
+retrieve_existing_batch = shared(retrieve_existing_of)
+retrieve_existing = single(retrieve_existing_batch)

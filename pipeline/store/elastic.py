@@ -26,6 +26,7 @@ from pipeline.store.protocol import (
     HistoryDoc,
     JobRecord,
     MemoryDoc,
+    SessionMessages,
     StoredHash,
     WriteOutcome,
 )
@@ -59,20 +60,54 @@ class ElasticStore:
         self.names = names
 
     def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
-        """The scope's window document, read by id: a realtime GET, so the session's previous
-        job is always seen, with no index refresh to wait for."""
-        return [ContextMessage.model_validate(e["message"]) for e in self._window(scope)[-limit:]]
+        return self.recent_messages_many([scope], limit)[0]
+
+    def recent_messages_many(
+        self, scopes: Sequence[Scope], limit: int
+    ) -> list[list[ContextMessage]]:
+        """Each scope's window document, read by id in one mget: realtime, so the session's
+        previous job is always seen, with no index refresh to wait for."""
+        return [
+            [ContextMessage.model_validate(e["message"]) for e in window[-limit:]]
+            for window in self._windows(scopes)
+        ]
 
     def append_messages(
         self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
     ) -> None:
-        """One document per message (the full record) and the window document extended with
-        them, in one bulk (replaying a job does not append its messages twice). Jobs of one
-        session run one at a time, so the window's read-modify-write has no rival."""
-        if not messages:
-            return
+        self.finish_jobs([SessionMessages(scope, job_id, list(messages), at)], [])
+
+    def finish_jobs(self, entries: Sequence[SessionMessages], records: Sequence[JobRecord]) -> None:
+        """One read of the windows, then one bulk: one document per message (the full record),
+        each window document extended with its job's messages (replaying a job does not append
+        them twice), and the job records. Jobs of one session run one at a time, so a window's
+        read-modify-write has no rival."""
+        entries = [entry for entry in entries if entry.messages]
         actions: list[dict[str, Any]] = []
-        for seq, message in enumerate(messages):
+        windows = self._windows([entry.scope for entry in entries]) if entries else []
+        for entry, window in zip(entries, windows, strict=True):
+            actions += self._message_actions(entry, window)
+        for record in records:
+            actions.append({"index": {"_index": self.names.jobs, "_id": record.job_id}})
+            actions.append(record.model_dump(mode="json"))
+        if actions:
+            self._bulk_all_or_raise(actions, "save messages and job records")
+
+    def save_jobs(self, records: Sequence[JobRecord]) -> None:
+        """Write several job records in one bulk."""
+        actions: list[dict[str, Any]] = []
+        for record in records:
+            actions.append({"index": {"_index": self.names.jobs, "_id": record.job_id}})
+            actions.append(record.model_dump(mode="json"))
+        if actions:
+            self._bulk_all_or_raise(actions, "save job records")
+
+    def _message_actions(
+        self, entry: SessionMessages, window: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        scope, job_id, at = entry.scope, entry.job_id, entry.at
+        actions: list[dict[str, Any]] = []
+        for seq, message in enumerate(entry.messages):
             actions.append(
                 {"index": {"_index": self.names.messages, "_id": message_id(job_id, seq)}}
             )
@@ -89,86 +124,143 @@ class ElasticStore:
                     "created_at": at.isoformat(),
                 }
             )
-        window = self._window(scope)
-        if not any(entry["job_id"] == job_id for entry in window):
-            window += [
-                {"job_id": job_id, "seq": seq, "message": m.model_dump()}
-                for seq, m in enumerate(messages)
-            ]
-            actions.append({"index": {"_index": self.names.messages, "_id": window_id(scope)}})
-            actions.append(
-                {
-                    **scope.fields(),
-                    "kind": "window",
-                    "session_key": scope.key,
-                    "job_id": job_id,
-                    "window": window[-WINDOW_KEEP:],
-                    "created_at": at.isoformat(),
-                }
-            )
-        self._bulk_all_or_raise(actions, "save messages")
+        if any(item["job_id"] == job_id for item in window):
+            return actions
+        window = window + [
+            {"job_id": job_id, "seq": seq, "message": m.model_dump()}
+            for seq, m in enumerate(entry.messages)
+        ]
+        actions.append({"index": {"_index": self.names.messages, "_id": window_id(scope)}})
+        actions.append(
+            {
+                **scope.fields(),
+                "kind": "window",
+                "session_key": scope.key,
+                "job_id": job_id,
+                "window": window[-WINDOW_KEEP:],
+                "created_at": at.isoformat(),
+            }
+        )
+        return actions
 
-    def _window(self, scope: Scope) -> list[dict[str, Any]]:
-        with es_errors("read the message window"):
-            try:
-                source = self.client.get(
-                    index=self.names.messages, id=window_id(scope), source_includes=["window"]
-                ).body
-            except NotFoundError:
-                return []
-        window: list[dict[str, Any]] = source["_source"]["window"]
-        return window
+    def _windows(self, scopes: Sequence[Scope]) -> list[list[dict[str, Any]]]:
+        if not scopes:
+            return []
+        with es_errors("read the message windows"):
+            docs = self.client.mget(
+                index=self.names.messages,
+                ids=[window_id(scope) for scope in scopes],
+                source_includes=["window"],
+            ).body["docs"]
+        return [d["_source"].get("window", []) if d.get("found") else [] for d in docs]
 
     def similar_memories(
         self, scope: Scope, vector: Sequence[float], k: int
     ) -> list[ExistingMemory]:
-        with es_errors("retrieve similar memories"):
-            body = self.client.search(
-                index=self.names.memories,
-                knn={
-                    "field": "embedding",
-                    "query_vector": list(vector),
-                    "k": k,
-                    "num_candidates": max(100, 10 * k),
-                    "filter": scope_filter(scope),
-                },
-                size=k,
-                source_includes=["text"],
-            ).body
+        return self.similar_memories_many([(scope, vector)], k)[0]
+
+    def similar_memories_many(
+        self, queries: Sequence[tuple[Scope, Sequence[float]]], k: int
+    ) -> list[list[ExistingMemory]]:
+        """For each (scope, vector), the scope's ``k`` nearest memories: one msearch."""
+        searches: list[dict[str, Any]] = []
+        for scope, vector in queries:
+            searches.append({"index": self.names.memories})
+            searches.append(
+                {
+                    "knn": {
+                        "field": "embedding",
+                        "query_vector": list(vector),
+                        "k": k,
+                        "num_candidates": max(100, 10 * k),
+                        "filter": scope_filter(scope),
+                    },
+                    "size": k,
+                    "_source": ["text"],
+                }
+            )
         return [
-            ExistingMemory(id=h["_id"], text=h["_source"]["text"]) for h in body["hits"]["hits"]
+            [ExistingMemory(id=h["_id"], text=h["_source"]["text"]) for h in hits]
+            for hits in self._msearch(searches, "retrieve similar memories")
         ]
 
     def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
-        if not hashes:
-            return set()
-        with es_errors("look up fact hashes"):
-            body = self.client.search(
-                index=self.names.memories,
-                query={
-                    "bool": {"filter": [*scope_filter(scope), {"terms": {"hash": list(hashes)}}]}
-                },
-                size=len(hashes),
-                source_includes=["hash"],
-            ).body
-        return {h["_source"]["hash"] for h in body["hits"]["hits"]}
+        return self.hashes_in_scopes([(scope, hashes)])[0]
+
+    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
+        """For each (scope, hashes), which of the hashes a memory of the scope already has:
+        one msearch for all the scopes that have hashes to look up."""
+        asked = [(i, scope, list(hashes)) for i, (scope, hashes) in enumerate(queries) if hashes]
+        found: list[set[str]] = [set() for _ in queries]
+        if not asked:
+            return found
+        searches: list[dict[str, Any]] = []
+        for _, scope, hashes in asked:
+            searches.append({"index": self.names.memories})
+            searches.append(
+                {
+                    "query": {
+                        "bool": {"filter": [*scope_filter(scope), {"terms": {"hash": hashes}}]}
+                    },
+                    "size": len(hashes),
+                    "_source": ["hash"],
+                }
+            )
+        results = self._msearch(searches, "look up fact hashes")
+        for (i, _, _), hits in zip(asked, results, strict=True):
+            found[i] = {h["_source"]["hash"] for h in hits}
+        return found
+
+    def _msearch(self, searches: list[dict[str, Any]], what: str) -> list[list[dict[str, Any]]]:
+        """The hits of each search; any search that failed fails the call (the batch then
+        falls back to one call per job, which isolates the failing one)."""
+        if not searches:
+            return []
+        with es_errors(what):
+            responses = self.client.msearch(searches=searches).body["responses"]
+        for response in responses:
+            if "error" in response:
+                raise TransientError(f"{what}: {error_reason(response['error'])}")
+        return [response["hits"]["hits"] for response in responses]
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
-        outcome = self._create_all(self.names.memories, {d.id: d.source() for d in docs})
-        if outcome.conflicts:
-            outcome.conflicts = self._stored_hashes(list(outcome.conflicts))
-        return outcome
+        return self.create_memories_with_history(docs, [])[0]
 
     def write_history(self, rows: Sequence[HistoryDoc]) -> WriteOutcome:
-        return self._create_all(self.names.history, {r.id: r.source() for r in rows})
+        return self.create_memories_with_history([], rows)[1]
+
+    def create_memories_with_history(
+        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
+    ) -> tuple[WriteOutcome, WriteOutcome]:
+        """Memories and history rows in one bulk create; conflicting memories are read back
+        (one mget, only when there are any) to tell our own earlier write from another's."""
+        items = {(self.names.memories, d.id): d.source() for d in docs}
+        items |= {(self.names.history, r.id): r.source() for r in rows}
+        outcomes = self._create_all(items)
+        memories = outcomes[self.names.memories]
+        if memories.conflicts:
+            memories.conflicts = self._stored_hashes(list(memories.conflicts))
+        return memories, outcomes[self.names.history]
+
+    def delete_history(self, ids: Sequence[str]) -> None:
+        """Remove history rows (written for memories that turned out not to be stored)."""
+        actions = [{"delete": {"_index": self.names.history, "_id": i}} for i in ids]
+        if actions:
+            with es_errors("delete history rows"):
+                self.client.bulk(operations=actions)
 
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]
     ) -> list[tuple[str, float] | None]:
-        if not vectors:
-            return []
+        return self.nearest_entities_many([(scope, vector) for vector in vectors])
+
+    def nearest_entities_many(
+        self, queries: Sequence[tuple[Scope, Sequence[float]]]
+    ) -> list[tuple[str, float] | None]:
+        """For each (scope, vector), the scope's most similar entity and its cosine: one
+        msearch."""
         searches: list[dict[str, Any]] = []
-        for vector in vectors:
+        for scope, vector in queries:
             searches.append({"index": self.names.entities})
             searches.append(
                 {
@@ -183,9 +275,10 @@ class ElasticStore:
                     "_source": False,
                 }
             )
-        with es_errors("search similar entities"):
-            responses = self.client.msearch(searches=searches).body["responses"]
-        return [self._top_hit(r) for r in responses]
+        return [
+            (hits[0]["_id"], cosine_from_score(hits[0]["_score"])) if hits else None
+            for hits in self._msearch(searches, "search similar entities")
+        ]
 
     def link_entities(self, links: Sequence[EntityLink]) -> None:
         """One mget of the target entities, then one bulk: creates for the missing, updates
@@ -317,39 +410,43 @@ class ElasticStore:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _create_all(self, index: str, sources: dict[str, dict[str, Any]]) -> WriteOutcome:
-        """Bulk-create ``sources`` by id; items rejected with 429 are retried, item by item."""
-        outcome = WriteOutcome()
-        pending = dict(sources)
+    def _create_all(self, items: dict[tuple[str, str], dict[str, Any]]) -> dict[str, WriteOutcome]:
+        """Bulk-create ``items`` ((index, id) -> source); items rejected with 429 are retried,
+        item by item. One outcome per index."""
+        outcomes: dict[str, WriteOutcome] = {index: WriteOutcome() for index, _ in items}
+        outcomes.setdefault(self.names.memories, WriteOutcome())
+        outcomes.setdefault(self.names.history, WriteOutcome())
+        pending = dict(items)
         for attempt in range(_BULK_ITEM_RETRIES + 1):
             if not pending:
                 break
             if attempt:
                 time.sleep(0.2 * 2**attempt)
-            pending = self._create_round(
-                index, pending, outcome, last=attempt == _BULK_ITEM_RETRIES
-            )
-        return outcome
+            pending = self._create_round(pending, outcomes, last=attempt == _BULK_ITEM_RETRIES)
+        return outcomes
 
     def _create_round(
-        self, index: str, pending: dict[str, dict[str, Any]], outcome: WriteOutcome, last: bool
-    ) -> dict[str, dict[str, Any]]:
+        self,
+        pending: dict[tuple[str, str], dict[str, Any]],
+        outcomes: dict[str, WriteOutcome],
+        last: bool,
+    ) -> dict[tuple[str, str], dict[str, Any]]:
         actions: list[dict[str, Any]] = []
-        for doc_id, source in pending.items():
+        for (index, doc_id), source in pending.items():
             actions.append({"create": {"_index": index, "_id": doc_id}})
             actions.append(source)
-        with es_errors(f"bulk create into {index}"):
+        with es_errors("bulk create"):
             items = self.client.bulk(operations=actions).body["items"]
-        retry: dict[str, dict[str, Any]] = {}
-        for item in items:
-            result = item["create"]
-            status, doc_id = result["status"], result["_id"]
+        retry: dict[tuple[str, str], dict[str, Any]] = {}
+        for (key, source), item in zip(pending.items(), items, strict=True):
+            result, outcome = item["create"], outcomes[key[0]]
+            status, doc_id = result["status"], key[1]
             if status in (200, 201):
                 outcome.created.append(doc_id)
             elif status == 409:
                 outcome.conflicts[doc_id] = StoredHash(hash="", job_id=None)
             elif status == 429 and not last:
-                retry[doc_id] = pending[doc_id]
+                retry[key] = source
             else:
                 outcome.failed[doc_id] = f"HTTP {status} {error_reason(result.get('error'))}"
         return retry
@@ -385,13 +482,6 @@ class ElasticStore:
                 reason = error_reason(result["error"])
                 raise TransientError(f"{what}: HTTP {result['status']} {reason}")
         return conflicted
-
-    @staticmethod
-    def _top_hit(response: dict[str, Any]) -> tuple[str, float] | None:
-        if "error" in response:
-            raise TransientError(f"entity search: {error_reason(response['error'])}")
-        hits = response["hits"]["hits"]
-        return (hits[0]["_id"], cosine_from_score(hits[0]["_score"])) if hits else None
 
     def _entity_link_actions(
         self, wanted: dict[str, set[str]], creatable: dict[str, EntityDoc]

@@ -16,6 +16,7 @@ from pipeline.store.protocol import (
     HistoryDoc,
     JobRecord,
     MemoryDoc,
+    SessionMessages,
     StoredHash,
     WriteOutcome,
 )
@@ -60,6 +61,39 @@ class InMemoryStore:
                     "created_at": at,
                     **message.model_dump(),
                 }
+
+    def recent_messages_many(
+        self, scopes: Sequence[Scope], limit: int
+    ) -> list[list[ContextMessage]]:
+        return [self.recent_messages(scope, limit) for scope in scopes]
+
+    def finish_jobs(self, entries: Sequence[SessionMessages], records: Sequence[JobRecord]) -> None:
+        for entry in entries:
+            self.append_messages(entry.scope, entry.job_id, entry.messages, entry.at)
+        self.save_jobs(records)
+
+    def similar_memories_many(
+        self, queries: Sequence[tuple[Scope, Sequence[float]]], k: int
+    ) -> list[list[ExistingMemory]]:
+        return [self.similar_memories(scope, vector, k) for scope, vector in queries]
+
+    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
+        return [self.hashes_in_scope(scope, hashes) for scope, hashes in queries]
+
+    def create_memories_with_history(
+        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
+    ) -> tuple[WriteOutcome, WriteOutcome]:
+        return self.create_memories(docs), self.write_history(rows)
+
+    def delete_history(self, ids: Sequence[str]) -> None:
+        with self._lock:
+            for row in ids:
+                self.history.pop(row, None)
+
+    def nearest_entities_many(
+        self, queries: Sequence[tuple[Scope, Sequence[float]]]
+    ) -> list[tuple[str, float] | None]:
+        return [self.nearest_entities(scope, [vector])[0] for scope, vector in queries]
 
     def similar_memories(
         self, scope: Scope, vector: Sequence[float], k: int
@@ -133,6 +167,10 @@ class InMemoryStore:
     def save_job(self, record: JobRecord) -> None:
         with self._lock:
             self.jobs[record.job_id] = record
+
+    def save_jobs(self, records: Sequence[JobRecord]) -> None:
+        for record in records:
+            self.save_job(record)
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._lock:

@@ -130,6 +130,16 @@ class EntityLink:
 
 
 @dataclass(frozen=True)
+class SessionMessages:
+    """A job's messages, to be appended to its session's window."""
+
+    scope: Scope
+    job_id: str
+    messages: list[ContextMessage]
+    at: datetime
+
+
+@dataclass(frozen=True)
 class StoredHash:
     """What holds an id already: its text hash and the job that wrote it."""
 
@@ -181,16 +191,37 @@ class Store(Protocol):
         """The last ``limit`` messages of the scope's window, oldest first."""
         ...
 
+    def recent_messages_many(
+        self, scopes: Sequence[Scope], limit: int
+    ) -> list[list[ContextMessage]]:
+        """``recent_messages`` of each scope, in one call."""
+        ...
+
     def append_messages(
         self, scope: Scope, job_id: str, messages: Sequence[ContextMessage], at: datetime
     ) -> None: ...
+
+    def finish_jobs(self, entries: Sequence[SessionMessages], records: Sequence[JobRecord]) -> None:
+        """Append each entry's messages to its scope's window (once per job, however often it
+        is called) and save the records, in one call; any failure raises."""
+        ...
 
     def similar_memories(
         self, scope: Scope, vector: Sequence[float], k: int
     ) -> list[ExistingMemory]: ...
 
+    def similar_memories_many(
+        self, queries: Sequence[tuple[Scope, Sequence[float]]], k: int
+    ) -> list[list[ExistingMemory]]:
+        """``similar_memories`` of each (scope, vector), in one call."""
+        ...
+
     def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
         """Which of ``hashes`` some memory of the scope already has."""
+        ...
+
+    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
+        """``hashes_in_scope`` of each (scope, hashes), in one call."""
         ...
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
@@ -199,10 +230,24 @@ class Store(Protocol):
 
     def write_history(self, rows: Sequence[HistoryDoc]) -> WriteOutcome: ...
 
+    def create_memories_with_history(
+        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
+    ) -> tuple[WriteOutcome, WriteOutcome]:
+        """``create_memories`` and ``write_history`` in one call: the outcome of each."""
+        ...
+
+    def delete_history(self, ids: Sequence[str]) -> None: ...
+
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]
     ) -> list[tuple[str, float] | None]:
         """For each vector, the most similar entity of the scope and its cosine similarity."""
+        ...
+
+    def nearest_entities_many(
+        self, queries: Sequence[tuple[Scope, Sequence[float]]]
+    ) -> list[tuple[str, float] | None]:
+        """``nearest_entities`` of each (scope, vector), in one call."""
         ...
 
     def link_entities(self, links: Sequence[EntityLink]) -> None:
@@ -212,5 +257,7 @@ class Store(Protocol):
         ...
 
     def save_job(self, record: JobRecord) -> None: ...
+
+    def save_jobs(self, records: Sequence[JobRecord]) -> None: ...
 
     def get_job(self, job_id: str) -> JobRecord | None: ...

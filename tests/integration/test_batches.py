@@ -1,0 +1,225 @@
+"""Micro-batches against the real stack: jobs made ready together run as one batch, and a
+poisoned conversation in a batched phase fails (or loses) only its own part while its
+batch-mates go on."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from pipeline.config import Settings
+from pipeline.deps import Deps
+from pipeline.embedding import make_embedder
+from pipeline.models import AddRequest, Fact, MessageIn, Scope
+from pipeline.phases.embed import embed_facts_batch
+from pipeline.phases.link import link_entities_batch
+from pipeline.phases.persist import persist_memories_batch
+from pipeline.state import JobState, Phase, StoredMemory
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.indices import IndexNames
+from pipeline.store.protocol import JobRecord
+from tests.fakellm import Fail, FakeLLMServer, Normal
+from tests.processes import WorkerProcess
+from workers.app import MemqCelery
+from workers.batches import LIVE
+from workers.names import GATHER_TASK
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = {"succeeded", "failed", "dead"}
+GOOD = [0.1] * 384
+
+
+def poisoned_or_facts(request: dict[str, Any]) -> str:
+    """The scripted model: prose (unparsable) for a conversation saying 'poison', else one
+    fact per 'fact: ...' line of the new messages."""
+    new = request["messages"][-1]["content"].split("New messages:", 1)[-1]
+    if "poison" in new:
+        return "Sorry, I would rather chat about the weather."
+    facts = re.findall(r"fact: ([^\n]+)", new)
+    return json.dumps({"memory": [{"text": f, "attributed_to": "user"} for f in facts]})
+
+
+@pytest.fixture(autouse=True)
+def scripted(fake_llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    fake_llm.reset()
+    fake_llm.responder = poisoned_or_facts
+    yield fake_llm
+    fake_llm.reset()
+
+
+@pytest.fixture
+def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
+    return celery_app.runtime.store
+
+
+def scope() -> Scope:
+    return Scope(tenant="it", user_id=f"user-{uuid.uuid4().hex[:8]}")
+
+
+def ask(in_scope: Scope, *facts: str) -> AddRequest:
+    text = "\n".join(f"fact: {f}" for f in facts)
+    return AddRequest(scope=in_scope, messages=[MessageIn(role="user", content=text)])
+
+
+def ready(app: MemqCelery, request: AddRequest) -> str:
+    """A job accepted and made ready, with no gather sent yet: the next gather takes it."""
+    now = datetime.now(UTC)
+    state = JobState(job_id=uuid.uuid4().hex, request=request, received_at=now)
+    app.runtime.states.save(state)
+    app.runtime.states.enter_line(request.scope.key, state.job_id, now)
+    app.runtime.states.push_ready(LIVE, state.job_id)
+    return state.job_id
+
+
+def wait_job(store: ElasticStore, job_id: str, timeout_s: float = 90) -> JobRecord:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = store.get_job(job_id)
+        if record is not None and record.status in TERMINAL:
+            return record
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish: {store.get_job(job_id)}")
+
+
+def texts_of(es: Elasticsearch, index: str, field: str, value: str) -> list[str]:
+    es.indices.refresh(index=index)
+    hits = es.search(index=index, query={"term": {field: value}}, size=100)["hits"]["hits"]
+    return sorted(h["_source"].get("text") or h["_source"].get("new") for h in hits)
+
+
+def state_with_facts(in_scope: Scope, texts: list[str], vectors: list[list[float]]) -> JobState:
+    return JobState(
+        job_id=f"batch-{uuid.uuid4().hex[:8]}",
+        request=ask(in_scope, "x"),
+        received_at=datetime.now(UTC),
+        facts=[Fact(text=t) for t in texts],
+        embeddings=vectors,  # type: ignore[arg-type]
+        lemmas=[t.lower() for t in texts],
+        hashes=[uuid.uuid4().hex for _ in texts],
+        keep=[True] * len(texts),
+    )
+
+
+def test_a_garbage_reply_fails_only_its_own_conversation_in_a_batch(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    settings: Settings,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scripted: FakeLLMServer,
+) -> None:
+    scopes = [scope() for _ in range(3)]
+    jobs = [
+        ready(celery_app, ask(scopes[0], "Ann keeps bees")),
+        ready(celery_app, ask(scopes[1], "poison")),
+        ready(celery_app, ask(scopes[2], "Bo builds boats")),
+    ]
+    celery_app.send_task(GATHER_TASK, args=(LIVE,), queue=settings.queues.io)
+    first, poisoned, last = (wait_job(store, job) for job in jobs)
+    assert poisoned.status == "failed" and poisoned.phase == "extract"
+    assert "weather" in (poisoned.reason or "")
+    assert first.status == last.status == "succeeded"
+    assert first.counts["batch_size"] == last.counts["batch_size"] == 3
+    assert [r["text"] for r in first.results] == ["Ann keeps bees"]
+    assert [r["text"] for r in last.results] == ["Bo builds boats"]
+    assert len(scripted.chat_requests()) == 3  # one call each; the unparsable one not retried
+    assert texts_of(es, indices.memories, "user_id", scopes[1].user_id or "") == []
+
+
+def test_one_job_per_session_in_a_batch_and_the_next_follows(
+    celery_app: MemqCelery, store: ElasticStore, settings: Settings
+) -> None:
+    """Two ready jobs of one session never share a batch: the second waits for the first."""
+    shared = scope()
+    ahead = ready(celery_app, ask(shared, "Cy plays oboe"))
+    behind = ready(celery_app, ask(shared, "Cy plays bassoon too"))
+    other = ready(celery_app, ask(scope(), "Di runs"))
+    celery_app.send_task(GATHER_TASK, args=(LIVE,), queue=settings.queues.io)
+    records = [wait_job(store, job) for job in (ahead, behind, other)]
+    assert [r.status for r in records] == ["succeeded"] * 3
+    assert records[0].counts["batch_size"] == records[2].counts["batch_size"] == 2
+    assert records[1].counts["batch_size"] == 1
+    assert records[0].finished_at <= records[1].finished_at  # type: ignore[operator]
+    window = celery_app.runtime.store.recent_messages(shared, 10)
+    assert [m.content for m in window] == ["fact: Cy plays oboe", "fact: Cy plays bassoon too"]
+
+
+def test_a_failing_batch_embedding_falls_back_to_items_and_loses_only_the_refused_one(
+    settings: Settings, celery_app: MemqCelery, fake_llm: FakeLLMServer, indices: IndexNames
+) -> None:
+    """The OpenAI-compatible embeddings client against the scripted server: the batch call
+    fails, then each fact is embedded alone and only the refused one is missing."""
+    embedder_config = settings.embedder.model_copy(
+        update={"kind": "openai", "base_url": fake_llm.base_url}
+    )
+    remote = settings.model_copy(update={"embedder": embedder_config})
+    deps = Deps(
+        store=celery_app.runtime.store,
+        embedder=make_embedder(remote),
+        lemmatizer=celery_app.runtime.deps.lemmatizer,
+        entities=celery_app.runtime.deps.entities,
+        llm=None,
+    )
+    one = state_with_facts(scope(), ["Eve sings", "Eve swims"], [])
+    two = state_with_facts(scope(), ["Fay knits"], [])
+    fake_llm.script_embeddings(Fail(503), Normal(), Fail(400, "refused"), Normal())
+    result = embed_facts_batch([one, two], deps)
+    assert result.failures == {}
+    first, second = result.states
+    assert first.embeddings[0] is not None and first.embeddings[1] is None
+    assert [(e.phase, e.text) for e in first.errors] == [(Phase.EMBED, "Eve swims")]
+    assert second.embeddings[0] is not None and second.errors == []
+    embed_calls = [r for path, r in fake_llm.requests if path.endswith("/embeddings")]
+    assert [len(r["input"]) for r in embed_calls] == [3, 1, 1, 1]
+
+
+def test_a_partly_refused_bulk_of_a_batch_is_read_item_by_item(
+    celery_app: MemqCelery, es: Elasticsearch, indices: IndexNames
+) -> None:
+    """One bulk for two jobs' memories and history; Elasticsearch refuses one memory (a vector
+    of the wrong size): the rest is stored, and no history row speaks of the refused one."""
+    runtime = celery_app.runtime
+    first_scope, second_scope = scope(), scope()
+    first = state_with_facts(first_scope, ["Gus paints", "Gus sculpts"], [GOOD, [0.1] * 7])
+    second = state_with_facts(second_scope, ["Hal rows"], [GOOD])
+    result = persist_memories_batch([first, second], runtime.deps)
+    assert result.failures == {}
+    one, two = result.states
+    assert [m.text for m in one.stored] == ["Gus paints"]
+    assert [(e.phase, e.text) for e in one.errors] == [(Phase.PERSIST, "Gus sculpts")]
+    assert [m.text for m in two.stored] == ["Hal rows"] and two.errors == []
+    assert texts_of(es, indices.memories, "user_id", first_scope.user_id or "") == ["Gus paints"]
+    assert texts_of(es, indices.history, "user_id", first_scope.user_id or "") == ["Gus paints"]
+    assert texts_of(es, indices.history, "user_id", second_scope.user_id or "") == ["Hal rows"]
+
+
+def test_a_link_that_fails_for_one_job_leaves_the_others_linked(
+    celery_app: MemqCelery, es: Elasticsearch, indices: IndexNames
+) -> None:
+    """The batch's one link bulk fails (one job names a memory that does not exist); the
+    phase runs again job by job and only that job fails."""
+    runtime = celery_app.runtime
+    good_scope, bad_scope = scope(), scope()
+    good = state_with_facts(good_scope, ["Ida visited Paris"], [GOOD])
+    good = persist_memories_batch([good], runtime.deps).states[0]
+    bad = state_with_facts(bad_scope, [], []).with_(
+        stored=[StoredMemory(id=f"missing-{uuid.uuid4().hex}", text="Jo visited Rome")]
+    )
+    result = link_entities_batch([good, bad], runtime.deps)
+    assert list(result.failures) == [bad.job_id]
+    assert [s.job_id for s in result.states] == [good.job_id]
+    assert result.states[0].counts["entities"] >= 2  # Ida, Paris
+    es.indices.refresh(index=indices.entities)
+    linked = es.search(
+        index=indices.entities, query={"term": {"user_id": good_scope.user_id}}, size=10
+    )["hits"]["hits"]
+    assert {h["_source"]["text"] for h in linked} >= {"Ida", "Paris"}

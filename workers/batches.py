@@ -1,0 +1,169 @@
+"""Micro-batches: jobs whose turn has come wait in a ready list until a gather task takes up to
+``MEMQ_WORKER_BATCH_MAX_JOBS`` of them and sends the batch down the chain of phase tasks.
+
+Every job made ready also sends a gather task, so no ready job waits for a later arrival; a
+gather that finds the list already emptied by an earlier one ends at once. Under light load a
+gather takes the one job there is and starts at once. Under load (more than one job made ready
+in the lane this second) it first lingers ``MEMQ_WORKER_BATCH_WAIT_MS`` so the batch can fill.
+At most ``MEMQ_WORKER_BATCHES_IN_FLIGHT`` batches of a lane run at once: beyond that, ready jobs
+wait in the list, and the next batch to end gathers all of them. That is what makes batches
+grow with the load: taking jobs as soon as they are ready would only move the queue from the
+ready list into the broker, as many small batches. A batch holds at most one job per session,
+so a session's jobs keep their order.
+
+The batch's membership is kept in Redis under the gather's task id before anything else
+happens: a gather delivered again after its worker died takes the same jobs, and once its
+chain is sent (``launched``) it takes none.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kombu.exceptions import OperationalError
+
+from pipeline.errors import TransientError
+from pipeline.jobs import job_record
+from pipeline.phases import Workload
+from pipeline.state import JobState, JobStatus, Phase
+from workers.chain import batch_chain
+from workers.names import GATHER_TASK
+from workers.runtime import MemqCelery, queue_for
+
+log = logging.getLogger("memq.worker")
+
+LIVE, BACKFILL = "live", "backfill"
+LOST_BATCH_S = 120.0  # a batch that has not ended after this long no longer holds a slot
+RECHECK_S = 1.0
+
+
+def lane_of(backfill: bool) -> str:
+    return BACKFILL if backfill else LIVE
+
+
+def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
+    """The job's turn has come: queue it for the next batch of its lane and send a gather."""
+    runtime, lane = app.runtime, lane_of(backfill)
+    runtime.states.push_ready(lane, job_id)
+    try:
+        app.send_task(
+            GATHER_TASK,
+            args=(lane,),
+            queue=queue_for(Workload.IO, runtime.settings.queues, backfill),
+        )
+    except OperationalError as exc:
+        runtime.states.unready(lane, job_id)
+        raise TransientError(f"could not send a gather for job {job_id}: {exc}") from exc
+
+
+def gather(app: MemqCelery, batch_id: str, lane: str) -> list[str]:
+    """Take a batch of ready jobs, mark them running and send their chain; returns the ids of
+    the jobs it runs (none when another gather took them first)."""
+    runtime = app.runtime
+    taken = take(app, batch_id, lane)
+    if taken is None:  # delivered again after its chain was sent
+        return []
+    if isinstance(taken, int):  # every batch slot is taken; jobs wait for one
+        recheck_later(app, lane)
+        return []
+    if taken and linger(app, lane, len(taken)):
+        time.sleep(runtime.settings.worker.batch_wait_ms / 1000)
+        more = take(app, batch_id, lane)
+        taken = more if isinstance(more, list) else taken
+    if not taken:
+        return []
+    jobs = admit(app, batch_id, lane, list(dict.fromkeys(taken)))
+    if not jobs:
+        runtime.states.launched(batch_id)
+        batch_ended(app, batch_id)
+        return []
+    runtime.states.save_many(jobs)
+    mark_running(app, jobs)
+    ids = [job.job_id for job in jobs]
+    chain = batch_chain(app, batch_id, ids, runtime.settings.queues, backfill=lane == BACKFILL)
+    chain.apply_async()
+    runtime.states.launched(batch_id)
+    log.info("batch %s: %d job(s)", batch_id, len(ids))
+    return ids
+
+
+def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
+    runtime, worker = app.runtime, app.runtime.settings.worker
+    now = runtime.clock().timestamp()
+    limit, in_flight = worker.batch_max_jobs, worker.batches_in_flight
+    return runtime.states.take_batch(
+        batch_id, lane, limit=limit, in_flight=in_flight, now=now, lost_s=LOST_BATCH_S
+    )
+
+
+def recheck_later(app: MemqCelery, lane: str) -> None:
+    """Every batch slot is taken: the batches that end will gather what waits. In case none
+    does (its worker died), one gather per lane comes back a second later, so no ready job
+    waits on a lost batch for longer than LOST_BATCH_S."""
+    runtime = app.runtime
+    if not runtime.states.first_to_recheck(lane, RECHECK_S):
+        return
+    queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
+    app.send_task(GATHER_TASK, args=(lane,), queue=queue, countdown=RECHECK_S)
+
+
+def batch_ended(app: MemqCelery, batch_id: str) -> None:
+    """Free the batch's slot and gather whatever waits for one."""
+    runtime = app.runtime
+    for lane in runtime.states.batch_ended(batch_id, (LIVE, BACKFILL)):
+        queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
+        app.send_task(GATHER_TASK, args=(lane,), queue=queue)
+
+
+def linger(app: MemqCelery, lane: str, taken: int) -> bool:
+    """Wait for the batch to fill only while jobs keep arriving (more than one made ready in
+    this lane this second): a lone job on an idle stack starts at once."""
+    worker = app.runtime.settings.worker
+    if taken >= worker.batch_max_jobs or worker.batch_wait_ms <= 0:
+        return False
+    return app.runtime.states.arrivals(lane) > 1
+
+
+def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list[JobState]:
+    """The jobs this batch runs: each still has its state, its turn is this batch's (not taken
+    by another), and no other job of its session is in the batch (that one goes back to the
+    ready list)."""
+    runtime = app.runtime
+    sessions: set[str] = set()
+    jobs: list[JobState] = []
+    for state in runtime.states.load_many(job_ids):
+        if state is None:  # ended meanwhile
+            continue
+        session = state.request.scope.key
+        if session in sessions:
+            make_ready(app, state.job_id, state.backfill)
+            continue
+        if not runtime.states.take_turn(state.job_id, state.attempts, owner=batch_id):
+            continue  # another batch runs this attempt already
+        sessions.add(session)
+        jobs.append(state)
+    return [job.with_(run=batch_id, batch_size=len(jobs)) for job in jobs]
+
+
+def mark_running(app: MemqCelery, jobs: list[JobState]) -> None:
+    """One bulk of ``running`` records. Best effort: the records say ``queued`` a little longer
+    if it fails, and the jobs run all the same."""
+    runtime = app.runtime
+    now = runtime.clock()
+    records = [job_record(job, JobStatus.RUNNING, now, phase=Phase.CONTEXT.value) for job in jobs]
+    try:
+        runtime.store.save_jobs(records)
+    except TransientError as exc:
+        log.warning("could not mark %d job(s) running: %s", len(records), exc)
+
+
+def send_alone(app: MemqCelery, state: JobState, phase: Phase, countdown: float) -> None:
+    """Run one job on by itself from ``phase`` (it failed there while its batch-mates went on),
+    after ``countdown`` seconds."""
+    runtime = app.runtime
+    solo = f"{state.job_id}.a{state.attempts}.r{state.retries + 1}"
+    runtime.states.save(state.with_(run=solo, batch_size=1, retries=state.retries + 1))
+    queues = runtime.settings.queues
+    chain = batch_chain(app, solo, [state.job_id], queues, backfill=state.backfill, start=phase)
+    chain.apply_async(countdown=countdown)
