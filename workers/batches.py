@@ -126,9 +126,11 @@ def linger(app: MemqCelery, lane: str, taken: int) -> bool:
 
 
 def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list[JobState]:
-    """The jobs this batch runs: each still has its state, its turn is this batch's (not taken
-    by another), and no other job of its session is in the batch (that one goes back to the
-    ready list)."""
+    """The jobs this batch runs: each still has its state, heads its session's line, its turn
+    is this batch's (not taken by another), and no other job of its session is in the batch
+    (that one goes back to the ready list). A job that does not head its line is dropped from
+    the ready list: the job ahead of it makes it ready again when it ends (the hand-on), so two
+    jobs of one session never run at once, even in two batches in flight."""
     runtime = app.runtime
     sessions: set[str] = set()
     jobs: list[JobState] = []
@@ -136,6 +138,8 @@ def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list
         if state is None:  # ended meanwhile
             continue
         session = state.request.scope.key
+        if not runtime.states.my_turn(session, state.job_id, runtime.clock()):
+            continue
         if session in sessions:
             make_ready(app, state.job_id, state.backfill)
             continue
