@@ -25,6 +25,7 @@ from pipeline.config import WorkerConfig
 from pipeline.errors import MemqError, PermanentError, RetriesExhaustedError, TransientError
 from pipeline.health import elasticsearch_health
 from pipeline.jobs import job_record
+from pipeline.logs import log_context
 from pipeline.phases import PHASES, PhaseSpec, run_batch
 from pipeline.state import JobState, JobStatus, Phase
 from pipeline.store.protocol import JobRecord
@@ -84,7 +85,14 @@ def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> None:
         runtime, job_record(state, status, runtime.clock(), phase=phase, reason=reason)
     ):
         return
-    log.warning("job %s %s in phase %s: %s", job_id, status.value, phase, reason)
+    log.warning(
+        "job %s %s in phase %s: %s",
+        job_id,
+        status.value,
+        phase,
+        reason,
+        extra={"job_id": job_id, "tenant": state.request.scope.tenant, "phase": phase},
+    )
     current = runtime.states.load(job_id)
     if current is not None and current.attempts == state.attempts:
         runtime.states.forget(job_id, state.attempts)
@@ -164,23 +172,30 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> N
 
     @app.task(name=phase_task_name(spec.phase), bind=True, base=JobTask, runtime=runtime, **retry)
     def phase_task(self: JobTask, batch_id: str, job_ids: list[str]) -> list[str]:
-        states = [
-            s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id
-        ]
-        if not states:  # every job ended or left the batch (a redelivered message)
-            if spec.phase is Phase.FINALIZE:
-                batch_ended(app, batch_id)
-            return []
-        todo = [s for s in states if not s.is_done(spec.phase)]
-        result = run_guarded(spec, states, runtime)
-        failed = [result.failures[s.job_id] for s in todo if s.job_id in result.failures]
-        if todo and len(failed) == len(todo) and all(isinstance(e, TransientError) for e in failed):
-            raise failed[0]  # the whole batch failed alike: retry the batch task
-        finish(app, spec.phase, result.states)
-        settle_failures(app, spec.phase, states, result.failures)
-        if spec.phase is Phase.FINALIZE:  # after the hand-ons: one gather takes what waits
+        with log_context(phase=spec.phase.value, batch=batch_id):
+            return run_phase_task(app, spec, batch_id, job_ids)
+
+
+def run_phase_task(
+    app: MemqCelery, spec: PhaseSpec, batch_id: str, job_ids: list[str]
+) -> list[str]:
+    """One phase over the batch's jobs that are still in it (see the module docstring)."""
+    runtime = app.runtime
+    states = [s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id]
+    if not states:  # every job ended or left the batch (a redelivered message)
+        if spec.phase is Phase.FINALIZE:
             batch_ended(app, batch_id)
-        return [s.job_id for s in result.states]
+        return []
+    todo = [s for s in states if not s.is_done(spec.phase)]
+    result = run_guarded(spec, states, runtime)
+    failed = [result.failures[s.job_id] for s in todo if s.job_id in result.failures]
+    if todo and len(failed) == len(todo) and all(isinstance(e, TransientError) for e in failed):
+        raise failed[0]  # the whole batch failed alike: retry the batch task
+    finish(app, spec.phase, result.states)
+    settle_failures(app, spec.phase, states, result.failures)
+    if spec.phase is Phase.FINALIZE:  # after the hand-ons: one gather takes what waits
+        batch_ended(app, batch_id)
+    return [s.job_id for s in result.states]
 
 
 def run_guarded(spec: PhaseSpec, states: list[JobState], runtime: Runtime) -> BatchResult:
@@ -215,6 +230,11 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
         runtime.states.save_many(states)
         return
     for state in states:
+        log.info(
+            "job %s succeeded",
+            state.job_id,
+            extra={"job_id": state.job_id, "tenant": state.request.scope.tenant},
+        )
         runtime.states.forget(state.job_id, state.attempts)
         hand_on(app, state.request.scope.key, state.job_id)
 

@@ -15,13 +15,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 from tests.conftest import admin_key
-from tests.processes import ApiProcess
+from tests.processes import ApiProcess, WorkerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -413,22 +414,30 @@ def test_delete_a_scope_needs_an_id(a: Tenant) -> None:
     assert assert_error(a.http.delete("/v1/memories"), 422)["error"]["field"] == "user_id"
 
 
-def test_the_api_logs_accepted_jobs_as_json_lines_with_job_and_tenant(
-    a: Tenant, uid: str, api_process: ApiProcess
+def test_api_and_worker_log_json_lines_with_job_tenant_phase_and_batch(
+    a: Tenant, uid: str, api_process: ApiProcess, worker: WorkerProcess
 ) -> None:
     body = {"messages": "a line for the log", "user_id": uid, "infer": False}
     job = a.http.post("/v1/memories", json=body).json()["job_id"]
 
-    def logged() -> dict[str, Any] | None:
-        for line in api_process.log_path.read_text().splitlines():
-            event = json.loads(line)  # every line of a log file is JSON
+    def logged(log_path: Path) -> dict[str, Any] | None:
+        for line in log_path.read_text().splitlines():
+            event = json.loads(line) if line.startswith("{") else {}
             if event.get("job_id") == job:
                 return event
         return None
 
-    event = wait_until(logged, "the API's log line for the job", 5.0)
+    event = wait_until(lambda: logged(api_process.log_path), "the API's line for the job", 5.0)
     assert (event["tenant"], event["level"], event["logger"]) == (a.name, "INFO", "memq.api")
     assert event["process_kind"] == "api"
+    assert all(line.startswith("{") for line in api_process.log_path.read_text().splitlines())
+    event = wait_until(lambda: logged(worker.log_path), "the worker's line for the job")
+    assert (event["tenant"], event["phase"], event["process_kind"]) == (
+        a.name,
+        "finalize",
+        "worker",
+    )
+    assert event["batch"] and event["message"] == f"job {job} succeeded"
 
 
 def test_docs_and_their_assets_are_served_whole(base_url: str) -> None:
