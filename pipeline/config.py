@@ -194,6 +194,12 @@ class FlowerConfig(_Section):
     api_without_auth: bool = True  # Flower's JSON API when no basic_auth is set (loopback only)
 
 
+class McpConfig(_Section):
+    """``memq mcp`` (the stdio MCP server): the tenant key it acts with (``MEMQ_MCP_KEY``)."""
+
+    key: SecretStr | None = None
+
+
 class Settings(BaseSettings):
     """All of memq's configuration. Build it once (``Settings()``) and pass it down."""
 
@@ -215,6 +221,7 @@ class Settings(BaseSettings):
     chat: ChatConfig = ChatConfig()
     api: ApiConfig = ApiConfig()
     flower: FlowerConfig = FlowerConfig()
+    mcp: McpConfig = McpConfig()
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "MEMQ_OPENAI_API_KEY")
     )

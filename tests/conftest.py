@@ -15,7 +15,7 @@ from pipeline.config import Settings
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from tests.fakellm import FakeLLMServer
-from tests.processes import WorkerProcess
+from tests.processes import ApiProcess, WorkerProcess
 from workers.app import MemqCelery, create_celery
 
 
@@ -129,6 +129,25 @@ def worker(
     process.start()
     try:
         process.wait_ready(celery_app)
+    except RuntimeError as exc:
+        process.stop()
+        pytest.fail(str(exc))
+    yield process
+    process.stop()
+
+
+API_TEST_PORTS = range(8400, 8500)
+
+
+@pytest.fixture(scope="session")
+def api_server(
+    test_env: dict[str, str], indices: IndexNames, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiProcess]:
+    """A real ``memq api`` process of this code over the test indices and queues (the stack's
+    own API runs whatever code it was started from)."""
+    process = ApiProcess(test_env, tmp_path_factory.mktemp("api") / "api.log", API_TEST_PORTS)
+    try:
+        process.start()
     except RuntimeError as exc:
         process.stop()
         pytest.fail(str(exc))
