@@ -42,7 +42,7 @@ class BodyLimit:
         if more:
             await self._refuse(scope, receive, send)
             return
-        await self.app(scope, replay(body), send)
+        await self.app(scope, replay(body, receive), send)
 
     async def _buffer(self, receive: Receive) -> tuple[bytes, bool]:
         """Read a body of unknown length; True when it went past the limit."""
@@ -62,13 +62,16 @@ class BodyLimit:
         await error(413, "too_large", f"request body over {self.limit} bytes")(scope, receive, send)
 
 
-def replay(body: bytes) -> Receive:
+def replay(body: bytes, upstream: Receive) -> Receive:
+    """Hand the buffered body over once, then the connection's own messages: a streamed
+    response listens for the client's disconnect, and must not be told of one that did not
+    happen."""
     sent = False
 
     async def receive() -> Message:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await upstream()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 

@@ -80,12 +80,12 @@ def _api(settings: Settings, args: argparse.Namespace) -> int:
 
 def _mcp(settings: Settings, args: argparse.Namespace) -> int:
     """The MCP server on stdio, for the tenant of ``MEMQ_MCP_KEY``."""
-    from api.mcp import serve_stdio
-    from workers.app import create_celery
-
     if settings.mcp.key is None:
         print("memq: set MEMQ_MCP_KEY to the tenant key the MCP server acts with", file=sys.stderr)
         return 2
+    from api.mcp import serve_stdio
+    from workers.app import create_celery
+
     serve_stdio(create_celery(settings), settings.mcp.key.get_secret_value())
     return 0
 

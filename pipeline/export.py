@@ -155,6 +155,7 @@ def export_lines(
     """The dump of ``options.selector`` as JSON lines (each ending in a newline), a page of
     memories at a time. A failure mid-way raises, and the dump then lacks its end line."""
     dump = DumpStore(store)
+    dump.refresh()  # a memory stored a moment before the export is in it
     pages = dump.memory_pages(options.selector.fields(), options.vectors)
     first = next(pages, [])  # reach the store before the header: a caller can still refuse
     yield _json(header(options, embedding_model, dims, now))

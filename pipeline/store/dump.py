@@ -35,6 +35,12 @@ class DumpStore:
         self.client = store.client
         self.names = store.names
 
+    def refresh(self) -> None:
+        """Make everything written so far readable by the searches an export pages with."""
+        indices = ",".join((self.names.memories, self.names.entities, self.names.history))
+        with es_errors("refresh before an export"):
+            self.client.indices.refresh(index=indices)
+
     def memory_pages(
         self, selector: Mapping[str, str], vectors: bool, page_size: int = PAGE_SIZE
     ) -> Iterator[list[dict[str, Any]]]:
@@ -82,7 +88,8 @@ class DumpStore:
             "query": {"bool": {"filter": selector_filter(selector)}},
             "sort": [{"created_at": {"order": "asc", "missing": "_first"}}],
             "pit": {"id": pit, "keep_alive": PIT_KEEP_ALIVE},
-            "_source": {"excludes": excludes},
+            # Elasticsearch 9 leaves vectors out of _source unless asked for them
+            "_source": {"excludes": excludes, "exclude_vectors": "embedding" in excludes},
             "track_total_hits": False,
         }
         if after is not None:
@@ -99,11 +106,19 @@ class DumpStore:
         if not ids:
             return {}
         excludes = ["linked_memory_ids"] + ([] if vectors else ["embedding"])
-        with es_errors("read entities"):
-            docs = self.client.mget(
-                index=self.names.entities, ids=list(ids), source_excludes=excludes
-            ).body["docs"]
-        return {d["_id"]: d["_source"] for d in docs if d.get("found")}
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), PAGE_SIZE):
+            chunk = list(ids[start : start + PAGE_SIZE])
+            with es_errors("read entities"):  # a search: mget cannot ask for vectors
+                hits = self.client.search(
+                    index=self.names.entities,
+                    query={"ids": {"values": chunk}},
+                    size=len(chunk),
+                    source={"excludes": excludes, "exclude_vectors": not vectors},
+                    track_total_hits=False,
+                )["hits"]["hits"]
+            found |= {h["_id"]: h["_source"] for h in hits}
+        return found
 
     def history(self, memory_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """Memory id -> its history rows (``{"id", **source}``), oldest first, every row read

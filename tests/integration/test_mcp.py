@@ -88,12 +88,12 @@ def stdio_session(test_env: dict[str, str]) -> Callable[[str], Any]:
     return connect
 
 
-@pytest.fixture(params=["http", "stdio"])
-def connect(
-    request: pytest.FixtureRequest, stack: ApiProcess, test_env: dict[str, str]
-) -> Callable[[str], Any]:
-    """A way to open an MCP session for a key, over one transport or the other."""
-    return http_session(stack) if request.param == "http" else stdio_session(test_env)
+@pytest.fixture
+def connect(stack: ApiProcess) -> Callable[[str], Any]:
+    """Opens an MCP session over streamable HTTP for a key. The stdio transport runs the same
+    tools (``test_stdio_serves_the_same_tools_for_the_keys_tenant``); each stdio session is a
+    process start, so it gets one scenario instead of every test."""
+    return http_session(stack)
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:
@@ -344,3 +344,40 @@ def test_stdio_refuses_a_missing_or_wrong_key(test_env: dict[str, str]) -> None:
         assert done.returncode != 0
         assert says in done.stderr.decode(), done.stderr.decode()
         assert b"Traceback" not in done.stderr
+
+
+def test_stdio_serves_the_same_tools_for_the_keys_tenant(
+    stack: ApiProcess, test_env: dict[str, str], keys: dict[str, str]
+) -> None:
+    connect = stdio_session(test_env)
+    user = f"u-{uuid.uuid4().hex[:8]}"
+
+    async def body() -> None:
+        async with connect(keys["a"]) as alice:
+            assert {t.name for t in (await alice.list_tools()).tools} == TOOLS
+            stored = await remember(alice, user, "I keep bees in my garden")
+            hits = payload(
+                await alice.call_tool("search_memories", {"query": "bees", "user_id": user})
+            )["results"]
+            assert [h["id"] for h in hits] == [stored["id"]]
+            for tool, args, says in BAD_CALLS:
+                result = await alice.call_tool(tool, args)
+                assert result.is_error and says in text_of(result), (tool, text_of(result))
+            updated = payload(
+                await alice.call_tool(
+                    "update_memory", {"memory_id": stored["id"], "metadata": {"kind": "hobby"}}
+                )
+            )
+            assert updated["metadata"] == {"kind": "hobby"}
+        async with connect(keys["b"]) as bob:
+            found = payload(
+                await bob.call_tool("search_memories", {"query": "bees", "user_id": user})
+            )
+            assert found["results"] == []
+            result = await bob.call_tool("delete_memory", {"memory_id": stored["id"]})
+            assert result.is_error and "no memory" in text_of(result)
+        async with connect(keys["a"]) as alice:
+            gone = payload(await alice.call_tool("delete_memory", {"memory_id": stored["id"]}))
+            assert gone == {"deleted": stored["id"]}
+
+    run(body)
