@@ -49,7 +49,7 @@ from pipeline.models import Scope as MemoryScope
 from pipeline.search import SearchQuery
 from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
-from workers.intake import submit
+from workers.intake import Accepted, submit
 
 log = logging.getLogger("memq.mcp")
 T = TypeVar("T")
@@ -137,19 +137,22 @@ class MemqTools:
     ) -> dict[str, Any]:
         principal = self.principal_of(ctx)
         raw = messages if isinstance(messages, str) else [m.model_dump() for m in messages]
-        body = MemoryCreate.model_validate(
-            {
-                "messages": raw,
-                "user_id": user_id,
-                "agent_id": agent_id,
-                "run_id": run_id,
-                "metadata": metadata,
-                "infer": infer,
-                "memory_type": memory_type,
-                "timestamp": timestamp,
-            }
-        )
-        accepted = await self.call(lambda: submit(self.app, add_request(body, principal)))
+        fields = {
+            "messages": raw,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "run_id": run_id,
+            "metadata": metadata,
+            "infer": infer,
+            "memory_type": memory_type,
+            "timestamp": timestamp,
+        }
+
+        def accept() -> Accepted:
+            body = MemoryCreate.model_validate(fields)
+            return submit(self.app, add_request(body, principal))
+
+        accepted = await self.call(accept)
         record = accepted.record
         if wait_s > 0:
             record = await self.wait(record, min(wait_s, self.runtime.settings.api.wait_max_s))

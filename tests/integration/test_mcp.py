@@ -274,6 +274,11 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("add_memory", {"messages": [], "user_id": "u1"}, "messages"),
     ("add_memory", {"messages": [{"role": "robot", "content": "x"}], "user_id": "u1"}, "role"),
     ("add_memory", {"messages": "hi", "user_id": "u1", "wait_s": 9999}, "wait_s"),
+    (
+        "add_memory",
+        {"messages": "hi", "user_id": "u1", "memory_type": "procedural_memory"},
+        "needs an agent_id",
+    ),
     ("search_memories", {"query": "x", "user_id": "u1", "top_k": "many"}, "top_k"),
     ("search_memories", {"query": "", "user_id": "u1"}, "query"),
     ("search_memories", {"query": "x", "user_id": "u1", "filters": {"a": {"near": 1}}}, "near"),
