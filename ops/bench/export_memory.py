@@ -8,7 +8,7 @@ random unit vector of 384 numbers, metadata, two entity links and one ADD histor
 is measured is the user's path: the ``memq export`` command as a process of its own, timed
 from start to exit, its peak RSS read from ``wait4``. Needs Elasticsearch (``ops/up``).
 
-    .venv/bin/python ops/bench/export_memory.py [--sizes 10000,100000] [--keep]
+    .venv/bin/python ops/bench/export_memory.py [--sizes 10000,100000] [--prefix P --keep]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 
 PREFIX = f"memqbench-export-{os.getpid()}"
-TENANT = "bench"
+FULL = ("--history", "--vectors")
 DIMS = 384
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 WORDS = [
@@ -58,16 +58,16 @@ def unit_vector(rng: random.Random) -> list[float]:
     return [round(x / norm, 6) for x in raw]
 
 
-def memory_actions(names: IndexNames, start: int, count: int) -> Iterator[dict[str, Any]]:
-    rng = random.Random(start)
-    for n in range(start, start + count):
+def memory_actions(names: IndexNames, tenant: str, count: int) -> Iterator[dict[str, Any]]:
+    rng = random.Random(count)
+    for n in range(count):
         at = (T0 + timedelta(seconds=n)).isoformat()
         text = f"memory {n}: the user likes {rng.choice(WORDS)} and {rng.choice(WORDS)}"
-        scope = {"tenant": TENANT, "user_id": f"user-{n % 50}"}
-        entities = [f"ent-{n % 50}-{rng.choice(WORDS)}", f"ent-{n % 50}-{rng.choice(WORDS)}"]
+        scope = {"tenant": tenant, "user_id": f"user-{n % 50}"}
+        entities = [f"{tenant}-{n % 50}-{rng.choice(WORDS)}" for _ in range(2)]
         yield {
             "_index": names.memories,
-            "_id": f"mem-{n}",
+            "_id": f"{tenant}-mem-{n}",
             "_source": {
                 **scope,
                 "text": text,
@@ -88,10 +88,10 @@ def memory_actions(names: IndexNames, start: int, count: int) -> Iterator[dict[s
         }
         yield {
             "_index": names.history,
-            "_id": f"hist-{n}",
+            "_id": f"{tenant}-hist-{n}",
             "_source": {
                 **scope,
-                "memory_id": f"mem-{n}",
+                "memory_id": f"{tenant}-mem-{n}",
                 "event": "ADD",
                 "job_id": f"job-{n}",
                 "new": text,
@@ -100,15 +100,15 @@ def memory_actions(names: IndexNames, start: int, count: int) -> Iterator[dict[s
         }
 
 
-def entity_actions(names: IndexNames) -> Iterator[dict[str, Any]]:
+def entity_actions(names: IndexNames, tenant: str) -> Iterator[dict[str, Any]]:
     rng = random.Random(0)
     for user in range(50):
         for word in WORDS:
             yield {
                 "_index": names.entities,
-                "_id": f"ent-{user}-{word}",
+                "_id": f"{tenant}-{user}-{word}",
                 "_source": {
-                    "tenant": TENANT,
+                    "tenant": tenant,
                     "user_id": f"user-{user}",
                     "text": word,
                     "normalized": word.casefold(),
@@ -121,11 +121,15 @@ def entity_actions(names: IndexNames) -> Iterator[dict[str, Any]]:
             }
 
 
-def grow(es: Elasticsearch, names: IndexNames, have: int, want: int) -> None:
+def seed(es: Elasticsearch, names: IndexNames, tenant: str, size: int) -> None:
+    """``size`` memories in ``tenant``, unless they are there from a kept earlier run."""
+    found = es.count(index=names.memories, query={"term": {"tenant": tenant}})["count"]
+    if found == size:
+        return
     started = time.perf_counter()
-    bulk(es, memory_actions(names, have, want - have), chunk_size=2000)
-    es.indices.refresh(index=f"{names.memories},{names.history}")
-    print(f"  seeded {want - have} memories in {time.perf_counter() - started:.0f} s", flush=True)
+    bulk(es, entity_actions(names, tenant), chunk_size=1000)
+    bulk(es, memory_actions(names, tenant, size), chunk_size=2000)
+    print(f"  seeded {size} memories in {time.perf_counter() - started:.0f} s", flush=True)
 
 
 def run_memq(env: dict[str, str], *args: str) -> tuple[float, float]:
@@ -148,35 +152,29 @@ def run_memq(env: dict[str, str], *args: str) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--prefix", default=PREFIX, help="index prefix (reused with --keep)")
     parser.add_argument("--keep", action="store_true", help="keep the bench indices")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    settings = Settings(es={"index_prefix": PREFIX})  # type: ignore[arg-type]
-    env = {**os.environ, "MEMQ_ES_INDEX_PREFIX": PREFIX}
+    settings = Settings(es={"index_prefix": args.prefix})  # type: ignore[arg-type]
+    env = {**os.environ, "MEMQ_ES_INDEX_PREFIX": args.prefix}
     es = make_client(settings.es).options(request_timeout=300)
     names = ensure_indices(es, settings.es, DIMS)
     rows: list[tuple[str, int, float, float, int]] = []
     try:
-        bulk(es, entity_actions(names), chunk_size=1000)
-        have = 0
+        for size in sizes:  # every size seeded first, then measured side by side
+            seed(es, names, f"bench-{size}", size)
+        es.indices.refresh(index=f"{names.memories},{names.history},{names.entities}")
         with tempfile.TemporaryDirectory() as tmp:
-            for size in sizes:
-                grow(es, names, have, size)
-                have = size
-                for label, extra in (
-                    ("export", ()),
-                    ("export --history --vectors", ("--history", "--vectors")),
-                ):
+            for label, extra in (("export", ()), ("export --history --vectors", FULL)):
+                for size in sizes:
                     out = Path(tmp) / f"dump-{size}.jsonl"
-                    elapsed, rss = run_memq(
-                        env, "export", "--tenant", TENANT, *extra, "-o", str(out)
-                    )
+                    command = ("export", "--tenant", f"bench-{size}", *extra, "-o", str(out))
+                    elapsed, rss = run_memq(env, *command)
                     rows.append((label, size, elapsed, rss, out.stat().st_size))
                     print(f"  {label:28} {size:>7} {elapsed:7.1f} s {rss:7.0f} MB", flush=True)
-                if size == sizes[0]:
-                    rows.append(
-                        import_row(es, settings, env, Path(tmp) / f"dump-{size}.jsonl", size)
-                    )
+            dump = Path(tmp) / f"dump-{sizes[0]}.jsonl"
+            rows.append(import_row(es, settings, env, dump, sizes[0]))
     finally:
         if not args.keep:
             drop_indices(es, names)
