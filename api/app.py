@@ -12,8 +12,9 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error, install_error_handlers
+from api.mcp import mount_mcp
 from api.metrics import Metrics
-from api.routes import admin, health, jobs, mem0, memories, webhooks
+from api.routes import admin, export, health, jobs, mem0, memories, webhooks
 from api.schemas import ERROR_RESPONSES
 from pipeline.config import Settings
 from workers.app import MemqCelery, create_celery
@@ -119,6 +120,7 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
     install_error_handlers(app)
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
+    app.router.lifespan_context = mount_mcp(app, celery, app.state.keys)
     for router in (
         health.router,
         memories.router,
@@ -126,6 +128,7 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
         admin.router,
         webhooks.router,
         mem0.router,
+        export.router,
     ):
         app.include_router(router)
     return app

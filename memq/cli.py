@@ -91,6 +91,18 @@ def _openapi(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(settings: Settings, args: argparse.Namespace) -> int:
+    """The MCP server on stdio, for the tenant of ``MEMQ_MCP_KEY``."""
+    if settings.mcp.key is None:
+        print("memq: set MEMQ_MCP_KEY to the tenant key the MCP server acts with", file=sys.stderr)
+        return 2
+    from api.mcp import serve_stdio
+    from workers.app import create_celery
+
+    serve_stdio(create_celery(settings), settings.mcp.key.get_secret_value())
+    return 0
+
+
 def _init(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline.store.client import make_client
     from pipeline.store.indices import ensure_indices
@@ -246,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("openapi", help="print the API's OpenAPI document (JSON), offline").set_defaults(
         handler=_openapi
     )
+    sub.add_parser(
+        "mcp", help="run the MCP server on stdio (the tenant of MEMQ_MCP_KEY)"
+    ).set_defaults(handler=_mcp)
     sub.add_parser("init", help="create index templates and indices").set_defaults(handler=_init)
 
     health = sub.add_parser("health", help="round-trip a task through a worker")
@@ -264,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     _add_backfill(sub)  # memq backfill
+    from memq.dump import add_commands as add_dump_commands
+
+    add_dump_commands(sub)  # memq export, memq import
     return parser
 
 

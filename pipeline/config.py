@@ -209,6 +209,12 @@ class LogConfig(_Section):
     format: Literal["auto", "json", "text"] = "auto"
 
 
+class McpConfig(_Section):
+    """``memq mcp`` (the stdio MCP server): the tenant key it acts with (``MEMQ_MCP_KEY``)."""
+
+    key: SecretStr | None = None
+
+
 class Settings(BaseSettings):
     """All of memq's configuration. Build it once (``Settings()``) and pass it down."""
 
@@ -231,6 +237,7 @@ class Settings(BaseSettings):
     api: ApiConfig = ApiConfig()
     flower: FlowerConfig = FlowerConfig()
     log: LogConfig = LogConfig()
+    mcp: McpConfig = McpConfig()
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "MEMQ_OPENAI_API_KEY")
     )

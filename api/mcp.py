@@ -1,0 +1,431 @@
+"""memq as a Model Context Protocol server: seven tools over memq's own functions.
+
+The same tools serve two transports:
+- streamable HTTP at ``/mcp`` in the API (``mount_mcp``): every request carries a tenant key
+  (``Authorization: Bearer``), checked before the MCP layer sees it; stateless, so any API
+  process answers any request;
+- stdio (``memq mcp``, ``serve_stdio``): one process per desktop client, acting with the key
+  in ``MEMQ_MCP_KEY``.
+
+The tenant always comes from the key. A tool's bad argument, an unknown id or a store that is
+down comes back as a tool error (``isError``) whose text says what to change; nothing a caller
+sends crashes the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+from fastapi import FastAPI
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.convert import add_request, job_public, memory_public
+from api.errors import error
+from api.schemas import MemoryCreate
+from pipeline import crud
+from pipeline.errors import (
+    InvalidInputError,
+    MemqError,
+    NotFoundError,
+    RetriesExhaustedError,
+    TransientError,
+)
+from pipeline.keys import KeyStore, Principal
+from pipeline.listing import list_memories
+from pipeline.models import Identifier, MemoryType
+from pipeline.models import Scope as MemoryScope
+from pipeline.search import SearchQuery
+from pipeline.store.protocol import JobRecord
+from workers.app import MemqCelery
+from workers.intake import Accepted, submit
+
+log = logging.getLogger("memq.mcp")
+T = TypeVar("T")
+PrincipalOf = Callable[[Context], Principal]
+TERMINAL = ("succeeded", "failed", "dead")
+PRINCIPAL_STATE = "memq_principal"
+
+INSTRUCTIONS = (
+    "memq is a long-term memory. Call add_memory with what the user said (and your replies) "
+    "to remember it; it is processed in the background and returns a job id. Call "
+    "search_memories before answering to recall what you know about the user. Every call "
+    "names whose memory it is with user_id, agent_id and/or run_id (at least one)."
+)
+
+
+class ChatMessage(BaseModel):
+    """One message of the conversation to remember."""
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str = Field(min_length=1, max_length=100_000)
+    name: Identifier | None = None
+
+
+UserId = Annotated[Identifier | None, Field(description="whose memory: a user id")]
+AgentId = Annotated[Identifier | None, Field(description="whose memory: an agent id")]
+RunId = Annotated[Identifier | None, Field(description="whose memory: a run or session id")]
+MemoryId = Annotated[str, Field(pattern=r"^\S{1,128}$", description="a memory id")]
+Filters = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description='narrow by fields or metadata, e.g. {"category": "food"}, '
+        '{"created_at": {"gte": "2025-01-01"}}, {"AND": [...]}, {"OR": [...]}, {"NOT": ...}; '
+        "operators eq, ne, gt, gte, lt, lte, in, nin, contains, icontains, and * (exists)"
+    ),
+]
+Metadata = Annotated[
+    dict[str, Any] | None, Field(description="free-form JSON stored with the memory")
+]
+
+
+class MemqTools:
+    """The tools, bound to one memq (its Celery app and runtime) and to the way a call's
+    principal is found (the HTTP request's key, or the stdio process's)."""
+
+    def __init__(self, app: MemqCelery, principal_of: PrincipalOf) -> None:
+        self.app = app
+        self.runtime = app.runtime
+        self.principal_of = principal_of
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run blocking store work off the event loop; memq's errors become tool errors."""
+        try:
+            return await anyio.to_thread.run_sync(fn)
+        except MemqError as exc:
+            raise ToolError(tool_message(exc)) from exc
+        except ValidationError as exc:
+            raise ToolError(f"invalid arguments: {validation_message(exc)}") from exc
+
+    async def add_memory(
+        self,
+        ctx: Context,
+        *,
+        messages: Annotated[
+            str | list[ChatMessage],
+            Field(description="the text to remember, or the conversation as messages"),
+        ],
+        user_id: UserId = None,
+        agent_id: AgentId = None,
+        run_id: RunId = None,
+        metadata: Metadata = None,
+        infer: Annotated[
+            bool,
+            Field(description="extract facts with the LLM (false: store each message as is)"),
+        ] = True,
+        memory_type: Annotated[
+            MemoryType | None, Field(description="procedural_memory needs an agent_id")
+        ] = None,
+        timestamp: Annotated[
+            datetime | None, Field(description="when the conversation happened (ISO 8601)")
+        ] = None,
+        wait_s: Annotated[
+            float,
+            Field(ge=0, le=300, description="seconds to wait for the result (0: do not wait)"),
+        ] = 0,
+    ) -> dict[str, Any]:
+        principal = self.principal_of(ctx)
+        raw = messages if isinstance(messages, str) else [m.model_dump() for m in messages]
+        fields = {
+            "messages": raw,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "run_id": run_id,
+            "metadata": metadata,
+            "infer": infer,
+            "memory_type": memory_type,
+            "timestamp": timestamp,
+        }
+
+        def accept() -> Accepted:
+            body = MemoryCreate.model_validate(fields)
+            return submit(self.app, add_request(body, principal))
+
+        accepted = await self.call(accept)
+        record = accepted.record
+        if wait_s > 0:
+            record = await self.wait(record, min(wait_s, self.runtime.settings.api.wait_max_s))
+        return {"created": accepted.created, **job_public(record).model_dump(mode="json")}
+
+    async def wait(self, record: JobRecord, timeout_s: float) -> JobRecord:
+        deadline = time.monotonic() + timeout_s
+        store = self.runtime.store
+        job_id = record.job_id
+        while record.status not in TERMINAL and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
+            latest: JobRecord | None = await self.call(lambda: store.get_job(job_id))
+            record = latest or record
+        if record.status in TERMINAL:
+            await self.call(store.make_visible)
+        return record
+
+    async def search_memories(
+        self,
+        ctx: Context,
+        *,
+        query: Annotated[str, Field(min_length=1, max_length=4000, description="what to recall")],
+        user_id: UserId = None,
+        agent_id: AgentId = None,
+        run_id: RunId = None,
+        filters: Filters = None,
+        top_k: Annotated[int, Field(ge=1, le=100, description="how many results at most")] = 10,
+        threshold: Annotated[
+            float | None, Field(ge=0, le=1, description="drop results scored below this")
+        ] = None,
+    ) -> dict[str, Any]:
+        principal = self.principal_of(ctx)
+
+        def run() -> list[dict[str, Any]]:
+            scope = scope_of(principal, user_id, agent_id, run_id)
+            search = SearchQuery(
+                scope=scope, query=query, filters=filters, top_k=top_k, threshold=threshold
+            )
+            return [hit.model_dump(mode="json") for hit in self.runtime.searcher.search(search)]
+
+        return {"results": await self.call(run)}
+
+    async def get_memories(
+        self,
+        ctx: Context,
+        *,
+        user_id: UserId = None,
+        agent_id: AgentId = None,
+        run_id: RunId = None,
+        filters: Filters = None,
+        page_size: Annotated[int, Field(ge=1, le=100, description="memories per page")] = 50,
+        cursor: Annotated[
+            str | None, Field(max_length=10_000, description="next_cursor of the previous page")
+        ] = None,
+    ) -> dict[str, Any]:
+        principal = self.principal_of(ctx)
+
+        def run() -> dict[str, Any]:
+            scope = scope_of(principal, user_id, agent_id, run_id)
+            page = list_memories(
+                self.runtime.store, scope, filters, page_size=page_size, cursor=cursor
+            )
+            items = [memory_public(i).model_dump(mode="json") for i in page.items]
+            return {"results": items, "next_cursor": page.cursor}
+
+        return await self.call(run)
+
+    async def get_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
+        tenant = self.principal_of(ctx).tenant
+        found = await self.call(lambda: crud.get_memory(self.runtime.store, tenant, memory_id))
+        return memory_public(found).model_dump(mode="json")
+
+    async def update_memory(
+        self,
+        ctx: Context,
+        memory_id: MemoryId,
+        text: Annotated[
+            str | None, Field(max_length=20_000, description="the new text (re-embedded)")
+        ] = None,
+        metadata: Metadata = None,
+    ) -> dict[str, Any]:
+        tenant = self.principal_of(ctx).tenant
+        runtime = self.runtime
+        updated = await self.call(
+            lambda: crud.update_memory(
+                runtime.store, runtime.deps, tenant, memory_id, text=text, metadata=metadata
+            )
+        )
+        return memory_public(updated).model_dump(mode="json")
+
+    async def delete_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
+        tenant = self.principal_of(ctx).tenant
+        runtime = self.runtime
+        await self.call(
+            lambda: crud.delete_memory(runtime.store, tenant, memory_id, runtime.clock())
+        )
+        return {"deleted": memory_id}
+
+    async def job_status(
+        self,
+        ctx: Context,
+        job_id: Annotated[str, Field(pattern=r"^\S{1,128}$", description="from add_memory")],
+    ) -> dict[str, Any]:
+        tenant = self.principal_of(ctx).tenant
+        record = await self.call(lambda: self.runtime.store.get_job(job_id))
+        if record is None or record.tenant != tenant:
+            raise ToolError(f"no job {job_id}")
+        return job_public(record).model_dump(mode="json")
+
+
+def scope_of(
+    principal: Principal, user_id: str | None, agent_id: str | None, run_id: str | None
+) -> MemoryScope:
+    if user_id is None and agent_id is None and run_id is None:
+        raise InvalidInputError("give at least one of user_id, agent_id, run_id", field="user_id")
+    return MemoryScope(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+
+def tool_message(exc: MemqError) -> str:
+    """What the agent reads: the reason, and what to do about it."""
+    if isinstance(exc, InvalidInputError):
+        where = f"{exc.field}: " if exc.field and exc.field not in exc.reason else ""
+        return f"invalid arguments: {where}{exc.reason}"
+    if isinstance(exc, NotFoundError):
+        return exc.reason
+    if isinstance(exc, TransientError | RetriesExhaustedError):
+        return f"memq is unavailable right now; try again shortly ({exc.reason})"
+    return exc.reason
+
+
+def validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
+
+
+TOOLS: list[tuple[str, str, bool, bool]] = [
+    # name, description, read-only, destructive
+    (
+        "add_memory",
+        "Remember a conversation or a piece of text for a user, agent or run. Returns at once "
+        "with a job id (processing takes a few seconds; job_status tells when it is done), or "
+        "waits up to wait_s seconds and returns the finished job with the memories it stored.",
+        False,
+        False,
+    ),
+    (
+        "search_memories",
+        "Find the memories most relevant to a query (meaning, keywords and named entities), "
+        "best first, with a score; optionally narrowed by filters.",
+        True,
+        False,
+    ),
+    (
+        "get_memories",
+        "List the memories of a user, agent or run, oldest first, a page at a time; pass "
+        "next_cursor back to get the next page.",
+        True,
+        False,
+    ),
+    ("get_memory", "Read one memory by its id.", True, False),
+    (
+        "update_memory",
+        "Change a memory's text and/or metadata; its id stays and its history records the change.",
+        False,
+        False,
+    ),
+    ("delete_memory", "Delete one memory by its id (its history is kept).", False, True),
+    (
+        "job_status",
+        "The status of an add_memory job (queued, running, succeeded, failed, dead) and, when "
+        "finished, the memories it stored.",
+        True,
+        False,
+    ),
+]
+
+
+def build_server(app: MemqCelery, principal_of: PrincipalOf) -> MCPServer:
+    """An MCP server whose tools act for the principal ``principal_of`` finds in each call."""
+    server: MCPServer = MCPServer(
+        name="memq", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING"
+    )
+    tools = MemqTools(app, principal_of)
+    for name, description, read_only, destructive in TOOLS:
+        server.add_tool(
+            getattr(tools, name),
+            name=name,
+            description=description,
+            annotations=ToolAnnotations(
+                read_only_hint=read_only, destructive_hint=destructive, open_world_hint=False
+            ),
+            structured_output=False,
+        )
+    return server
+
+
+# --- streamable HTTP, in the API ----------------------------------------------------------
+
+
+def request_principal(ctx: Context) -> Principal:
+    """The principal ``KeyGate`` put on the HTTP request."""
+    request = ctx.request_context.request
+    principal = getattr(getattr(request, "state", None), PRINCIPAL_STATE, None)
+    if not isinstance(principal, Principal):
+        raise ToolError("not authenticated: send 'Authorization: Bearer <memq key>'")
+    return principal
+
+
+class KeyGate:
+    """Authenticate each MCP HTTP request with a memq key before the MCP layer reads it; a
+    missing or unknown key is answered 401 like the rest of the API."""
+
+    def __init__(self, app: ASGIApp, keys: KeyStore, celery: MemqCelery) -> None:
+        self.app = app
+        self.keys = keys
+        self.settings = celery.runtime.settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        principal: Principal | None = None
+        if scheme.lower() in ("bearer", "token") and token.strip():
+            admin_key = self.settings.api.admin_key
+            try:
+                principal = await anyio.to_thread.run_sync(
+                    self.keys.authenticate, token.strip(), admin_key
+                )
+            except MemqError as exc:
+                await error(503, "unavailable", exc.reason)(scope, receive, send)
+                return
+        if principal is None:
+            response = error(401, "unauthorized", "send 'Authorization: Bearer <memq key>'")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        state = {**scope.get("state", {}), PRINCIPAL_STATE: principal}
+        await self.app({**scope, "state": state}, receive, send)
+
+
+def mount_mcp(app: FastAPI, celery: MemqCelery, keys: KeyStore) -> Callable[[FastAPI], Any]:
+    """Serve the MCP endpoint at ``/mcp`` (stateless streamable HTTP, JSON responses) and
+    return the lifespan that runs its session manager."""
+    server = build_server(celery, request_principal)
+    server.streamable_http_app(
+        stateless_http=True, json_response=True, host=celery.runtime.settings.api.host
+    )
+    manager = server.session_manager
+    gate = KeyGate(manager.handle_request, keys, celery)
+    app.router.routes.append(Route("/mcp", gate, include_in_schema=False))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return lifespan
+
+
+# --- stdio, for desktop clients -----------------------------------------------------------
+
+
+def serve_stdio(celery: MemqCelery, key: str) -> None:
+    """Run the server over stdin/stdout for the tenant of ``key`` (checked first: a wrong key
+    stops here with a message, not at the first tool call)."""
+    runtime = celery.runtime
+    keys = KeyStore(runtime.es, runtime.store.names)
+    principal = keys.authenticate(key, runtime.settings.api.admin_key)
+    if principal is None:
+        raise InvalidInputError("MEMQ_MCP_KEY is not a valid memq key (unknown or revoked)")
+    server = build_server(celery, lambda _ctx: principal)
+    log.info("memq MCP server on stdio for tenant %s", json.dumps(principal.tenant))
+    server.run("stdio")
