@@ -61,11 +61,20 @@ def share_cores(settings: Settings, processes: int) -> Settings:
 def _flower(settings: Settings, args: argparse.Namespace) -> int:
     from workers.app import create_celery
 
-    argv = ["flower", f"--address={settings.flower.host}", f"--port={settings.flower.port}"]
-    if settings.flower.basic_auth is not None:
-        argv.append(f"--basic-auth={settings.flower.basic_auth.get_secret_value()}")
-    elif settings.flower.api_without_auth:
-        os.environ["FLOWER_UNAUTHENTICATED_API"] = "true"  # Flower reads only its environment
+    if settings.flower.basic_auth is None:
+        print(
+            "memq: Flower can control the workers, so it needs a login: set "
+            "MEMQ_FLOWER_BASIC_AUTH=user:password (ops/up keeps one in its state directory)",
+            file=sys.stderr,
+        )
+        return 2
+    # The credentials go to Flower inside this process: they never show on a command line.
+    argv = [
+        "flower",
+        f"--address={settings.flower.host}",
+        f"--port={settings.flower.port}",
+        f"--basic-auth={settings.flower.basic_auth.get_secret_value()}",
+    ]
     create_celery(settings).start(argv)
 
 

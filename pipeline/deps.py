@@ -9,6 +9,7 @@ from datetime import datetime
 from pipeline.models import utcnow
 from pipeline.protocols import LLM, Embedder, EntityExtractor, Lemmatizer
 from pipeline.store.protocol import Store
+from pipeline.webhook import WebhookSender
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,6 @@ class Limits:
     context_messages: int = 10
     retrieved_memories: int = 10
     entity_merge_similarity: float = 0.95
-    webhook_timeout_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -34,3 +34,4 @@ class Deps:
     vision: bool = False
     limits: Limits = field(default_factory=Limits)
     clock: Callable[[], datetime] = utcnow
+    webhooks: WebhookSender = field(default_factory=WebhookSender)

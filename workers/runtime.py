@@ -21,6 +21,7 @@ from pipeline.search import Searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
+from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.state_store import RedisStateStore
 
 if TYPE_CHECKING:
@@ -104,4 +105,14 @@ def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], date
         llm=llm,
         vision=settings.llm.vision,
         clock=clock,
+        webhooks=webhook_sender(settings),
+    )
+
+
+def webhook_sender(settings: Settings) -> WebhookSender:
+    """Job webhooks as the settings allow and sign them."""
+    config = settings.webhook
+    secret = config.signing_secret.get_secret_value() if config.signing_secret else None
+    return WebhookSender(
+        allow=parse_allow_list(config.allow), signing_secret=secret, timeout_s=config.timeout_s
     )

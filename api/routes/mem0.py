@@ -14,15 +14,17 @@ from starlette.concurrency import run_in_threadpool
 
 from api.convert import memory_public, scope_of
 from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.limits import LimitsDep, SearchLimited, WriteLimited
 from api.routes.memories import TERMINAL, accept, wait_for
 from api.schemas import MemoryCreate
 from pipeline import crud
 from pipeline.errors import InvalidInputError
 from pipeline.keys import Principal
-from pipeline.listing import delete_all, list_memories
+from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.elastic import scope_filter
+from workers.runtime import Runtime
 
 router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
 
@@ -66,7 +68,7 @@ def ping(principal: PrincipalDep) -> dict[str, str]:
     }
 
 
-@router.post("/v3/memories/add/")
+@router.post("/v3/memories/add/", dependencies=[WriteLimited])
 async def add(
     request: Request,
     app: CeleryDep,
@@ -113,18 +115,24 @@ def get_all(
     *,
     runtime: RuntimeDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    """mem0's get_all: scope ids inside ``filters``; page-number pagination over memq's cursor."""
+    """mem0's get_all: scope ids inside ``filters``; page-number pagination over memq's cursor.
+    Reaching page N reads the N-1 pages before it, so a page past ``MEMQ_API_PAGE_WALK_MAX``
+    memories is refused (422): memq's own ``GET /v1/memories`` pages any depth by cursor."""
     scope, rest = split_filters(principal, body.get("filters"))
-    cursor, items = None, []
-    for _ in range(page):
-        result = list_memories(runtime.store, scope, rest, page_size=page_size, cursor=cursor)
-        items, cursor = result.items, result.cursor
-        if cursor is None:
-            break
+    walk_max = runtime.settings.api.page_walk_max
+    if (page - 1) * page_size > walk_max:
+        raise InvalidInputError(
+            f"page {page} lies past the first {walk_max} memories: page by cursor with "
+            "GET /v1/memories instead",
+            field="page",
+        )
+    limits.may_open_cursor(principal.tenant)
+    items, cursor = walk_to(runtime, scope, rest, page, page_size)
     total = runtime.es.count(
         index=runtime.store.names.memories, query={"bool": {"filter": scope_filter(scope)}}
     )["count"]
@@ -136,7 +144,23 @@ def get_all(
     }
 
 
-@router.post("/v3/memories/search/")
+def walk_to(
+    runtime: Runtime, scope: Scope, rest: dict[str, Any] | None, page: int, page_size: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The items of page ``page``, and whether more follow (its point in time is given back
+    either way: mem0's clients page by number, not by cursor)."""
+    cursor, items = None, []
+    for _ in range(page):
+        result = list_memories(runtime.store, scope, rest, page_size=page_size, cursor=cursor)
+        items, cursor = result.items, result.cursor
+        if cursor is None:
+            return items, None
+    if cursor is not None:
+        close_cursor(runtime.store, cursor)
+    return items, cursor
+
+
+@router.post("/v3/memories/search/", dependencies=[SearchLimited])
 def search(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -160,7 +184,7 @@ def get(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict
     return mem0_memory(crud.get_memory(runtime.store, principal.tenant, memory_id))
 
 
-@router.put("/v1/memories/{memory_id}/")
+@router.put("/v1/memories/{memory_id}/", dependencies=[WriteLimited])
 def update(
     memory_id: IdPath,
     runtime: RuntimeDep,
@@ -178,13 +202,13 @@ def update(
     return mem0_memory(updated) | {"message": "Memory updated successfully!"}
 
 
-@router.delete("/v1/memories/{memory_id}/")
+@router.delete("/v1/memories/{memory_id}/", dependencies=[WriteLimited])
 def delete(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
     crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
     return {"message": "Memory deleted successfully!"}
 
 
-@router.delete("/v1/memories/")
+@router.delete("/v1/memories/", dependencies=[WriteLimited])
 def delete_everything(
     *,
     runtime: RuntimeDep,
@@ -223,7 +247,7 @@ def history(
     ]
 
 
-@router.put("/v1/batch/")
+@router.put("/v1/batch/", dependencies=[WriteLimited])
 def batch_update(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -243,7 +267,7 @@ def batch_update(
     return {"message": f"Successfully updated {len(items)} memories"}
 
 
-@router.delete("/v1/batch/")
+@router.delete("/v1/batch/", dependencies=[WriteLimited])
 def batch_delete(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:

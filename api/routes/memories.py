@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.convert import add_request, job_public, memory_public, scope_of
 from api.deps import AdminDep, CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.limits import LimitsDep, SearchLimited, WriteLimited
 from api.schemas import (
     BatchSearchRequest,
     JobAccepted,
@@ -66,7 +67,10 @@ async def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobR
 
 
 @router.post(
-    "/memories", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted | JobPublic
+    "/memories",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobAccepted | JobPublic,
+    dependencies=[WriteLimited],
 )
 async def add_memories(
     *,
@@ -98,6 +102,7 @@ def get_all(
     *,
     runtime: RuntimeDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     user_id: str | None = None,
     agent_id: str | None = None,
     run_id: str | None = None,
@@ -107,9 +112,15 @@ def get_all(
 ) -> MemoryPage:
     """The scope's memories, oldest first; pass ``next_cursor`` back for the next page."""
     scope = scope_of(principal, user_id, agent_id, run_id)
+    if cursor is None:
+        limits.may_open_cursor(principal.tenant)
     page = list_memories(
         runtime.store, scope, parse_filters(filters), page_size=page_size, cursor=cursor
     )
+    if page.cursor is not None:
+        limits.cursor_open(principal.tenant, page.cursor)
+    elif cursor is not None:
+        limits.cursor_closed(principal.tenant, cursor)
     return MemoryPage(results=[memory_public(i) for i in page.items], next_cursor=page.cursor)
 
 
@@ -125,7 +136,7 @@ def parse_filters(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
-@router.delete("/memories")
+@router.delete("/memories", dependencies=[WriteLimited])
 def delete_scope(
     runtime: RuntimeDep,
     principal: PrincipalDep,
@@ -139,7 +150,7 @@ def delete_scope(
     return {"message": f"deleted {deleted} memories", "deleted": deleted}
 
 
-@router.post("/memories/search")
+@router.post("/memories/search", dependencies=[SearchLimited])
 def search(
     body: SearchRequest, runtime: RuntimeDep, principal: PrincipalDep
 ) -> dict[str, list[SearchHit]]:
@@ -149,9 +160,11 @@ def search(
 
 @router.post("/memories/search/batch")
 def search_batch(
-    body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep
+    body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep, limits: LimitsDep
 ) -> dict[str, list[list[SearchHit]]]:
-    """Several searches in one call, answered in the order given."""
+    """Several searches in one call, answered in the order given (each counts against the
+    tenant's searches per second)."""
+    limits.charge(principal.tenant, "search", cost=len(body.queries))
     queries = [search_query(q, principal) for q in body.queries]
     return {"results": runtime.searcher.search_many(queries)}
 
@@ -167,7 +180,7 @@ def get_memory(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) 
     return memory_public(crud.get_memory(runtime.store, principal.tenant, memory_id))
 
 
-@router.put("/memories/{memory_id}", response_model=MemoryPublic)
+@router.put("/memories/{memory_id}", response_model=MemoryPublic, dependencies=[WriteLimited])
 def update_memory(
     memory_id: IdPath, body: MemoryUpdate, runtime: RuntimeDep, principal: PrincipalDep
 ) -> MemoryPublic:
@@ -183,7 +196,7 @@ def update_memory(
     return memory_public(updated)
 
 
-@router.delete("/memories/{memory_id}")
+@router.delete("/memories/{memory_id}", dependencies=[WriteLimited])
 def delete_memory(
     memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
 ) -> dict[str, str]:

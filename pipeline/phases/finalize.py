@@ -6,7 +6,6 @@ from pipeline.deps import Deps
 from pipeline.jobs import job_record
 from pipeline.models import ContextMessage
 from pipeline.state import ItemError, JobState, JobStatus, Phase
-from pipeline.webhook import post_webhook
 
 
 def finalize_job(state: JobState, deps: Deps) -> JobState:
@@ -27,7 +26,7 @@ def finalize_job(state: JobState, deps: Deps) -> JobState:
         "status": JobStatus.SUCCEEDED.value,
         "results": [m.model_dump(mode="json") for m in state.stored],
     }
-    failure = post_webhook(request.webhook_url, payload, deps.limits.webhook_timeout_s)
+    failure = deps.webhooks.post(request.webhook_url, payload, request.scope.tenant)
     if failure is None:
         return state
     state = state.with_(errors=[*state.errors, ItemError(phase=Phase.FINALIZE, reason=failure)])
