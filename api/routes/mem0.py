@@ -24,6 +24,7 @@ from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.elastic import scope_filter
+from workers.erase import erase_user_everywhere
 from workers.runtime import Runtime
 
 router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
@@ -227,6 +228,18 @@ def delete_everything(
     scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
     deleted = delete_all(runtime.store, scope, None, runtime.clock())
     return {"message": "Memories deleted successfully!", "deleted": deleted}
+
+
+@router.delete("/v2/entities/user/{user_id}/", dependencies=[WriteLimited])
+def delete_user(
+    user_id: IdPath, request: Request, app: CeleryDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """mem0's ``delete_users(user_id=...)``: memq erases the user completely (as
+    ``DELETE /v1/users/{user_id}``)."""
+    erased = erase_user_everywhere(
+        app, principal.tenant, user_id, request.app.state.settings.chat.tenant
+    )
+    return {"message": "Entity deleted successfully!", **erased}
 
 
 @router.get("/v1/memories/{memory_id}/history/")

@@ -31,6 +31,7 @@ from pipeline.search import SearchHit, SearchQuery
 from pipeline.store.indices import Kind, ensure_indices
 from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
+from workers.erase import erase_user_everywhere
 from workers.intake import submit
 
 router = APIRouter(prefix="/v1", tags=["memories"])
@@ -148,6 +149,19 @@ def delete_scope(
     scope = scope_of(principal, user_id, agent_id, run_id)
     deleted = delete_all(runtime.store, scope, None, runtime.clock())
     return {"message": f"deleted {deleted} memories", "deleted": deleted}
+
+
+@router.delete("/users/{user_id}", dependencies=[WriteLimited])
+def erase_user(
+    user_id: IdPath, request: Request, app: CeleryDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Forget a user completely: memories, history text, raw messages and session windows,
+    entities and links, job records, job state and buffered chat messages (docs/ARCHITECTURE.md,
+    "Erasure"). What stays: one content-free ERASE audit row. Safe to repeat; ``in_flight``
+    lists jobs of the user that were unfinished (repeat the call once they have ended)."""
+    return erase_user_everywhere(
+        app, principal.tenant, user_id, request.app.state.settings.chat.tenant
+    )
 
 
 @router.post("/memories/search", dependencies=[SearchLimited])
