@@ -121,6 +121,14 @@ def load_json(body: bytes) -> dict[str, Any]:
     return data
 
 
+def event_time(seconds: object) -> datetime:
+    """A platform's Unix time as a datetime; ``InvalidInputError`` for anything else."""
+    try:
+        return datetime.fromtimestamp(float(str(seconds)), UTC)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise InvalidInputError(f"the message time {str(seconds)[:40]!r} is not a time") from exc
+
+
 def slack_event(payload: dict[str, Any]) -> ChatEvent | None:
     """The message of an ``event_callback``, or None for events memq does not keep (edits,
     joins, bot messages, other event types)."""
@@ -141,7 +149,7 @@ def slack_event(payload: dict[str, Any]) -> ChatEvent | None:
         role="user",
         name=str(event.get("user") or "") or None,
         content=str(event["text"]),
-        at=datetime.fromtimestamp(float(ts), UTC),
+        at=event_time(ts),
     )
 
 
@@ -162,7 +170,7 @@ def telegram_event(update: dict[str, Any]) -> ChatEvent | None:
         role="assistant" if sender.get("is_bot") else "user",
         name=str(name) if name else None,
         content=str(message["text"]),
-        at=datetime.fromtimestamp(int(message.get("date", 0)), UTC),
+        at=event_time(message.get("date", 0)),
     )
 
 
