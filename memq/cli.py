@@ -45,7 +45,21 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         "--without-gossip",
         "--without-mingle",
     ]
-    create_celery(settings).worker_main(argv)
+    app = create_celery(settings)
+    # A task publishing while the broker is away (its own retry, the next phase) waits for the
+    # broker instead of failing: Celery turns a failed publish of a retry into a reject without
+    # requeue, which would drop the job's message. Workers only: the API answers 503 at once.
+    app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY
+    app.worker_main(argv)
+
+
+# Up to about 8 minutes of broker outage: 0 s, 1 s, 2 s ... then every 5 s, 100 tries.
+WORKER_PUBLISH_RETRY = {
+    "max_retries": 100,
+    "interval_start": 0,
+    "interval_step": 1,
+    "interval_max": 5,
+}
 
 
 def share_cores(settings: Settings, processes: int) -> Settings:

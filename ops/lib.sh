@@ -94,7 +94,8 @@ wait_until() {
   done
 }
 
-# stop_pid NAME -> TERM, wait up to 30 s, then KILL; removes the pid file.
+# stop_pid NAME -> TERM, wait up to 30 s, then KILL (its whole process group: a supervisor and
+# the process it runs); removes the pid file.
 stop_pid() {
   local name="$1" file="$MEMQ_RUN_DIR/$1.pid" pid
   [ -s "$file" ] || return 0
@@ -104,7 +105,7 @@ stop_pid() {
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     if kill -0 "$pid" 2>/dev/null; then
       say "$name did not stop within 30 s: killing it"
-      kill -KILL "$pid" 2>/dev/null || true
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
   fi
   rm -f "$file"

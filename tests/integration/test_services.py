@@ -156,3 +156,4 @@ def test_memq_status_reports_queues_jobs_and_workers(
     assert lines[0].startswith("queues:") and test_env["MEMQ_QUEUES_IO"] in lines[0]
     assert lines[1].startswith("jobs:")
     assert lines[2].startswith("workers:") and "memqtest@" in lines[2]
+    assert " up " in lines[2]  # how long each worker has run: a restart shows
