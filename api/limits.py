@@ -1,9 +1,9 @@
 """Per-tenant limits, shared by every API process through Redis, answered 429 with Retry-After.
 
 - Requests per second on the write paths (add, update, delete, batches) and on the search paths
-  (a batch search costs one per query): a fixed one-second window per tenant, counted by the
-  ``limits`` library in Redis (``MEMQ_API_RATE_WRITE_PER_S``, ``MEMQ_API_RATE_SEARCH_PER_S``;
-  0 turns a limit off).
+  (a batch search costs one per query): a fixed window per tenant (``MEMQ_API_RATE_WINDOW_S``,
+  one second by default), counted by the ``limits`` library in Redis
+  (``MEMQ_API_RATE_WRITE_PER_S``, ``MEMQ_API_RATE_SEARCH_PER_S``; 0 turns a limit off).
 - Open listing cursors: each cursor holds an Elasticsearch point in time, and a node keeps only
   so many (``search.max_open_pit_context``), so one tenant may hold at most
   ``MEMQ_API_OPEN_CURSORS_PER_TENANT`` at once. A cursor counts until its listing reaches the
@@ -49,12 +49,8 @@ class TenantLimits:
         self.prefix = f"memq:{namespace}"
         self.limiter = FixedWindowRateLimiter(RedisStorage(url))
         self.items: dict[Path, RateLimitItem | None] = {
-            "write": RateLimitItemPerSecond(config.rate_write_per_s)
-            if config.rate_write_per_s
-            else None,
-            "search": RateLimitItemPerSecond(config.rate_search_per_s)
-            if config.rate_search_per_s
-            else None,
+            "write": per_window(config.rate_write_per_s, config.rate_window_s),
+            "search": per_window(config.rate_search_per_s, config.rate_window_s),
         }
         self.open_cursors = config.open_cursors_per_tenant
 
@@ -69,7 +65,7 @@ class TenantLimits:
                 return
             reset_at = self.limiter.get_window_stats(item, self.prefix, tenant, path).reset_time
         raise RateLimitedError(
-            f"over {item.amount} {path} requests per second for this tenant",
+            f"over {item.amount} {path} requests in {item.multiples} s for this tenant",
             math.ceil(reset_at - time.time()),
         )
 
@@ -103,6 +99,11 @@ class TenantLimits:
     def cursor_closed(self, tenant: str, cursor: str) -> None:
         with redis_errors("count open cursors"):
             self.client.zrem(self._cursors(tenant), _pit_of(cursor))
+
+
+def per_window(rate_per_s: int, window_s: int) -> RateLimitItem | None:
+    """``rate_per_s`` as a limit counted over ``window_s`` seconds; None for no limit."""
+    return RateLimitItemPerSecond(rate_per_s * window_s, window_s) if rate_per_s else None
 
 
 def _pit_of(cursor: str) -> str:

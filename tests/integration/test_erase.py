@@ -130,6 +130,11 @@ def test_erasing_a_user_leaves_their_words_nowhere(
     assert user_documents(es, indices, user) == []
     again = client.delete(f"/v1/users/{user}", headers=headers)
     assert again.status_code == 200 and again.json()["erased"]["memories"] == 0
+    # mem0's client.delete_users(user_id=...) reaches the same erasure
+    mem0 = client.delete(f"/v2/entities/user/{bystander}/", headers=headers)
+    assert mem0.status_code == 200 and mem0.json()["erased"]["memories"] == 2
+    assert user_documents(es, indices, bystander) == []
+    assert places_with(marker, es, indices, redis_client) == set()  # both gone: nowhere at all
 
 
 def user_documents(es: Elasticsearch, names: IndexNames, user: str) -> list[str]:
