@@ -171,6 +171,7 @@ def register_chat_tasks(app: MemqCelery) -> None:
 
     @app.task(
         name=CHAT_FLUSH_TASK,
+        shared=False,
         bind=True,
         max_retries=None,
         autoretry_for=(TransientError,),

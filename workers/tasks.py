@@ -111,12 +111,14 @@ def register_tasks(app: MemqCelery) -> None:
     runtime = app.runtime
     retry = retry_policy(runtime.settings.worker)
 
-    @app.task(name=HEALTH_TASK, acks_late=False)
+    @app.task(name=HEALTH_TASK, acks_late=False, shared=False)
     def health() -> dict[str, Any]:
         """Prove a worker is consuming: report its host and what it sees of Elasticsearch."""
         return {"worker": socket.gethostname(), "elasticsearch": elasticsearch_health(runtime.es)}
 
-    @app.task(name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime)
+    @app.task(
+        name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
+    )
     def wait_turn(self: JobTask, job_id: str) -> str:
         """Hold the chain until every earlier job of the same session has ended, then take this
         attempt's turn; a chain that finds the turn taken by another (or the job over) ends."""
@@ -136,7 +138,14 @@ def register_tasks(app: MemqCelery) -> None:
 def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> None:
     runtime = app.runtime
 
-    @app.task(name=phase_task_name(spec.phase), bind=True, base=JobTask, runtime=runtime, **retry)
+    @app.task(
+        name=phase_task_name(spec.phase),
+        bind=True,
+        base=JobTask,
+        runtime=runtime,
+        shared=False,  # this app's alone: a second app in the process must not inherit them
+        **retry,
+    )
     def phase_task(self: JobTask, job_id: str) -> str:
         state = runtime.states.load(job_id)
         if state is None:  # the job already ended (a redelivered message after success)

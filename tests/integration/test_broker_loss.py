@@ -104,8 +104,9 @@ class Supervised:
             )
 
     def restarts(self) -> int:
-        text = (self.state_dir / "run" / "worker.restarts").read_text()
-        return int(text.split()[0])
+        """The supervisor's restart count (0 while it is rewriting the file)."""
+        fields = (self.state_dir / "run" / "worker.restarts").read_text().split()
+        return int(fields[0]) if fields else 0
 
     def worker_pid(self) -> int:
         children = subprocess.run(
