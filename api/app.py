@@ -12,6 +12,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error, install_error_handlers
+from api.limits import TenantLimits
 from api.mcp import mount_mcp
 from api.metrics import Metrics
 from api.routes import admin, export, health, jobs, mem0, memories, webhooks
@@ -43,8 +44,16 @@ TAGS = [
 ]
 
 
+DRAIN_MAX_BYTES = 64 * 2**20
+
+
 class BodyLimit:
-    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them."""
+    """Refuse request bodies over ``limit`` bytes with 413, before any handler reads them.
+
+    The refused body is still read (and thrown away, up to ``DRAIN_MAX_BYTES``) before the
+    answer goes out: a client such as Python's urllib sends its whole body before it reads a
+    response, and a server that closes with unread bytes makes the kernel reset the connection,
+    so the client would see a reset instead of the 413."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -57,32 +66,50 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit():
             if int(declared) > self.limit:
+                await drain(receive, 0)
                 await self._refuse(scope, receive, send)
                 return
             await self.app(scope, receive, send)
             return
         body, more = await self._buffer(receive)
-        if more:
+        if body is None:
+            if more:
+                await drain(receive, self.limit)
             await self._refuse(scope, receive, send)
             return
         await self.app(scope, replay(body, receive), send)
 
-    async def _buffer(self, receive: Receive) -> tuple[bytes, bool]:
-        """Read a body of unknown length; True when it went past the limit."""
+    async def _buffer(self, receive: Receive) -> tuple[bytes | None, bool]:
+        """Read a body of unknown length: None when it went past the limit, with whether
+        more of it is still to come."""
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             chunk = message.get("body", b"")
+            more = bool(message.get("more_body", False))
             chunks.append(chunk)
             size += len(chunk)
             if size > self.limit:
-                return b"", True
-            if not message.get("more_body", False):
+                return None, more
+            if not more:
                 return b"".join(chunks), False
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await error(413, "too_large", f"request body over {self.limit} bytes")(scope, receive, send)
+        response = error(413, "too_large", f"request body over {self.limit} bytes")
+        response.headers["connection"] = "close"
+        await response(scope, receive, send)
+
+
+async def drain(receive: Receive, read: int) -> None:
+    """Read and drop the rest of a refused body, up to ``DRAIN_MAX_BYTES`` in all."""
+    while read <= DRAIN_MAX_BYTES:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def replay(body: bytes, receive: Receive) -> Receive:
@@ -117,6 +144,10 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
     app.state.settings = settings
     app.state.celery = celery
     app.state.metrics = Metrics()
+    runtime = celery.runtime
+    app.state.limits = TenantLimits(
+        settings.api, runtime.redis, settings.redis.url, settings.es.index_prefix
+    )
     install_error_handlers(app)
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)

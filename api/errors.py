@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from api.deps import ForbiddenError, UnauthorizedError
+from api.limits import RateLimitedError
 from pipeline.chat import SignatureError
 from pipeline.errors import (
     InvalidInputError,
@@ -29,9 +30,11 @@ from pipeline.errors import (
 log = logging.getLogger("memq.api")
 
 
-def error(status: int, kind: str, message: str, field: str | None = None) -> JSONResponse:
+def error(
+    status: int, kind: str, message: str, field: str | None = None, retry_after_s: int = 5
+) -> JSONResponse:
     body = {"error": {"type": kind, "message": message, "field": field}, "detail": message}
-    headers = {"Retry-After": "5"} if status == 503 else None
+    headers = {"Retry-After": str(retry_after_s)} if status in (429, 503) else None
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
@@ -40,6 +43,7 @@ def _status(exc: MemqError) -> tuple[int, str]:
         (UnauthorizedError, 401, "unauthorized"),
         (ForbiddenError, 403, "forbidden"),
         (SignatureError, 401, "bad_signature"),
+        (RateLimitedError, 429, "rate_limited"),
         (NotFoundError, 404, "not_found"),
         (InvalidInputError, 422, "invalid_input"),
         (TransientError, 503, "unavailable"),
@@ -81,7 +85,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MemqError)
     async def memq_error(_: Request, exc: MemqError) -> JSONResponse:
         status, kind = _status(exc)
-        return error(status, kind, exc.reason, getattr(exc, "field", None))
+        retry_after_s = exc.retry_after_s if isinstance(exc, RateLimitedError) else 5
+        return error(status, kind, exc.reason, getattr(exc, "field", None), retry_after_s)
 
     @app.exception_handler(RequestValidationError)
     async def request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

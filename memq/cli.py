@@ -47,7 +47,21 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         "--without-gossip",
         "--without-mingle",
     ]
-    create_celery(settings).worker_main(argv)
+    app = create_celery(settings)
+    # A task publishing while the broker is away (its own retry, the next phase) waits for the
+    # broker instead of failing: Celery turns a failed publish of a retry into a reject without
+    # requeue, which would drop the job's message. Workers only: the API answers 503 at once.
+    app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY
+    app.worker_main(argv)
+
+
+# Up to about 8 minutes of broker outage: 0 s, 1 s, 2 s ... then every 5 s, 100 tries.
+WORKER_PUBLISH_RETRY = {
+    "max_retries": 100,
+    "interval_start": 0,
+    "interval_step": 1,
+    "interval_max": 5,
+}
 
 
 def share_cores(settings: Settings, processes: int) -> Settings:
@@ -63,11 +77,20 @@ def share_cores(settings: Settings, processes: int) -> Settings:
 def _flower(settings: Settings, args: argparse.Namespace) -> int:
     from workers.app import create_celery
 
-    argv = ["flower", f"--address={settings.flower.host}", f"--port={settings.flower.port}"]
-    if settings.flower.basic_auth is not None:
-        argv.append(f"--basic-auth={settings.flower.basic_auth.get_secret_value()}")
-    elif settings.flower.api_without_auth:
-        os.environ["FLOWER_UNAUTHENTICATED_API"] = "true"  # Flower reads only its environment
+    if settings.flower.basic_auth is None:
+        print(
+            "memq: Flower can control the workers, so it needs a login: set "
+            "MEMQ_FLOWER_BASIC_AUTH=user:password (ops/up keeps one in its state directory)",
+            file=sys.stderr,
+        )
+        return 2
+    # The credentials go to Flower inside this process: they never show on a command line.
+    argv = [
+        "flower",
+        f"--address={settings.flower.host}",
+        f"--port={settings.flower.port}",
+        f"--basic-auth={settings.flower.basic_auth.get_secret_value()}",
+    ]
     create_celery(settings).start(argv)
 
 

@@ -28,7 +28,19 @@ def collect(app: MemqCelery) -> dict[str, Any]:
     jobs = {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
     dead = [h["_source"] for h in body["hits"]["hits"]]
     workers = sorted(name for reply in app.control.ping(timeout=1.0) or [] for name in reply)
-    return {"queues": depths, "jobs": jobs, "dead": dead, "workers": workers}
+    stats = app.control.inspect(timeout=1.0).stats() or {}
+    uptimes = {name: int(stats[name].get("uptime", 0)) for name in workers if name in stats}
+    return {"queues": depths, "jobs": jobs, "dead": dead, "workers": workers, "uptimes": uptimes}
+
+
+def worker_line(name: str, uptimes: dict[str, int]) -> str:
+    """A worker and how long it has been up (a supervisor's restart shows as a short time)."""
+    if name not in uptimes:
+        return name
+    minutes, seconds = divmod(uptimes[name], 60)
+    hours, minutes = divmod(minutes, 60)
+    up = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+    return f"{name} up {up}"
 
 
 def run_status(settings: Settings, as_json: bool = False) -> int:
@@ -42,7 +54,8 @@ def run_status(settings: Settings, as_json: bool = False) -> int:
         "jobs:    "
         + (", ".join(f"{s} {n}" for s, n in sorted(status["jobs"].items())) or "none yet")
     )
-    print(f"workers: {len(status['workers'])} ({', '.join(status['workers']) or 'none answering'})")
+    shown = [worker_line(name, status["uptimes"]) for name in status["workers"]]
+    print(f"workers: {len(shown)} ({', '.join(shown) or 'none answering'})")
     for job in status["dead"]:
         replay = f"POST /v1/jobs/{job['job_id']}/retry"
         print(f"dead:    {job['job_id']}  {job.get('reason', '')}  (replay: {replay})")

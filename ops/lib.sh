@@ -44,6 +44,31 @@ admin_key() {
   cat "$file"
 }
 
+# secret_file NAME COMMAND... -> the secret kept (mode 600) in the state directory as NAME,
+# generated once by COMMAND (which prints it).
+secret_file() {
+  local file="$MEMQ_STATE_DIR/$1"
+  shift
+  if [ ! -s "$file" ]; then (umask 077 && "$@" >"$file"); fi
+  cat "$file"
+}
+
+random_token() { head -c 48 /dev/urandom | base64 | tr -d '/+=\n' | head -c "$1"; }
+flower_login() { printf 'memq:%s' "$(random_token 32)"; }
+
+# Flower's login (user:password): MEMQ_FLOWER_BASIC_AUTH if set, else one generated once and
+# kept in the state directory. It reaches Flower through the environment, never a command line.
+flower_auth() {
+  if [ -n "${MEMQ_FLOWER_BASIC_AUTH:-}" ]; then echo "$MEMQ_FLOWER_BASIC_AUTH"; return 0; fi
+  secret_file flower-auth flower_login
+}
+
+# The secret job webhooks are signed with (each tenant gets a key derived from it).
+webhook_signing_secret() {
+  if [ -n "${MEMQ_WEBHOOK_SIGNING_SECRET:-}" ]; then echo "$MEMQ_WEBHOOK_SIGNING_SECRET"; return 0; fi
+  secret_file webhook-secret random_token 40
+}
+
 # port_owner PORT -> prints "pid/command" of the listener, empty when the port is free.
 port_owner() {
   ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]*",pid=[0-9]*\).*/\1/p' | head -n1
@@ -69,7 +94,8 @@ wait_until() {
   done
 }
 
-# stop_pid NAME -> TERM, wait up to 30 s, then KILL; removes the pid file.
+# stop_pid NAME -> TERM, wait up to 30 s, then KILL (its whole process group: a supervisor and
+# the process it runs); removes the pid file.
 stop_pid() {
   local name="$1" file="$MEMQ_RUN_DIR/$1.pid" pid
   [ -s "$file" ] || return 0
@@ -79,7 +105,7 @@ stop_pid() {
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     if kill -0 "$pid" 2>/dev/null; then
       say "$name did not stop within 30 s: killing it"
-      kill -KILL "$pid" 2>/dev/null || true
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
   fi
   rm -f "$file"

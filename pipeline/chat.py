@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,12 +46,16 @@ def _hmac_hex(secret: str, message: bytes) -> str:
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
+_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
+_SIGNATURE = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII: what a hex signature is made of
+
+
 def check_timestamp(raw: str | None, now: datetime, tolerance_s: int) -> None:
-    try:
-        sent = int(raw or "")
-    except ValueError as exc:
-        raise SignatureError("missing or malformed request timestamp") from exc
-    if abs(now.timestamp() - sent) > tolerance_s:
+    """Unix seconds in ASCII digits, within ``tolerance_s`` of ``now``. Anything else (other
+    scripts' digits, signs, a number too large for a float) is a ``SignatureError``."""
+    if raw is None or not _TIMESTAMP.match(raw):
+        raise SignatureError("missing or malformed request timestamp")
+    if abs(now.timestamp() - int(raw)) > tolerance_s:
         raise SignatureError(
             "request timestamp outside the allowed window (replayed or clock skew)"
         )
@@ -83,14 +88,26 @@ def verify_hmac(
 ) -> None:
     """Raise ``SignatureError`` unless ``signed`` is fresh and signed with ``secret``."""
     check_timestamp(signed.timestamp, now, tolerance_s)
-    message = scheme.template.format(ts=signed.timestamp).encode() + signed.body
-    expected = scheme.prefix + _hmac_hex(secret, message)
-    if not signed.signature or not hmac.compare_digest(expected, signed.signature):
+    expected = sign(scheme, secret, signed.timestamp or "", signed.body)
+    if not _printable(signed.signature) or not hmac.compare_digest(
+        expected.encode(), (signed.signature or "").encode()
+    ):
         raise SignatureError(f"bad {scheme.name} signature")
 
 
+def sign(scheme: HmacScheme, secret: str, timestamp: str, body: bytes) -> str:
+    """The signature header value ``scheme`` gives ``body`` sent at ``timestamp``."""
+    message = scheme.template.format(ts=timestamp).encode() + body
+    return scheme.prefix + _hmac_hex(secret, message)
+
+
+def _printable(value: str | None) -> bool:
+    """A header value worth comparing: ``hmac.compare_digest`` raises on non-ASCII text."""
+    return value is not None and _SIGNATURE.match(value) is not None
+
+
 def verify_telegram(secret: str, token: str | None) -> None:
-    if not token or not hmac.compare_digest(secret, token):
+    if not _printable(token) or not hmac.compare_digest(secret.encode(), (token or "").encode()):
         raise SignatureError("bad Telegram secret token")
 
 
@@ -102,6 +119,14 @@ def load_json(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidInputError("the body must be a JSON object")
     return data
+
+
+def event_time(seconds: object) -> datetime:
+    """A platform's Unix time as a datetime; ``InvalidInputError`` for anything else."""
+    try:
+        return datetime.fromtimestamp(float(str(seconds)), UTC)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise InvalidInputError(f"the message time {str(seconds)[:40]!r} is not a time") from exc
 
 
 def slack_event(payload: dict[str, Any]) -> ChatEvent | None:
@@ -124,7 +149,7 @@ def slack_event(payload: dict[str, Any]) -> ChatEvent | None:
         role="user",
         name=str(event.get("user") or "") or None,
         content=str(event["text"]),
-        at=datetime.fromtimestamp(float(ts), UTC),
+        at=event_time(ts),
     )
 
 
@@ -145,7 +170,7 @@ def telegram_event(update: dict[str, Any]) -> ChatEvent | None:
         role="assistant" if sender.get("is_bot") else "user",
         name=str(name) if name else None,
         content=str(message["text"]),
-        at=datetime.fromtimestamp(int(message.get("date", 0)), UTC),
+        at=event_time(message.get("date", 0)),
     )
 
 

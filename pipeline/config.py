@@ -187,6 +187,14 @@ class ApiConfig(_Section):
     admin_key: SecretStr | None = None
     max_body_bytes: int = Field(default=5_000_000, ge=1_000, le=100_000_000)
     wait_max_s: float = Field(default=30.0, gt=0, le=300)
+    # Per tenant, across API processes (0: no limit). See api/limits.py.
+    rate_write_per_s: int = Field(default=200, ge=0, le=1_000_000)
+    rate_search_per_s: int = Field(default=200, ge=0, le=1_000_000)
+    # Counted over windows of this many seconds: a tenant may spend a window's worth in a burst.
+    rate_window_s: int = Field(default=1, ge=1, le=60)
+    open_cursors_per_tenant: int = Field(default=20, ge=0, le=10_000)
+    # How many memories mem0's page-number listing may skip to reach a page (it walks to it).
+    page_walk_max: int = Field(default=10_000, ge=100, le=1_000_000)
 
     @field_validator("admin_key")
     @classmethod
@@ -196,11 +204,43 @@ class ApiConfig(_Section):
         return value
 
 
+class WebhookConfig(_Section):
+    """Outgoing job webhooks (``webhook_url``). Loopback, private, link-local and reserved
+    addresses are refused unless ``allow`` lists them: comma-separated addresses or networks,
+    each with an optional port (``10.1.0.0/16,127.0.0.1:9000,[::1]:9000``). With a
+    ``signing_secret`` every delivery is signed with a key of the tenant's own."""
+
+    allow: str = ""
+    signing_secret: SecretStr | None = None
+    timeout_s: float = Field(default=5.0, gt=0, le=60)
+
+    @field_validator("allow")
+    @classmethod
+    def _allow_list_parses(cls, value: str) -> str:
+        from pipeline.webhook import parse_allow_list
+
+        parse_allow_list(value)  # ValueError names the bad entry
+        return value
+
+
 class FlowerConfig(_Section):
+    """The Flower dashboard. It can revoke tasks and shut workers down, so it never runs without
+    a login: ``basic_auth`` is ``user:password[,user2:password2]`` (``ops/up`` generates one)."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=5555, ge=1, le=65535)
-    basic_auth: SecretStr | None = None  # "user:password[,user2:password2]"
-    api_without_auth: bool = True  # Flower's JSON API when no basic_auth is set (loopback only)
+    basic_auth: SecretStr | None = None
+
+    @field_validator("basic_auth")
+    @classmethod
+    def _pairs(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        for pair in value.get_secret_value().split(","):
+            user, _, password = pair.partition(":")
+            if not user or len(password) < 12:
+                raise ValueError("needs user:password pairs, each password at least 12 characters")
+        return value
 
 
 class LogConfig(_Section):
@@ -238,6 +278,7 @@ class Settings(BaseSettings):
     flower: FlowerConfig = FlowerConfig()
     log: LogConfig = LogConfig()
     mcp: McpConfig = McpConfig()
+    webhook: WebhookConfig = WebhookConfig()
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "MEMQ_OPENAI_API_KEY")
     )

@@ -9,6 +9,7 @@ from datetime import datetime
 from pipeline.models import utcnow
 from pipeline.protocols import LLM, Embedder, EntityExtractor, Lemmatizer
 from pipeline.store.protocol import Store
+from pipeline.webhook import WebhookSender
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,6 @@ class Limits:
     context_messages: int = 10
     retrieved_memories: int = 10
     entity_merge_similarity: float = 0.95
-    webhook_timeout_s: float = 5.0
     llm_concurrency: int = 16  # LLM calls one batch makes at once (the adapter bounds them too)
 
 
@@ -35,3 +35,4 @@ class Deps:
     vision: bool = False
     limits: Limits = field(default_factory=Limits)
     clock: Callable[[], datetime] = utcnow
+    webhooks: WebhookSender = field(default_factory=WebhookSender)

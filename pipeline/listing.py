@@ -27,7 +27,8 @@ from pipeline.store.client import es_errors
 from pipeline.store.elastic import ElasticStore, scope_filter
 from pipeline.store.protocol import HistoryDoc
 
-PIT_KEEP_ALIVE = "5m"
+PIT_KEEP_ALIVE_S = 300
+PIT_KEEP_ALIVE = f"{PIT_KEEP_ALIVE_S}s"
 MAX_PAGE_SIZE = 1000
 
 
@@ -108,6 +109,12 @@ def open_pit(store: ElasticStore) -> str:
             index=store.names.memories, keep_alive=PIT_KEEP_ALIVE
         )["id"]
     return pit
+
+
+def close_cursor(store: ElasticStore, cursor: str) -> None:
+    """Give back the point in time of a listing left before its last page."""
+    pit, _ = decode_cursor(cursor)
+    close_pit(store, pit)
 
 
 def close_pit(store: ElasticStore, pit: str) -> None:

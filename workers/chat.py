@@ -7,29 +7,66 @@ deadlines); the flush is a task that re-schedules itself until the burst is over
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from pydantic import ValidationError
+
 from pipeline.chat import ChatEvent
+from pipeline.errors import InvalidInputError, TransientError
 from pipeline.models import AddRequest, MessageIn, Scope
 from workers.intake import submit
 from workers.names import CHAT_FLUSH_TASK
 from workers.runtime import MemqCelery
 
+log = logging.getLogger("memq.worker")
+
+
+def check_event(event: ChatEvent, tenant: str) -> None:
+    """``InvalidInputError`` (a 4xx to the platform) unless ``event`` can become part of a job:
+    checked on arrival, so one bad message never sinks the burst it would have joined."""
+    try:
+        conversation_request([event], tenant)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise InvalidInputError(f"unusable message ({where}: {error['msg']})") from exc
+
 
 def accept_event(app: MemqCelery, event: ChatEvent) -> bool:
-    """Buffer a verified event; False when it was a retry of one already accepted."""
+    """Buffer a verified event; False when it was a retry of one already accepted.
+    ``InvalidInputError`` when the event could not be stored (nothing is buffered then)."""
     runtime, chat = app.runtime, app.runtime.settings.chat
+    check_event(event, chat.tenant)
     buffer = runtime.chat_buffer
     if not buffer.first_time(event):
         return False
     if buffer.push(event, runtime.clock(), chat.max_buffered):
-        app.send_task(
-            CHAT_FLUSH_TASK,
-            args=(event.conversation,),
-            countdown=chat.debounce_s,
-            queue=runtime.settings.queues.io,
-        )
+        schedule_flush(app, event.conversation, chat.debounce_s)
     return True
+
+
+def schedule_flush(app: MemqCelery, conversation: str, countdown: float) -> None:
+    app.send_task(
+        CHAT_FLUSH_TASK,
+        args=(conversation,),
+        countdown=countdown,
+        queue=app.runtime.settings.queues.io,
+    )
+
+
+def usable(events: list[ChatEvent], tenant: str) -> list[ChatEvent]:
+    """The events that can be stored (all of them, unless one was buffered before arrival
+    checks existed): one bad event never costs its burst-mates."""
+    good = []
+    for event in events:
+        try:
+            check_event(event, tenant)
+        except InvalidInputError:
+            log.warning("dropped an unusable chat event %s of %s", event.event_id, event.platform)
+            continue
+        good.append(event)
+    return good
 
 
 def conversation_request(events: list[ChatEvent], tenant: str) -> AddRequest:
@@ -48,16 +85,32 @@ def conversation_request(events: list[ChatEvent], tenant: str) -> AddRequest:
 def register_chat_tasks(app: MemqCelery) -> None:
     runtime = app.runtime
 
-    @app.task(name=CHAT_FLUSH_TASK, bind=True, max_retries=None)
+    @app.task(
+        name=CHAT_FLUSH_TASK,
+        shared=False,
+        bind=True,
+        max_retries=None,
+        autoretry_for=(TransientError,),
+        retry_backoff=runtime.settings.worker.retry_backoff_s,
+        retry_backoff_max=runtime.settings.worker.retry_backoff_max_s,
+        retry_jitter=True,
+    )
     def flush(self: Any, conversation: str) -> str | None:
-        """Submit the burst as one job once it is over; until then, come back later."""
+        """Submit the burst as one job once it is over; until then, come back later. The
+        events stay buffered until the job exists, and a Redis or Elasticsearch fault is
+        retried with backoff (a retried flush submits the same job: same idempotency key)."""
         chat = runtime.settings.chat
-        taken = runtime.chat_buffer.take_if_quiet(conversation, chat.debounce_s, runtime.clock())
+        taken = runtime.chat_buffer.peek_if_quiet(conversation, chat.debounce_s, runtime.clock())
         if isinstance(taken, float):
             raise self.retry(countdown=max(taken, 0.1), max_retries=None)
         if not taken:
             return None
-        key = f"chat:{conversation}:{taken[0].event_id}"
-        return submit(
-            app, conversation_request(taken, chat.tenant), idempotency_key=key
-        ).record.job_id
+        events = usable(taken, chat.tenant)
+        job_id = None
+        if events:
+            key = f"chat:{conversation}:{events[0].event_id}"
+            request = conversation_request(events, chat.tenant)
+            job_id = submit(app, request, idempotency_key=key).record.job_id
+        if runtime.chat_buffer.drop(conversation, len(taken)):
+            schedule_flush(app, conversation, chat.debounce_s)  # a new burst began meanwhile
+        return job_id

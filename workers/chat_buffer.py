@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -16,10 +16,24 @@ from workers.state_store import redis_errors
 SEEN_TTL_S = 86_400
 
 
+# Drop the events a flush submitted (the first ARGV[1]); keep any that came in meanwhile. Returns
+# how many are left: more than 0 means another flush must follow.
+DROP_TAKEN = """
+redis.call('LTRIM', KEYS[1], tonumber(ARGV[1]), -1)
+local left = redis.call('LLEN', KEYS[1])
+if left == 0 then redis.call('DEL', KEYS[2]) end
+return left
+"""
+
+
 class ChatBuffer:
+    """A conversation's burst lives in Redis until the job made of it exists: a flush reads
+    the events, submits the job, and only then drops what it submitted."""
+
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}:chat"
+        self._drop = client.register_script(DROP_TAKEN)
 
     def first_time(self, event: ChatEvent) -> bool:
         """False for a platform's retry of an event already accepted."""
@@ -38,21 +52,38 @@ class ChatBuffer:
             pipe.set(f"{base}:scheduled", 1, nx=True, ex=SEEN_TTL_S)
             return bool(pipe.execute()[-1])
 
-    def take_if_quiet(
+    def peek_if_quiet(
         self, conversation: str, quiet_s: float, now: datetime
     ) -> list[ChatEvent] | float:
-        """The burst's events once nothing arrived for ``quiet_s``; else the seconds left."""
+        """The burst's events once nothing arrived for ``quiet_s`` (still buffered: ``drop``
+        them once their job exists); else the seconds left."""
         base = f"{self.prefix}:{conversation}"
-        with redis_errors("flush chat events"):
-            last = float(self.client.get(f"{base}:last") or 0)
+        with redis_errors("read chat events"):
+            last = float(cast(bytes, self.client.get(f"{base}:last")) or 0)
             left = last + quiet_s - now.timestamp()
             if left > 0:
                 return left
-            pipe = self.client.pipeline()
-            pipe.lrange(f"{base}:events", 0, -1)
-            pipe.delete(f"{base}:events", f"{base}:scheduled")
-            raw = pipe.execute()[0]
+            raw = cast(list[bytes], self.client.lrange(f"{base}:events", 0, -1))
         return [event_from(json.loads(item)) for item in raw]
+
+    def drop(self, conversation: str, count: int) -> int:
+        """Drop the first ``count`` events; returns how many arrived since (to flush next)."""
+        base = f"{self.prefix}:{conversation}"
+        with redis_errors("drop flushed chat events"):
+            left = self._drop(keys=[f"{base}:events", f"{base}:scheduled"], args=[count])
+        return int(left)
+
+    def erase_user(self, user_id: str) -> int:
+        """Drop every buffered burst of ``user_id``; returns how many events went."""
+        erased = 0
+        with redis_errors("erase buffered chat events"):
+            for key in self.client.scan_iter(match=f"{self.prefix}:*:events", count=500):
+                raw = cast(list[bytes], self.client.lrange(key, 0, -1))
+                if any(json.loads(item).get("user_id") == user_id for item in raw):
+                    base = key.decode().removesuffix(":events")
+                    self.client.delete(key, f"{base}:last", f"{base}:scheduled")
+                    erased += len(raw)
+        return erased
 
 
 def event_from(data: dict[str, Any]) -> ChatEvent:

@@ -30,6 +30,7 @@ from pipeline.search import Searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
+from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.chat_buffer import ChatBuffer
 from workers.names import CHAT_FLUSH_TASK, GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
 from workers.state_store import RedisStateStore
@@ -115,6 +116,16 @@ def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], date
         vision=settings.llm.vision,
         limits=Limits(llm_concurrency=settings.llm.max_concurrency),
         clock=clock,
+        webhooks=webhook_sender(settings),
+    )
+
+
+def webhook_sender(settings: Settings) -> WebhookSender:
+    """Job webhooks as the settings allow and sign them."""
+    config = settings.webhook
+    secret = config.signing_secret.get_secret_value() if config.signing_secret else None
+    return WebhookSender(
+        allow=parse_allow_list(config.allow), signing_secret=secret, timeout_s=config.timeout_s
     )
 
 

@@ -140,12 +140,14 @@ def register_tasks(app: MemqCelery) -> None:
     runtime = app.runtime
     retry = retry_policy(runtime.settings.worker)
 
-    @app.task(name=HEALTH_TASK, acks_late=False)
+    @app.task(name=HEALTH_TASK, acks_late=False, shared=False)
     def health() -> dict[str, Any]:
         """Prove a worker is consuming: report its host and what it sees of Elasticsearch."""
         return {"worker": socket.gethostname(), "elasticsearch": elasticsearch_health(runtime.es)}
 
-    @app.task(name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime)
+    @app.task(
+        name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
+    )
     def wait_turn(self: JobTask, job_id: str) -> str:
         """Hold the job until every earlier job of its session has ended, then make it ready
         for a batch; a job that has ended meanwhile is let go."""
@@ -157,7 +159,7 @@ def register_tasks(app: MemqCelery) -> None:
         make_ready(app, job_id, state.backfill)
         return job_id
 
-    @app.task(name=GATHER_TASK, bind=True, base=JobTask, runtime=runtime, **retry)
+    @app.task(name=GATHER_TASK, bind=True, base=JobTask, runtime=runtime, shared=False, **retry)
     def gather_batch(self: JobTask, lane: str) -> list[str]:
         """Take a batch of ready jobs and send it down the phases; returns its job ids (what
         Flower shows as the result)."""
@@ -170,7 +172,14 @@ def register_tasks(app: MemqCelery) -> None:
 def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> None:
     runtime = app.runtime
 
-    @app.task(name=phase_task_name(spec.phase), bind=True, base=JobTask, runtime=runtime, **retry)
+    @app.task(
+        name=phase_task_name(spec.phase),
+        bind=True,
+        base=JobTask,
+        runtime=runtime,
+        shared=False,  # this app's alone: a second app in the process must not inherit them
+        **retry,
+    )
     def phase_task(self: JobTask, batch_id: str, job_ids: list[str]) -> list[str]:
         with log_context(phase=spec.phase.value, batch=batch_id):
             return run_phase_task(app, spec, batch_id, job_ids)

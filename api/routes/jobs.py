@@ -8,11 +8,13 @@ from fastapi import APIRouter, Request, status
 
 from api.convert import add_request, job_public
 from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.limits import WriteLimited
 from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
 from pipeline.errors import NotFoundError
 from pipeline.keys import Principal
 from pipeline.store.client import es_errors
 from pipeline.store.protocol import JobRecord
+from pipeline.webhook import tenant_signing_key
 from workers.intake import replay, submit
 from workers.runtime import Runtime
 
@@ -26,20 +28,41 @@ def own_job(runtime: Runtime, principal: Principal, job_id: str) -> JobRecord:
     return record
 
 
+@router.get("/webhook-secret")
+def webhook_secret(runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
+    """The key this tenant's job webhooks are signed with: ``X-Memq-Signature`` is
+    ``sha256=hex(HMAC-SHA256(key, "{X-Memq-Timestamp}.{body}"))``."""
+    secret = runtime.settings.webhook.signing_secret
+    if secret is None:
+        raise NotFoundError("webhook signing is not enabled on this server")
+    key = tenant_signing_key(secret.get_secret_value(), principal.tenant)
+    return {"key": key, "header": "X-Memq-Signature", "timestamp_header": "X-Memq-Timestamp"}
+
+
 @router.get("/jobs/{job_id}", response_model=JobPublic, name="get_job")
 def get_job(job_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> JobPublic:
     """Status (queued, running, succeeded, failed, dead), phase, timings, results, errors."""
     return job_public(own_job(runtime, principal, job_id))
 
 
-@router.post("/jobs/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic)
+@router.post(
+    "/jobs/{job_id}/retry",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    dependencies=[WriteLimited],
+)
 def retry_job(job_id: IdPath, app: CeleryDep, principal: PrincipalDep) -> JobPublic:
     """Replay a dead or failed job from its recorded request."""
     own_job(app.runtime, principal, job_id)
     return job_public(replay(app, job_id))
 
 
-@router.post("/batches", status_code=status.HTTP_202_ACCEPTED, response_model=BatchAccepted)
+@router.post(
+    "/batches",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=BatchAccepted,
+    dependencies=[WriteLimited],
+)
 def create_batch(
     body: BatchCreate, request: Request, app: CeleryDep, principal: PrincipalDep
 ) -> BatchAccepted:

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.convert import SCOPE_KEYS, memory_public, scope_from_filters, scope_of, split_filters
 from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.limits import LimitsDep, SearchLimited, WriteLimited
 from api.routes.memories import TERMINAL, accept, wait_for
 from api.schemas import (
     Deleted,
@@ -29,9 +30,12 @@ from api.schemas import (
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
-from pipeline.listing import delete_all, list_memories
+from pipeline.listing import close_cursor, delete_all, list_memories
+from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.elastic import scope_filter
+from workers.erase import erase_user_everywhere
+from workers.runtime import Runtime
 
 router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
 
@@ -74,7 +78,12 @@ def ping(principal: PrincipalDep) -> dict[str, str]:
     }
 
 
-@router.post("/v3/memories/add/", response_model=Mem0Added, response_model_exclude_none=True)
+@router.post(
+    "/v3/memories/add/",
+    response_model=Mem0Added,
+    response_model_exclude_none=True,
+    dependencies=[WriteLimited],
+)
 async def add(
     request: Request,
     app: CeleryDep,
@@ -123,18 +132,24 @@ def get_all(
     *,
     runtime: RuntimeDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    """mem0's get_all: scope ids inside ``filters``; page-number pagination over memq's cursor."""
+    """mem0's get_all: scope ids inside ``filters``; page-number pagination over memq's cursor.
+    Reaching page N reads the N-1 pages before it, so a page past ``MEMQ_API_PAGE_WALK_MAX``
+    memories is refused (422): memq's own ``GET /v1/memories`` pages any depth by cursor."""
     scope, rest = split_filters(principal, body.get("filters"))
-    cursor, items = None, []
-    for _ in range(page):
-        result = list_memories(runtime.store, scope, rest, page_size=page_size, cursor=cursor)
-        items, cursor = result.items, result.cursor
-        if cursor is None:
-            break
+    walk_max = runtime.settings.api.page_walk_max
+    if (page - 1) * page_size > walk_max:
+        raise InvalidInputError(
+            f"page {page} lies past the first {walk_max} memories: page by cursor with "
+            "GET /v1/memories instead",
+            field="page",
+        )
+    limits.may_open_cursor(principal.tenant)
+    items, cursor = walk_to(runtime, scope, rest, page, page_size)
     total = runtime.es.count(
         index=runtime.store.names.memories, query={"bool": {"filter": scope_filter(scope)}}
     )["count"]
@@ -146,7 +161,28 @@ def get_all(
     }
 
 
-@router.post("/v3/memories/search/", response_model=Mem0Results, response_model_exclude_none=True)
+def walk_to(
+    runtime: Runtime, scope: Scope, rest: dict[str, Any] | None, page: int, page_size: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The items of page ``page``, and whether more follow (its point in time is given back
+    either way: mem0's clients page by number, not by cursor)."""
+    cursor, items = None, []
+    for _ in range(page):
+        result = list_memories(runtime.store, scope, rest, page_size=page_size, cursor=cursor)
+        items, cursor = result.items, result.cursor
+        if cursor is None:
+            return items, None
+    if cursor is not None:
+        close_cursor(runtime.store, cursor)
+    return items, cursor
+
+
+@router.post(
+    "/v3/memories/search/",
+    response_model=Mem0Results,
+    response_model_exclude_none=True,
+    dependencies=[SearchLimited],
+)
 def search(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -173,7 +209,10 @@ def get(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict
 
 
 @router.put(
-    "/v1/memories/{memory_id}/", response_model=Mem0Updated, response_model_exclude_none=True
+    "/v1/memories/{memory_id}/",
+    response_model=Mem0Updated,
+    response_model_exclude_none=True,
+    dependencies=[WriteLimited],
 )
 def update(
     memory_id: IdPath,
@@ -192,13 +231,13 @@ def update(
     return mem0_memory(updated) | {"message": "Memory updated successfully!"}
 
 
-@router.delete("/v1/memories/{memory_id}/", response_model=Message)
+@router.delete("/v1/memories/{memory_id}/", response_model=Message, dependencies=[WriteLimited])
 def delete(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
     crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
     return {"message": "Memory deleted successfully!"}
 
 
-@router.delete("/v1/memories/", response_model=Deleted)
+@router.delete("/v1/memories/", response_model=Deleted, dependencies=[WriteLimited])
 def delete_everything(
     *,
     runtime: RuntimeDep,
@@ -219,6 +258,18 @@ def delete_everything(
     return {"message": "Memories deleted successfully!", "deleted": deleted}
 
 
+@router.delete("/v2/entities/user/{user_id}/", dependencies=[WriteLimited])
+def delete_user(
+    user_id: IdPath, request: Request, app: CeleryDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """mem0's ``delete_users(user_id=...)``: memq erases the user completely (as
+    ``DELETE /v1/users/{user_id}``)."""
+    erased = erase_user_everywhere(
+        app, principal.tenant, user_id, request.app.state.settings.chat.tenant
+    )
+    return {"message": "Entity deleted successfully!", **erased}
+
+
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[Mem0HistoryEntry])
 def history(
     memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
@@ -237,7 +288,7 @@ def history(
     ]
 
 
-@router.put("/v1/batch/", response_model=Message)
+@router.put("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
 def batch_update(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -257,7 +308,7 @@ def batch_update(
     return {"message": f"Successfully updated {len(items)} memories"}
 
 
-@router.delete("/v1/batch/", response_model=Message)
+@router.delete("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
 def batch_delete(
     runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.convert import add_request, job_public, memory_public, scope_of, split_filters
 from api.deps import AdminDep, CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.limits import LimitsDep, SearchLimited, WriteLimited
 from api.schemas import (
     BatchSearchRequest,
     BatchSearchResults,
@@ -36,6 +37,7 @@ from pipeline.search import SearchHit, SearchQuery
 from pipeline.store.indices import Kind, ensure_indices
 from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
+from workers.erase import erase_user_everywhere
 from workers.intake import submit
 
 log = logging.getLogger("memq.api")
@@ -79,7 +81,10 @@ async def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobR
 
 
 @router.post(
-    "/memories", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted | JobPublic
+    "/memories",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobAccepted | JobPublic,
+    dependencies=[WriteLimited],
 )
 async def add_memories(
     *,
@@ -111,6 +116,7 @@ def get_all(
     *,
     runtime: RuntimeDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     user_id: str | None = None,
     agent_id: str | None = None,
     run_id: str | None = None,
@@ -120,9 +126,15 @@ def get_all(
 ) -> MemoryPage:
     """The scope's memories, oldest first; pass ``next_cursor`` back for the next page."""
     scope = scope_of(principal, user_id, agent_id, run_id)
+    if cursor is None:
+        limits.may_open_cursor(principal.tenant)
     page = list_memories(
         runtime.store, scope, parse_filters(filters), page_size=page_size, cursor=cursor
     )
+    if page.cursor is not None:
+        limits.cursor_open(principal.tenant, page.cursor)
+    elif cursor is not None:
+        limits.cursor_closed(principal.tenant, cursor)
     return MemoryPage(results=[memory_public(i) for i in page.items], next_cursor=page.cursor)
 
 
@@ -138,7 +150,7 @@ def parse_filters(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
-@router.delete("/memories", response_model=Deleted)
+@router.delete("/memories", response_model=Deleted, dependencies=[WriteLimited])
 def delete_scope(
     runtime: RuntimeDep,
     principal: PrincipalDep,
@@ -152,7 +164,20 @@ def delete_scope(
     return {"message": f"deleted {deleted} memories", "deleted": deleted}
 
 
-@router.post("/memories/search", response_model=SearchResults)
+@router.delete("/users/{user_id}", dependencies=[WriteLimited])
+def erase_user(
+    user_id: IdPath, request: Request, app: CeleryDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Forget a user completely: memories, history text, raw messages and session windows,
+    entities and links, job records, job state and buffered chat messages (docs/ARCHITECTURE.md,
+    "Erasure"). What stays: one content-free ERASE audit row. Safe to repeat; ``in_flight``
+    lists jobs of the user that were unfinished (repeat the call once they have ended)."""
+    return erase_user_everywhere(
+        app, principal.tenant, user_id, request.app.state.settings.chat.tenant
+    )
+
+
+@router.post("/memories/search", response_model=SearchResults, dependencies=[SearchLimited])
 def search(
     body: SearchRequest, runtime: RuntimeDep, principal: PrincipalDep
 ) -> dict[str, list[SearchHit]]:
@@ -162,9 +187,11 @@ def search(
 
 @router.post("/memories/search/batch", response_model=BatchSearchResults)
 def search_batch(
-    body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep
+    body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep, limits: LimitsDep
 ) -> dict[str, list[list[SearchHit]]]:
-    """Several searches in one call, answered in the order given."""
+    """Several searches in one call, answered in the order given (each counts against the
+    tenant's searches per second)."""
+    limits.charge(principal.tenant, "search", cost=len(body.queries))
     queries = [search_query(q, principal) for q in body.queries]
     return {"results": runtime.searcher.search_many(queries)}
 
@@ -182,7 +209,7 @@ def get_memory(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) 
     return memory_public(crud.get_memory(runtime.store, principal.tenant, memory_id))
 
 
-@router.put("/memories/{memory_id}", response_model=MemoryPublic)
+@router.put("/memories/{memory_id}", response_model=MemoryPublic, dependencies=[WriteLimited])
 def update_memory(
     memory_id: IdPath, body: MemoryUpdate, runtime: RuntimeDep, principal: PrincipalDep
 ) -> MemoryPublic:
@@ -198,7 +225,7 @@ def update_memory(
     return memory_public(updated)
 
 
-@router.delete("/memories/{memory_id}", response_model=Message)
+@router.delete("/memories/{memory_id}", response_model=Message, dependencies=[WriteLimited])
 def delete_memory(
     memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
 ) -> dict[str, str]:

@@ -11,7 +11,6 @@ from pipeline.jobs import job_record
 from pipeline.models import ContextMessage
 from pipeline.state import ItemError, JobState, JobStatus, Phase
 from pipeline.store.protocol import SessionMessages
-from pipeline.webhook import post_webhook
 
 
 def finalize_jobs_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
@@ -43,7 +42,7 @@ def notify(state: JobState, deps: Deps) -> JobState:
         "status": JobStatus.SUCCEEDED.value,
         "results": [m.model_dump(mode="json") for m in state.stored],
     }
-    failure = post_webhook(state.request.webhook_url, payload, deps.limits.webhook_timeout_s)
+    failure = deps.webhooks.post(state.request.webhook_url, payload, state.request.scope.tenant)
     if failure is None:
         return state
     state = state.with_(errors=[*state.errors, ItemError(phase=Phase.FINALIZE, reason=failure)])

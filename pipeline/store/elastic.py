@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -380,6 +380,60 @@ class ElasticStore:
         with es_errors("delete memories"):
             items = self.client.bulk(operations=actions, refresh="wait_for").body["items"]
         return {i["delete"]["_id"] for i in items if i["delete"].get("result") == "deleted"}
+
+    def delete_matching(self, index: str, query: dict[str, Any]) -> int:
+        """Delete every document of ``index`` matching ``query``, page by page from one point
+        in time (the minimal distribution has no delete-by-query); returns how many."""
+        deleted = 0
+        with es_errors(f"delete from {index}"):
+            self.client.indices.refresh(index=index)
+            pit = self.client.open_point_in_time(index=index, keep_alive="1m")["id"]
+            try:
+                for hits in self._pages(pit, query):
+                    ops = [{"delete": {"_index": h["_index"], "_id": h["_id"]}} for h in hits]
+                    items = self.client.bulk(operations=ops).body["items"]
+                    deleted += sum(1 for i in items if i["delete"].get("result") == "deleted")
+            finally:
+                self.client.options(ignore_status=404).close_point_in_time(id=pit)
+            self.client.indices.refresh(index=index)
+        return deleted
+
+    def matching_sources(
+        self, index: str, query: dict[str, Any], fields: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """``fields`` of every document of ``index`` matching ``query``."""
+        with es_errors(f"read from {index}"):
+            self.client.indices.refresh(index=index)
+            pit = self.client.open_point_in_time(index=index, keep_alive="1m")["id"]
+            try:
+                return [
+                    h.get("_source", {})
+                    for hits in self._pages(pit, query, list(fields))
+                    for h in hits
+                ]
+            finally:
+                self.client.options(ignore_status=404).close_point_in_time(id=pit)
+
+    def _pages(
+        self, pit: str, query: dict[str, Any], fields: list[str] | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        after: list[Any] | None = None
+        while True:
+            body: dict[str, Any] = {
+                "size": 1000,
+                "query": query,
+                "sort": [{"_shard_doc": "asc"}],
+                "pit": {"id": pit, "keep_alive": "1m"},
+                "_source": {"includes": fields} if fields else False,
+                "track_total_hits": False,
+            }
+            if after is not None:
+                body["search_after"] = after
+            hits: list[dict[str, Any]] = self.client.search(**body)["hits"]["hits"]
+            if not hits:
+                return
+            yield hits
+            after = hits[-1]["sort"]
 
     def save_job(self, record: JobRecord) -> None:
         with es_errors(f"save job {record.job_id}"):

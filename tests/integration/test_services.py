@@ -43,19 +43,61 @@ def test_api_healthz(stack_settings: Settings) -> None:
     assert response.json() == {"status": "ok"}
 
 
+def flower_login(settings: Settings) -> tuple[str, str] | None:
+    """The stack's Flower login (ops/test passes the one ops/up generated)."""
+    if settings.flower.basic_auth is None:
+        return None
+    user, _, password = settings.flower.basic_auth.get_secret_value().split(",")[0].partition(":")
+    return user, password
+
+
 def test_flower_answers_and_sees_the_worker(stack_settings: Settings) -> None:
     base = f"http://{stack_settings.flower.host}:{stack_settings.flower.port}"
-    assert httpx.get(f"{base}/healthcheck").text == "OK"
-    workers = httpx.get(f"{base}/api/workers", params={"refresh": "true"}, timeout=30).json()
+    auth = flower_login(stack_settings)
+    assert httpx.get(f"{base}/healthcheck", auth=auth).text == "OK"
+    workers = httpx.get(
+        f"{base}/api/workers", params={"refresh": "true"}, auth=auth, timeout=30
+    ).json()
     assert {"memq-io", "memq-cpu"} <= {name.split("@")[0] for name in workers}
-    metrics = httpx.get(f"{base}/metrics").text
+    metrics = httpx.get(f"{base}/metrics", auth=auth).text
     assert "flower_events_total" in metrics or "flower_worker_online" in metrics
 
 
-def test_flower_can_require_a_login(test_env: dict[str, str], tmp_path: Path) -> None:
+def test_flower_will_not_start_without_a_login(test_env: dict[str, str]) -> None:
+    env = {k: v for k, v in test_env.items() if k != "MEMQ_FLOWER_BASIC_AUTH"}
+    done = subprocess.run(
+        [sys.executable, "-m", "memq.cli", "flower"],
+        env={**env, "MEMQ_FLOWER_PORT": str(free_port())},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "MEMQ_FLOWER_BASIC_AUTH" in done.stderr
+
+
+def test_ops_generates_a_private_flower_login(tmp_path: Path) -> None:
+    """ops keeps a generated login in its state directory, readable by its owner only."""
+    lib = Path(__file__).resolve().parents[2] / "ops" / "lib.sh"
+    script = (
+        f"MEMQ_OPS_STATE_DIR={tmp_path} source {lib}; unset MEMQ_FLOWER_BASIC_AUTH; flower_auth"
+    )
+    first = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    again = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    user, _, password = first.stdout.partition(":")
+    assert user == "memq" and len(password) == 32 and first.stdout == again.stdout
+    assert (tmp_path / "flower-auth").stat().st_mode & 0o777 == 0o600
+
+
+def test_flower_requires_its_login(test_env: dict[str, str], tmp_path: Path) -> None:
     """MEMQ_FLOWER_BASIC_AUTH puts the dashboard and its API behind a login."""
     port = free_port()
-    env = {**test_env, "MEMQ_FLOWER_PORT": str(port), "MEMQ_FLOWER_BASIC_AUTH": "ops:s3cret-pass"}
+    env = {
+        **test_env,
+        "MEMQ_FLOWER_PORT": str(port),
+        "MEMQ_FLOWER_BASIC_AUTH": "ops:s3cret-pass-long",
+    }
     log = (tmp_path / "flower.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "memq.cli", "flower"],
@@ -77,7 +119,9 @@ def test_flower_can_require_a_login(test_env: dict[str, str], tmp_path: Path) ->
             pytest.fail(f"flower did not start: {(tmp_path / 'flower.log').read_text()[-2000:]}")
         assert anonymous.status_code == 401
         assert (
-            httpx.get(f"{base}/api/workers", auth=("ops", "s3cret-pass"), timeout=10).status_code
+            httpx.get(
+                f"{base}/api/workers", auth=("ops", "s3cret-pass-long"), timeout=10
+            ).status_code
             == 200
         )
         assert (
@@ -105,6 +149,7 @@ def test_memq_status_reports_queues_jobs_and_workers(
     assert lines[0].startswith("queues:") and test_env["MEMQ_QUEUES_IO"] in lines[0]
     assert lines[1].startswith("jobs:")
     assert lines[2].startswith("workers:") and "memqtest@" in lines[2]
+    assert " up " in lines[2]  # how long each worker has run: a restart shows
 
 
 def test_memq_status_json_is_one_object_for_scripts(
@@ -120,6 +165,6 @@ def test_memq_status_json_is_one_object_for_scripts(
     )
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
-    assert set(status) == {"queues", "jobs", "dead", "workers"}
+    assert set(status) == {"queues", "jobs", "dead", "workers", "uptimes"}
     assert status["queues"][test_env["MEMQ_QUEUES_IO"]] >= 0
     assert any(name.startswith("memqtest@") for name in status["workers"])

@@ -210,3 +210,31 @@ def test_generic_webhook_is_hmac_signed(client: TestClient) -> None:
 def test_a_platform_without_a_secret_is_off(settings: Settings, celery_app: MemqCelery) -> None:
     with TestClient(create_app(settings, celery_app)) as plain:
         assert plain.post("/v1/webhooks/slack", json={}).status_code == 404
+
+
+def test_a_bad_event_is_refused_on_arrival_and_its_burst_is_kept(
+    client: TestClient, celery_app: MemqCelery
+) -> None:
+    """An event that could not become part of a job is a 4xx to the platform at once; before,
+    it was accepted and then sank its whole burst at the flush."""
+    channel = f"C{uuid.uuid4().hex[:8]}"
+    now = time.time()
+    assert slack_post(client, slack_message(channel, "I adopted a cat", now)).status_code == 200
+    bad_name = slack_message(channel, "her name is Miso", now + 1)
+    bad_name["event"]["user"] = "two words"  # not an identifier: no message can carry it
+    refused = slack_post(client, bad_name)
+    assert refused.status_code == 422, refused.text
+    bad_time = slack_message(channel, "she is two", now + 2)
+    bad_time["event"]["ts"] = "not-a-time"
+    assert slack_post(client, bad_time).status_code == 422
+    assert slack_post(client, slack_message(channel, "she likes boxes", now + 3)).status_code == 200
+    jobs = jobs_of(celery_app.runtime.store, f"slack:T1:{channel}")
+    assert len(jobs) == 1
+    assert [m["content"] for m in jobs[0]["request"]["messages"]] == [
+        "I adopted a cat",
+        "she likes boxes",
+    ]
+    buffered = celery_app.runtime.redis.llen(
+        f"{celery_app.runtime.chat_buffer.prefix}:slack:T1:{channel}::events"
+    )
+    assert buffered == 0  # dropped once the job existed

@@ -74,3 +74,19 @@ def test_memq_services_point_at_the_compose_hosts() -> None:
         env = services[name]["environment"]
         assert env["MEMQ_ES_URL"] == "http://elasticsearch:9200"
         assert env["MEMQ_REDIS_URL"].startswith("redis://redis:6379")
+
+
+def test_every_service_restarts_after_a_crash() -> None:
+    for name, service in load()["services"].items():
+        assert service.get("restart") == "unless-stopped", name
+
+
+def test_flower_needs_a_login_and_is_published_on_loopback_only() -> None:
+    flower = load()["services"]["flower"]
+    assert flower["environment"]["MEMQ_FLOWER_BASIC_AUTH"].startswith("${MEMQ_FLOWER_BASIC_AUTH:?")
+    assert all(port.startswith("127.0.0.1:") for port in flower["ports"])
+
+
+def test_nothing_but_loopback_is_published() -> None:
+    for name, service in load()["services"].items():
+        assert all(port.startswith("127.0.0.1:") for port in service.get("ports", [])), name

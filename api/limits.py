@@ -1,0 +1,135 @@
+"""Per-tenant limits, shared by every API process through Redis, answered 429 with Retry-After.
+
+- Requests per second on the write paths (add, update, delete, batches) and on the search paths
+  (a batch search costs one per query): a fixed window per tenant (``MEMQ_API_RATE_WINDOW_S``,
+  one second by default), counted by the ``limits`` library in Redis
+  (``MEMQ_API_RATE_WRITE_PER_S``, ``MEMQ_API_RATE_SEARCH_PER_S``; 0 turns a limit off).
+- Open listing cursors: each cursor holds an Elasticsearch point in time, and a node keeps only
+  so many (``search.max_open_pit_context``), so one tenant may hold at most
+  ``MEMQ_API_OPEN_CURSORS_PER_TENANT`` at once. A cursor counts until its listing reaches the
+  last page or its keep-alive lapses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from typing import Annotated, Literal, cast
+
+import redis
+from fastapi import Depends, Request
+from limits import RateLimitItem, RateLimitItemPerSecond
+from limits.storage import RedisStorage
+from limits.strategies import FixedWindowRateLimiter
+
+from api.deps import PrincipalDep
+from pipeline.config import ApiConfig
+from pipeline.errors import MemqError
+from pipeline.listing import PIT_KEEP_ALIVE_S
+from workers.state_store import redis_errors
+
+Path = Literal["write", "search"]
+
+
+class RateLimitedError(MemqError):
+    """Over a per-tenant limit: 429, and ``retry_after_s`` says when to come back."""
+
+    def __init__(self, reason: str, retry_after_s: int) -> None:
+        super().__init__(reason)
+        self.retry_after_s = max(1, retry_after_s)
+
+
+class TenantLimits:
+    """The limits of one deployment (``namespace`` keeps test runs sharing a Redis apart)."""
+
+    def __init__(self, config: ApiConfig, client: redis.Redis, url: str, namespace: str) -> None:
+        self.client = client
+        self.prefix = f"memq:{namespace}"
+        self.limiter = FixedWindowRateLimiter(RedisStorage(url))
+        self.items: dict[Path, RateLimitItem | None] = {
+            "write": per_window(config.rate_write_per_s, config.rate_window_s),
+            "search": per_window(config.rate_search_per_s, config.rate_window_s),
+        }
+        self.open_cursors = config.open_cursors_per_tenant
+
+    def charge(self, tenant: str, path: Path, cost: int = 1) -> None:
+        """Count ``cost`` requests of ``tenant`` on ``path``; ``RateLimitedError`` when over.
+        A cost above the limit counts as the whole second's worth (it could never pass else)."""
+        item = self.items[path]
+        if item is None:
+            return
+        with redis_errors("count requests"):
+            if self.limiter.hit(item, self.prefix, tenant, path, cost=min(cost, item.amount)):
+                return
+            reset_at = self.limiter.get_window_stats(item, self.prefix, tenant, path).reset_time
+        raise RateLimitedError(
+            f"over {item.amount} {path} requests in {item.multiples} s for this tenant",
+            math.ceil(reset_at - time.time()),
+        )
+
+    def _cursors(self, tenant: str) -> str:
+        return f"{self.prefix}:cursors:{tenant}"
+
+    def may_open_cursor(self, tenant: str) -> None:
+        """``RateLimitedError`` when ``tenant`` already holds its share of open cursors."""
+        if not self.open_cursors:
+            return
+        key, now = self._cursors(tenant), time.time()
+        with redis_errors("count open cursors"):
+            self.client.zremrangebyscore(key, 0, now)
+            if self.client.zcard(key) < self.open_cursors:
+                return
+            oldest = cast(list[tuple[bytes, float]], self.client.zrange(key, 0, 0, withscores=True))
+        lapse = oldest[0][1] - now if oldest else PIT_KEEP_ALIVE_S
+        raise RateLimitedError(
+            f"this tenant has {self.open_cursors} listing cursors open: page them to the end "
+            "or wait for one to expire",
+            math.ceil(lapse),
+        )
+
+    def cursor_open(self, tenant: str, cursor: str) -> None:
+        """``cursor`` is open (again) for another keep-alive."""
+        key = self._cursors(tenant)
+        with redis_errors("count open cursors"):
+            self.client.zadd(key, {_pit_of(cursor): time.time() + PIT_KEEP_ALIVE_S})
+            self.client.expire(key, PIT_KEEP_ALIVE_S * 2)
+
+    def cursor_closed(self, tenant: str, cursor: str) -> None:
+        with redis_errors("count open cursors"):
+            self.client.zrem(self._cursors(tenant), _pit_of(cursor))
+
+
+def per_window(rate_per_s: int, window_s: int) -> RateLimitItem | None:
+    """``rate_per_s`` as a limit counted over ``window_s`` seconds; None for no limit."""
+    return RateLimitItemPerSecond(rate_per_s * window_s, window_s) if rate_per_s else None
+
+
+def _pit_of(cursor: str) -> str:
+    """The point in time a cursor holds (its later pages share it), as a short key."""
+    from pipeline.listing import decode_cursor
+
+    pit, _ = decode_cursor(cursor)
+    return hashlib.sha1(pit.encode(), usedforsecurity=False).hexdigest()
+
+
+def get_limits(request: Request) -> TenantLimits:
+    limits: TenantLimits = request.app.state.limits
+    return limits
+
+
+LimitsDep = Annotated[TenantLimits, Depends(get_limits)]
+
+
+def rate_limited(path: Path) -> Callable[[TenantLimits, PrincipalDep], None]:
+    """A route dependency charging one request of the caller's tenant on ``path``."""
+
+    def charge(limits: LimitsDep, principal: PrincipalDep) -> None:
+        limits.charge(principal.tenant, path)
+
+    return charge
+
+
+WriteLimited = Depends(rate_limited("write"))
+SearchLimited = Depends(rate_limited("search"))

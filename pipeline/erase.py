@@ -1,0 +1,88 @@
+"""Erasing a user: every document that holds what the user said or what was learnt from it.
+
+``erase_user`` removes, for one user of one tenant (every agent and run of theirs):
+
+- memories;
+- history rows (an UPDATE's or DELETE's ``old`` text included);
+- raw turns in the messages index and the session windows;
+- entities of their scopes, with their links;
+- job records (they keep the request).
+
+What stays: one ``ERASE`` row in the history index, with no content: the tenant, the time,
+the counts, and a SHA-256 of the user id (so an audit can show that a given user was erased
+without keeping who). The Redis side (job state, session lines, chat buffers) is erased by
+``workers.erase``, which calls this first to learn the user's jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pipeline.models import Scope, history_id
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.protocol import HistoryDoc
+
+
+@dataclass(frozen=True)
+class ErasedJob:
+    job_id: str
+    session_key: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What was deleted, per index, and the user's jobs (for the Redis side)."""
+
+    counts: dict[str, int]
+    jobs: list[ErasedJob] = field(default_factory=list)
+
+
+def user_query(tenant: str, user_id: str) -> dict[str, Any]:
+    return {"bool": {"filter": [{"term": {"tenant": tenant}}, {"term": {"user_id": user_id}}]}}
+
+
+def jobs_query(tenant: str, user_id: str) -> dict[str, Any]:
+    """Job records carry their scope in ``session_key`` (tenant, user, agent, run)."""
+    prefix = f"{tenant}\x1f{user_id}\x1f"  # the start of ``Scope.key`` for every agent and run
+    return {"bool": {"filter": [{"term": {"tenant": tenant}}, {"prefix": {"session_key": prefix}}]}}
+
+
+def erase_user(store: ElasticStore, tenant: str, user_id: str, now: datetime) -> Erasure:
+    """Delete everything of ``user_id`` in ``tenant`` from Elasticsearch (see the module doc),
+    then write the audit row. Safe to call again: a second call finds nothing more."""
+    names = store.names
+    jobs = [
+        ErasedJob(s["job_id"], s.get("session_key", ""), int(s.get("attempts", 0)))
+        for s in store.matching_sources(
+            names.jobs, jobs_query(tenant, user_id), ["job_id", "session_key", "attempts"]
+        )
+    ]
+    query = user_query(tenant, user_id)
+    counts = {
+        "memories": store.delete_matching(names.memories, query),
+        "entities": store.delete_matching(names.entities, query),
+        "history": store.delete_matching(names.history, query),
+        "messages": store.delete_matching(names.messages, query),
+        "jobs": store.delete_matching(names.jobs, jobs_query(tenant, user_id)),
+    }
+    store.write_history([audit_row(tenant, user_id, counts, now)])
+    return Erasure(counts, jobs)
+
+
+def audit_row(tenant: str, user_id: str, counts: dict[str, int], now: datetime) -> HistoryDoc:
+    subject = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()
+    summary = ", ".join(f"{kind} {n}" for kind, n in counts.items())
+    return HistoryDoc(
+        id=history_id(f"erase:{subject}", "ERASE", now.isoformat()),
+        memory_id="",
+        scope=Scope.model_construct(tenant=tenant),  # the tenant only: no one's ids
+        event="ERASE",
+        job_id="",
+        created_at=now,
+        new=f"erased user sha256:{subject} ({summary})",
+        actor=f"sha256:{subject}",
+    )

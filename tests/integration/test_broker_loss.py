@@ -1,0 +1,219 @@
+"""Workers ride out the loss of their broker, under the supervision ops/ runs them with: a
+PRIVATE redis-server started by this test is stopped and started again mid-ingestion, and a
+worker is SIGKILLed; the supervisor brings it back and every accepted job finishes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from pipeline.config import RedisConfig, Settings
+from pipeline.errors import TransientError
+from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.store.indices import IndexNames
+from workers.app import HEALTH_TASK, MemqCelery, create_celery
+from workers.intake import submit
+
+pytestmark = pytest.mark.integration
+
+OPS = Path(__file__).resolve().parents[2] / "ops"
+TERMINAL = ("succeeded", "failed", "dead")
+
+
+def free_port(low: int = 6400, high: int = 6500) -> int:
+    for port in range(low, high):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}..{high}")
+
+
+class PrivateRedis:
+    """A redis-server of this test's own (append-only, like the stack's), which it may stop."""
+
+    def __init__(self, data_dir: Path) -> None:
+        if shutil.which("redis-server") is None:
+            pytest.fail("redis-server is not installed (ops/install installs it)")
+        self.port = free_port()
+        self.data_dir = data_dir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir)]
+        args += ["--appendonly", "yes", "--save", ""]
+        with (self.data_dir / "redis.log").open("ab") as log:
+            self.process = subprocess.Popen(["redis-server", *args], stdout=log, stderr=log)
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        pytest.fail("the private redis-server did not start")
+
+    def stop(self) -> None:
+        """SIGTERM: Redis writes its append-only file and exits, as a restart would."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+class Supervised:
+    """``ops/supervise`` running a ``memq worker`` (its own process group)."""
+
+    def __init__(self, env: dict[str, str], state_dir: Path) -> None:
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = state_dir / "worker.log"
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(OPS / "supervise"),
+                    "worker",
+                    sys.executable,
+                    "-m",
+                    "memq.cli",
+                    "worker",
+                    "--concurrency=2",
+                    "--hostname=memqsupervised@%h",
+                ],
+                env={**env, "MEMQ_OPS_STATE_DIR": str(state_dir)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def restarts(self) -> int:
+        """The supervisor's restart count (0 while it is rewriting the file)."""
+        fields = (self.state_dir / "run" / "worker.restarts").read_text().split()
+        return int(fields[0]) if fields else 0
+
+    def worker_pid(self) -> int:
+        children = subprocess.run(
+            ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        assert children, f"the supervisor runs no worker: {self.tail()}"
+        return int(children[0])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+
+    def tail(self) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def answers(app: MemqCelery, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            app.send_task(HEALTH_TASK).get(timeout=3)
+            return True
+        except Exception:  # not consuming (yet)
+            time.sleep(0.5)
+    return False
+
+
+def conversation(i: int) -> AddRequest:
+    return AddRequest(
+        scope=Scope(user_id=f"broker-{uuid.uuid4().hex[:8]}"),
+        messages=[MessageIn.model_validate({"role": "user", "content": f"I own {i} bikes."})],
+        infer=False,
+    )
+
+
+def test_workers_ride_out_a_broker_restart_and_a_kill(
+    broker: PrivateRedis,
+    settings: Settings,
+    test_env: dict[str, str],
+    indices: IndexNames,
+    tmp_path: Path,
+) -> None:
+    private = settings.model_copy(update={"redis": RedisConfig(url=broker.url)})
+    app = create_celery(private)
+    worker = Supervised({**test_env, "MEMQ_REDIS_URL": broker.url}, tmp_path / "ops")
+    try:
+        assert answers(app, 90), worker.tail()
+        jobs = [submit(app, conversation(i)).record.job_id for i in range(10)]
+        broker.stop()
+        time.sleep(5)
+        broker.start()
+        jobs += submit_when_possible(app, range(10, 20))
+        assert answers(app, 60), worker.tail()
+
+        statuses = wait_terminal(app, jobs, 180)
+        assert set(statuses.values()) == {"succeeded"}, statuses
+
+        os.kill(worker.worker_pid(), signal.SIGKILL)  # a crash no reconnect can ride out
+        deadline = time.monotonic() + 30
+        while worker.restarts() < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert worker.restarts() >= 1, worker.tail()
+        later = [submit(app, conversation(i)).record.job_id for i in range(20, 25)]
+        statuses = wait_terminal(app, later, 120)
+        assert set(statuses.values()) == {"succeeded"}, statuses
+        assert worker.process.poll() is None  # the supervisor itself never gave up
+    finally:
+        worker.stop()
+        app.close()
+
+
+def submit_when_possible(app: MemqCelery, numbers: range) -> list[str]:
+    """Submit each conversation, waiting out the moments the broker is still coming back."""
+    jobs = []
+    for i in numbers:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                jobs.append(submit(app, conversation(i)).record.job_id)
+                break
+            except TransientError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    return jobs
+
+
+def wait_terminal(app: MemqCelery, jobs: list[str], timeout_s: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    statuses: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        records = [app.runtime.store.get_job(job) for job in jobs]
+        statuses = {job: r.status if r else "missing" for job, r in zip(jobs, records, strict=True)}
+        if all(s in TERMINAL for s in statuses.values()):
+            return statuses
+        time.sleep(1)
+    return statuses

@@ -1,0 +1,38 @@
+"""Erasing a user everywhere memq keeps data: Elasticsearch (``pipeline.erase``), then Redis:
+the state of the user's jobs (it holds their request), their places in session lines, and chat
+messages still waiting in a debounce buffer.
+
+A job of the user still queued or running when the erasure starts finds its state gone and
+stops; one caught between two writes may still store something, so an erasure answered while
+jobs of the user were in flight says so (``in_flight``) and is safe to repeat.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pipeline.erase import erase_user
+
+if TYPE_CHECKING:
+    from workers.app import MemqCelery
+
+ACTIVE = ("queued", "running")
+
+
+def erase_user_everywhere(
+    app: MemqCelery, tenant: str, user_id: str, chat_tenant: str
+) -> dict[str, Any]:
+    """Counts of what was erased, per place; ``in_flight`` lists jobs that were not finished.
+    Chat buffers are searched when ``tenant`` is the one chat platforms write to."""
+    runtime = app.runtime
+    states = runtime.states
+    erasure = erase_user(runtime.store, tenant, user_id, runtime.clock())
+    in_flight = [job.job_id for job in erasure.jobs if states.exists(job.job_id)]
+    for job in erasure.jobs:
+        if job.session_key:
+            states.leave_line(job.session_key, job.job_id)
+        for attempt in range(job.attempts + 1):
+            states.forget(job.job_id, attempt)
+    buffered = runtime.chat_buffer.erase_user(user_id) if chat_tenant == tenant else 0
+    counts = {**erasure.counts, "job_states": len(erasure.jobs), "chat_buffered": buffered}
+    return {"erased": counts, "in_flight": in_flight}
