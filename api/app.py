@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.deps import keys_of
 from api.errors import error, install_error_handlers
 from api.limits import TenantLimits
 from api.mcp import mount_mcp
@@ -151,7 +152,7 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
     install_error_handlers(app)
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
-    app.router.lifespan_context = mount_mcp(app, celery, app.state.keys)
+    app.router.lifespan_context = mount_mcp(app, celery, lambda: keys_of(app))
     for router in (
         health.router,
         memories.router,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Path, Request, Security
+from fastapi import Depends, FastAPI, Path, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from pipeline.errors import PermanentError
@@ -30,15 +30,19 @@ def get_runtime(request: Request) -> Runtime:
     return get_app(request).runtime
 
 
-def get_keys(request: Request) -> KeyStore:
-    """The key store, built on first use: the app itself is built without touching
+def keys_of(app: FastAPI) -> KeyStore:
+    """The app's key store, built on first use: the app itself is built without touching
     Elasticsearch (``memq openapi`` runs offline; a node that is down at start is a 503 later,
     not a process that cannot start)."""
-    keys: KeyStore | None = getattr(request.app.state, "keys", None)
+    keys: KeyStore | None = getattr(app.state, "keys", None)
     if keys is None:
-        runtime = get_runtime(request)
-        keys = request.app.state.keys = KeyStore(runtime.es, runtime.store.names)
+        runtime: Runtime = app.state.celery.runtime
+        keys = app.state.keys = KeyStore(runtime.es, runtime.store.names)
     return keys
+
+
+def get_keys(request: Request) -> KeyStore:
+    return keys_of(request.app)
 
 
 # Both schemes are declared so that OpenAPI documents them (Swagger's Authorize button); they

@@ -366,7 +366,7 @@ class KeyGate:
     """Authenticate each MCP HTTP request with a memq key before the MCP layer reads it; a
     missing or unknown key is answered 401 like the rest of the API."""
 
-    def __init__(self, app: ASGIApp, keys: KeyStore, celery: MemqCelery) -> None:
+    def __init__(self, app: ASGIApp, keys: Callable[[], KeyStore], celery: MemqCelery) -> None:
         self.app = app
         self.keys = keys
         self.settings = celery.runtime.settings
@@ -382,7 +382,7 @@ class KeyGate:
             admin_key = self.settings.api.admin_key
             try:
                 principal = await anyio.to_thread.run_sync(
-                    self.keys.authenticate, token.strip(), admin_key
+                    lambda: self.keys().authenticate(token.strip(), admin_key)
                 )
             except MemqError as exc:
                 await error(503, "unavailable", exc.reason)(scope, receive, send)
@@ -396,9 +396,12 @@ class KeyGate:
         await self.app({**scope, "state": state}, receive, send)
 
 
-def mount_mcp(app: FastAPI, celery: MemqCelery, keys: KeyStore) -> Callable[[FastAPI], Any]:
+def mount_mcp(
+    app: FastAPI, celery: MemqCelery, keys: Callable[[], KeyStore]
+) -> Callable[[FastAPI], Any]:
     """Serve the MCP endpoint at ``/mcp`` (stateless streamable HTTP, JSON responses) and
-    return the lifespan that runs its session manager."""
+    return the lifespan that runs its session manager. ``keys`` gives the key store when a
+    request needs it (building it reaches Elasticsearch; building the app does not)."""
     server = build_server(celery, request_principal)
     server.streamable_http_app(
         stateless_http=True, json_response=True, host=celery.runtime.settings.api.host
