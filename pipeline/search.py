@@ -15,8 +15,10 @@ fused score. Several queries are served by one msearch per round trip.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pipeline.config import SearchConfig
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.filters import translate_filters
-from pipeline.models import VIEW_SOURCE_FIELDS, MemoryView, Scope
+from pipeline.models import VIEW_SOURCE_FIELDS, AwareDatetime, MemoryView, Scope, utcnow
 from pipeline.nlp.stopwords import without_stopwords
+from pipeline.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
 from pipeline.store.client import error_reason, es_errors
@@ -45,6 +48,10 @@ class SearchOptions(BaseModel):
     rerank: bool = False
     explain: bool = False
     show_expired: bool = False
+    reference_time: AwareDatetime | None = Field(
+        default=None,
+        description="the moment relative times in the query are read against (default: now)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -65,6 +72,8 @@ class Explain(BaseModel):
     bm25: float
     bm25_raw: float
     entity: float
+    time: float | None = None
+    dated: float | None = None
     fused: float
     rerank: float | None = None
     rank_semantic: int | None = None
@@ -101,6 +110,25 @@ class Candidates:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """What a query says about time: the periods it names, and whether it asks "when"."""
+
+    periods: list[Period]
+    when: bool
+
+    def signals(self, source: Mapping[str, Any]) -> tuple[float | None, float | None]:
+        """(time, dated) of a memory: how near its ``observed_at`` is to the query's periods,
+        and whether its text carries a time; None for a signal the query does not ask for."""
+        time = None
+        if self.periods:
+            observed = source.get("observed_at")
+            moment = datetime.fromisoformat(observed) if isinstance(observed, str) else None
+            time = closeness(moment, self.periods)
+        dated = float(mentions_time(str(source.get("text", "")))) if self.when else None
+        return time, dated
+
+
+@dataclass(frozen=True)
 class Searcher:
     """Runs hybrid searches over an ``ElasticStore`` with the given models."""
 
@@ -111,6 +139,7 @@ class Searcher:
     config: SearchConfig
     entity_similarity: float = 0.95
     reranker: Reranker | None = None
+    clock: Callable[[], datetime] = utcnow
 
     def search(self, query: SearchQuery) -> list[SearchHit]:
         return self.search_many([query])[0]
@@ -145,8 +174,11 @@ class Searcher:
         return clauses
 
     def _fetch(self, query: SearchQuery) -> int:
-        wanted = query.top_k * (self.config.rerank_overfetch if query.rerank else 1)
-        return max(wanted, self.config.candidates_per_signal)
+        return max(self._pool(query), self.config.candidates_per_signal)
+
+    def _pool(self, query: SearchQuery) -> int:
+        """How many fused hits the query needs: top_k, or the reranker's candidates."""
+        return max(query.top_k, self.config.rerank_candidates) if query.rerank else query.top_k
 
     # -- round 1: the three candidate lists ---------------------------------------------------
 
@@ -177,13 +209,16 @@ class Searcher:
         return found
 
     def _bm25_body(self, text: str, clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
-        """BM25 over the raw and the lemmatized text, function words left out of the query
-        (unless nothing else is left)."""
+        """BM25 over the raw and the lemmatized text and over the speaker's name, function
+        words left out of the query (unless nothing else is left)."""
         raw = without_stopwords(text) or text
         lemmas = without_stopwords(self.lemmatizer.lemmatize(text)) or self.lemmatizer.lemmatize(
             text
         )
-        should: list[dict[str, Any]] = [{"match": {"text": {"query": raw}}}]
+        should: list[dict[str, Any]] = [
+            {"match": {"text": {"query": raw}}},
+            {"match": {"speaker": {"query": without_possessives(raw)}}},
+        ]
         if lemmas:
             should.append({"match": {"text_lemmatized": {"query": lemmas}}})
         return {
@@ -290,6 +325,7 @@ class Searcher:
             for n, i in enumerate(ids)
         ]
         top_bm25 = max(bm25.values(), default=0.0)
+        timing = self._timing(query)
         hits = [
             self._hit(
                 i,
@@ -298,6 +334,7 @@ class Searcher:
                 bm25_raw=bm25.get(i, 0.0),
                 top_bm25=top_bm25,
                 candidates=candidates,
+                timing=timing,
             )
             for n, i in enumerate(ids)
         ]
@@ -317,22 +354,30 @@ class Searcher:
         bm25_raw: float,
         top_bm25: float,
         candidates: Candidates,
+        timing: Timing,
     ) -> SearchHit:
         weights = self.config
         bm25 = bm25_raw / top_bm25 if top_bm25 > 0 else 0.0
         entity = candidates.entity.get(memory, 0.0)
-        fused = (
-            weights.weight_semantic * semantic
-            + weights.weight_bm25 * bm25
-            + weights.weight_entity * entity
-        )
-        total = weights.weight_semantic + weights.weight_bm25 + weights.weight_entity
-        fused = fused / total if total > 0 else 0.0
+        signals = [
+            (weights.weight_semantic, semantic),
+            (weights.weight_bm25, bm25),
+            (weights.weight_entity, entity),
+        ]
+        time, dated = timing.signals(source)
+        if time is not None:
+            signals.append((weights.weight_time, time))
+        if dated is not None:
+            signals.append((weights.weight_dated, dated))
+        total = sum(weight for weight, _ in signals)
+        fused = sum(weight * value for weight, value in signals) / total if total > 0 else 0.0
         explain = Explain(
             semantic=round(semantic, 6),
             bm25=round(bm25, 6),
             bm25_raw=round(bm25_raw, 6),
             entity=round(entity, 6),
+            time=None if time is None else round(time, 6),
+            dated=None if dated is None else round(dated, 6),
             fused=round(fused, 6),
             rank_semantic=candidates.rank_semantic.get(memory),
             rank_bm25=candidates.rank_bm25.get(memory),
@@ -340,10 +385,17 @@ class Searcher:
         )
         return SearchHit.from_source(memory, source, score=round(fused, 6), explain=explain)
 
+    def _timing(self, query: SearchQuery) -> Timing:
+        reference = query.reference_time or self.clock()
+        return Timing(
+            periods=periods(query.query, reference) if self.config.weight_time > 0 else [],
+            when=asks_when(query.query) and self.config.weight_dated > 0,
+        )
+
     def _reranked(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
         if not query.rerank or self.reranker is None:
             return hits
-        hits = sorted(hits, key=lambda h: -h.score)[: query.top_k * self.config.rerank_overfetch]
+        hits = sorted(hits, key=lambda h: -h.score)[: self._pool(query)]
         scores = self.reranker.rerank(query.query, [h.memory for h in hits])
         return [
             h.model_copy(
@@ -356,6 +408,14 @@ class Searcher:
             )
             for h, s in zip(hits, scores, strict=True)
         ]
+
+
+_POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b", re.IGNORECASE)
+
+
+def without_possessives(text: str) -> str:
+    """ "Maria's dog" → "Maria dog": a name in the possessive still matches the speaker."""
+    return _POSSESSIVE.sub("", text)
 
 
 def not_expired() -> dict[str, Any]:

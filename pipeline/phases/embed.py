@@ -6,6 +6,7 @@ import logging
 
 from pipeline.deps import Deps
 from pipeline.errors import MemqError
+from pipeline.nlp.speaker import embedding_text, speaker_of
 from pipeline.protocols import Embedder
 from pipeline.state import ItemError, JobState, Phase
 
@@ -15,7 +16,8 @@ log = logging.getLogger("memq.embed")
 def embed_facts(state: JobState, deps: Deps) -> JobState:
     """Fill ``state.embeddings`` (aligned with facts; None where an item could not be embedded,
     each such item reported in ``state.errors``)."""
-    texts = [fact.text for fact in state.facts]
+    scope = state.request.scope
+    texts = [embedding_text(fact.text, speaker_of(fact, scope)) for fact in state.facts]
     if not texts:
         return state.with_(embeddings=[])
     try:

@@ -10,6 +10,7 @@ import unicodedata
 
 from pipeline.deps import Deps
 from pipeline.models import Scope, entity_id
+from pipeline.nlp.entities import NAME
 from pipeline.protocols import Entity
 from pipeline.state import JobState, StoredMemory
 from pipeline.store.protocol import EntityDoc, EntityLink
@@ -44,11 +45,13 @@ def link_entities(state: JobState, deps: Deps) -> JobState:
 
 
 def group_entities(stored: list[StoredMemory], deps: Deps) -> Groups:
-    """Entities by normalized text, each with the memories that mention it."""
+    """Entities by normalized text, each with the memories that mention it. A memory's speaker
+    is one of its entities: "I adopted a dog", said by Maria, is about Maria."""
     groups: Groups = {}
     found = deps.entities.extract([memory.text for memory in stored]) if stored else []
     for memory, entities in zip(stored, found, strict=True):
-        for entity in entities:
+        speaker = [Entity(memory.speaker, NAME)] if memory.speaker else []
+        for entity in [*speaker, *entities]:
             name = normalize_entity(entity.text)
             if name and memory.id not in groups.setdefault(name, (entity, []))[1]:
                 groups[name][1].append(memory.id)
