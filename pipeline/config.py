@@ -137,6 +137,11 @@ class SearchConfig(_Section):
     # Both are added to the fused score only when the query asks them; 0 turns one off.
     weight_time: float = Field(default=0.15, ge=0, le=1)
     weight_dated: float = Field(default=0.10, ge=0, le=1)
+    # Feedback: the terms the best ``feedback_seeds`` hits share (at most ``feedback_terms``)
+    # lift the candidates that mention them; the fused score weighs 1 against it. 0: off.
+    weight_feedback: float = Field(default=0.2, ge=0, le=1)
+    feedback_seeds: int = Field(default=2, ge=1, le=20)
+    feedback_terms: int = Field(default=10, ge=1, le=100)
 
 
 class RerankConfig(_Section):

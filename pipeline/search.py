@@ -28,6 +28,7 @@ from pipeline.config import SearchConfig
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.filters import translate_filters
 from pipeline.models import VIEW_SOURCE_FIELDS, AwareDatetime, MemoryView, Scope, utcnow
+from pipeline.nlp.feedback import expansion_terms, feedback
 from pipeline.nlp.stopwords import without_stopwords
 from pipeline.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
 from pipeline.phases.link import normalize_entity
@@ -74,6 +75,7 @@ class Explain(BaseModel):
     entity: float
     time: float | None = None
     dated: float | None = None
+    feedback: float | None = None
     fused: float
     rerank: float | None = None
     rank_semantic: int | None = None
@@ -338,6 +340,7 @@ class Searcher:
             )
             for n, i in enumerate(ids)
         ]
+        hits = self._fed_back(query, hits, docs)
         hits = self._reranked(query, hits)
         hits.sort(key=lambda h: -h.score)
         if query.threshold is not None:
@@ -385,6 +388,24 @@ class Searcher:
         )
         return SearchHit.from_source(memory, source, score=round(fused, 6), explain=explain)
 
+    def _fed_back(
+        self, query: SearchQuery, hits: list[SearchHit], docs: dict[str, dict[str, Any]]
+    ) -> list[SearchHit]:
+        """Every hit's score mixed with its ``feedback``: how many of the terms shared by the
+        best hits it mentions (see ``pipeline.nlp.feedback``). Off at weight 0, and when there
+        are no more hits than seeds (nothing to lift)."""
+        weight, seeds = self.config.weight_feedback, self.config.feedback_seeds
+        if weight <= 0 or len(hits) <= seeds:
+            return hits
+        lemmas = {h.id: str(docs[h.id].get("text_lemmatized", "")) for h in hits}
+        best = sorted(hits, key=lambda h: -h.score)[:seeds]
+        terms = expansion_terms(
+            [lemmas[h.id] for h in best],
+            self.lemmatizer.lemmatize(query.query),
+            self.config.feedback_terms,
+        )
+        return [with_feedback(h, feedback(lemmas[h.id], terms), weight) for h in hits]
+
     def _timing(self, query: SearchQuery) -> Timing:
         reference = query.reference_time or self.clock()
         return Timing(
@@ -418,6 +439,15 @@ def without_possessives(text: str) -> str:
     return _POSSESSIVE.sub("", text)
 
 
+def with_feedback(hit: SearchHit, signal: float, weight: float) -> SearchHit:
+    """``hit`` with its fused score mixed with the feedback ``signal`` (the score weighs 1)."""
+    score = round((hit.score + weight * signal) / (1 + weight), 6)
+    explain = hit.explain
+    if explain is not None:
+        explain = explain.model_copy(update={"feedback": round(signal, 6), "fused": score})
+    return hit.model_copy(update={"score": score, "explain": explain})
+
+
 def not_expired() -> dict[str, Any]:
     """Memories without an expiration date, or whose date is still ahead."""
     return {
@@ -448,7 +478,7 @@ def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) 
 def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "size": len(ids) or 1,
-        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
+        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized"]},
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
 

@@ -186,6 +186,10 @@ def test_explain_matches_the_ranking(runtime: Runtime, searcher: Searcher, scope
             + config.weight_bm25 * e.bm25
             + config.weight_entity * e.entity
         ) / total
+        if e.feedback is not None:  # mixed in last, the fused score weighing 1
+            expected = (expected + config.weight_feedback * e.feedback) / (
+                1 + config.weight_feedback
+            )
         assert abs(e.fused - expected) < 1e-4 and hit.score == e.fused
         assert 0 <= e.semantic <= 1 and 0 <= e.bm25 <= 1
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)

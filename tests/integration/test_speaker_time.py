@@ -86,10 +86,11 @@ def test_the_speaker_finds_first_person_turns_and_the_text_stays_as_said(
 
 
 def test_the_speaker_is_an_entity_of_what_they_said(
-    celery_app: MemqCelery, store: ElasticStore, scope: Scope
+    celery_app: MemqCelery, store: ElasticStore, es: Elasticsearch, scope: Scope
 ) -> None:
     messages = [said("Maria_Lopez", "I started learning the violin.")]
     ingest(celery_app, store, AddRequest(scope=scope, messages=messages, infer=False))
+    es.indices.refresh(index=store.names.entities)  # entities are found by a search
     links = store.entity_links(list(store.entities_by_name(scope, ["maria lopez"]).values()))
     (linked,) = links.values()
     assert len(linked) == 1

@@ -1,4 +1,4 @@
-"""Time expressions in queries: the periods they name, "when" questions, dated texts."""
+"""The language side of search: time expressions, the speaker, pseudo-relevance feedback."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pipeline.models import Fact, Scope
+from pipeline.nlp.feedback import expansion_terms, feedback
 from pipeline.nlp.speaker import embedding_text, speaker_name, speaker_of
 from pipeline.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
 
@@ -147,3 +148,19 @@ def test_the_speaker_of_a_fact() -> None:
 def test_the_embedded_text_puts_the_speaker_first() -> None:
     assert embedding_text("I adopted a dog", "Maria") == "Maria: I adopted a dog"
     assert embedding_text("I adopted a dog", None) == "I adopted a dog"
+
+
+# -- feedback ---------------------------------------------------------------------------------
+
+
+def test_expansion_terms_are_what_the_seeds_share_beyond_the_query() -> None:
+    seeds = ["I run far to de-stress", "pottery be my way to de-stress, run too"]
+    terms = expansion_terms(seeds, "what do Melanie do to de-stress", 3)
+    assert terms == ["run", "far", "pottery"]  # shared first, then in order of appearance
+    assert expansion_terms([], "anything", 5) == []
+
+
+def test_feedback_is_the_share_of_terms_mentioned() -> None:
+    assert feedback("she love pottery and run", ["run", "pottery", "swim", "paint"]) == 0.5
+    assert feedback("The Pottery class", ["pottery"]) == 1.0
+    assert feedback("anything", []) == 0.0
