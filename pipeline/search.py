@@ -3,13 +3,17 @@
 For each query, three candidate lists are gathered inside the caller's scope and filters
 (expired memories excluded unless asked for, inside the query):
 - semantic: kNN over ``embedding`` (the filter inside the kNN clause, num_candidates well above k);
-- bm25: the lemmatized query over ``text_lemmatized`` plus the raw query over ``text``;
+- bm25: the lemmatized query over ``text_lemmatized`` plus the raw query over ``text`` and
+  over ``speaker`` (who said the memory);
 - entity: entities found in the query → the scope's entity index (exact name, or an embedding
   at least as similar as the merge threshold) → their linked memories, damped for hub entities.
 The union of the three is scored on every signal (cosine from the stored vectors, BM25 by an
 ids-restricted query), so a keyword-only or entity-only hit competes on equal terms. Signals are
-normalized to [0, 1] and fused with the weights of ``SearchConfig``; ``threshold`` applies to the
-fused score. Several queries are served by one msearch per round trip.
+normalized to [0, 1] and fused with the weights of ``SearchConfig``, joined by two signals a
+query may ask for: ``time`` (its ``observed_at`` near a period the query names) and ``dated``
+(its text carries a time, for a "when" question). The fused score is then mixed with
+``feedback`` (terms the best hits share), optionally reranked, and ``threshold`` applies to the
+final score. Several queries are served by one msearch per round trip.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -123,9 +127,7 @@ class Timing:
         and whether its text carries a time; None for a signal the query does not ask for."""
         time = None
         if self.periods:
-            observed = source.get("observed_at")
-            moment = datetime.fromisoformat(observed) if isinstance(observed, str) else None
-            time = closeness(moment, self.periods)
+            time = closeness(observed_at(source), self.periods)
         dated = float(mentions_time(str(source.get("text", "")))) if self.when else None
         return time, dated
 
@@ -429,6 +431,18 @@ class Searcher:
             )
             for h, s in zip(hits, scores, strict=True)
         ]
+
+
+def observed_at(source: Mapping[str, Any]) -> datetime | None:
+    """A memory's ``observed_at`` as an aware datetime (UTC when stored without a zone)."""
+    value = source.get("observed_at")
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 _POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b", re.IGNORECASE)

@@ -171,7 +171,7 @@ def asks_when(query: str) -> bool:
 def _period(kind: str, match: re.Match[str], reference: datetime) -> Period | None:
     try:
         bounds = _BUILDERS[kind](match.groupdict(), _midnight(reference))
-    except ValueError:  # 31 June, month 13
+    except (ValueError, OverflowError):  # 31 June, month 13, a day before year 1
         return None
     return Period(match.group(0), *bounds) if bounds is not None else None
 

@@ -73,6 +73,13 @@ def test_an_impossible_date_names_no_day() -> None:
     assert [p.text for p in periods("on 31 June 2023", REFERENCE)] == ["June 2023"]
 
 
+def test_a_reference_at_the_edge_of_the_calendar_names_nothing_out_of_range() -> None:
+    first = datetime(1, 1, 1, tzinfo=UTC)
+    assert periods("yesterday, last year and 3 days ago", first) == []
+    last = datetime(9999, 12, 31, tzinfo=UTC)
+    assert [p.text for p in periods("next month, next year", last)] == []
+
+
 def test_periods_keep_the_reference_time_zone() -> None:
     paris = REFERENCE.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Paris"))
     (period,) = periods("yesterday", paris)
