@@ -406,7 +406,9 @@ class Searcher:
             self.lemmatizer.lemmatize(query.query),
             self.config.feedback_terms,
         )
-        return [with_feedback(h, feedback(lemmas[h.id], terms), weight) for h in hits]
+        for hit in hits:  # built by this search and shared with nobody: updated in place
+            add_feedback(hit, feedback(lemmas[hit.id], terms), weight)
+        return hits
 
     def _timing(self, query: SearchQuery) -> Timing:
         reference = query.reference_time or self.clock()
@@ -453,13 +455,12 @@ def without_possessives(text: str) -> str:
     return _POSSESSIVE.sub("", text)
 
 
-def with_feedback(hit: SearchHit, signal: float, weight: float) -> SearchHit:
-    """``hit`` with its fused score mixed with the feedback ``signal`` (the score weighs 1)."""
-    score = round((hit.score + weight * signal) / (1 + weight), 6)
-    explain = hit.explain
-    if explain is not None:
-        explain = explain.model_copy(update={"feedback": round(signal, 6), "fused": score})
-    return hit.model_copy(update={"score": score, "explain": explain})
+def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:
+    """Mix ``hit``'s fused score with the feedback ``signal`` (the score weighs 1), in place."""
+    hit.score = round((hit.score + weight * signal) / (1 + weight), 6)
+    if hit.explain is not None:
+        hit.explain.feedback = round(signal, 6)
+        hit.explain.fused = hit.score
 
 
 def not_expired() -> dict[str, Any]:

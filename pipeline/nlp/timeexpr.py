@@ -88,6 +88,8 @@ _CALENDAR_UNIT = r"(?P<unit>week|weekend|month|year)"
 _COUNT = r"(?P<count>\d+|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + r")"
 _WEEKDAY = r"(?P<weekday>" + "|".join(sorted(WEEKDAYS, key=len, reverse=True)) + r")"
 
+_NAMED_MONTH_RE = re.compile(rf"\b{_NAMED_MONTH}\b")  # case matters: "March" but not "march"
+
 # Each pattern has a name that says how its match becomes a period (see ``_period``).
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("iso", re.compile(r"\b(?P<year>(?:19|20)\d\d)-(?P<month>[01]\d)-(?P<day>[0-3]\d)\b")),
@@ -99,7 +101,7 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # "in May", "since June": a bare "may" is a verb too often, so a month alone needs a
     # preposition in front, or its full name and a capital letter.
     ("month", re.compile(rf"\b(?:in|during|since|by|of|early|late|mid)\s+{_FULL_MONTH}\b", re.I)),
-    ("month", re.compile(rf"\b{_NAMED_MONTH}\b")),
+    ("month", _NAMED_MONTH_RE),
     ("year", re.compile(rf"\b{_YEAR}\b")),
     ("yesterday", re.compile(r"\byesterday\b", re.I)),
     ("today", re.compile(r"\b(?:today|tonight|this morning|this evening)\b", re.I)),
@@ -155,9 +157,63 @@ def periods(text: str, reference: datetime) -> list[Period]:
     return found
 
 
+def _any_of(patterns: list[re.Pattern[str]], flags: int) -> re.Pattern[str]:
+    """One pattern matching wherever one of ``patterns`` does (their group names dropped)."""
+    bodies = [re.sub(r"\(\?P<\w+>", "(?:", p.pattern) for p in patterns]
+    return re.compile("|".join(f"(?:{body})" for body in bodies), flags)
+
+
+# ``mentions_time`` runs over every candidate of a "when" question: one pass per text, not one
+# per pattern. The case-sensitive month names stay a pattern of their own.
+_DATED = _any_of([_VAGUE, *(p for _, p in PATTERNS if p is not _NAMED_MONTH_RE)], re.IGNORECASE)
+
+
+# Words that date a text on their own, and words that may (confirmed by the patterns). Every
+# pattern needs one of them or a year, so most texts are answered by one cheap tokenization.
+_TIME_WORDS = frozenset(
+    [
+        *FULL_MONTHS,
+        *(d for d in WEEKDAYS if len(d) > 5),
+        "yesterday",
+        "today",
+        "tonight",
+        "tomorrow",
+        "ago",
+        "week",
+        "weeks",
+        "weekend",
+        "weekends",
+        "month",
+        "months",
+        "year",
+        "years",
+        "recently",
+        "lately",
+        "upcoming",
+        "someday",
+    ]
+) - {"may", "march"}
+_MAYBE_TIME_WORDS = frozenset([*MONTHS, *WEEKDAYS, "night", "morning", "evening", "day", "days"])
+_MAYBE_TIME_WORDS |= {"then", "soon", "when", "kid", "since"}
+_TOKEN = re.compile(r"[a-z]+|\d+")
+
+
+def _time_words(text: str) -> tuple[bool, bool]:
+    """(a word that dates the text, a word that may): one pass over the text's tokens."""
+    maybe = False
+    for token in _TOKEN.findall(text.lower()):
+        if token in _TIME_WORDS or (len(token) == 4 and token[:2] in ("19", "20")):
+            return True, True
+        maybe = maybe or token in _MAYBE_TIME_WORDS
+    return False, maybe
+
+
 def mentions_time(text: str) -> bool:
     """Whether ``text`` carries a time: a date, a month, a year, a relative expression."""
-    return bool(_VAGUE.search(text)) or any(p.search(text) for _, p in PATTERNS)
+    surely, maybe = _time_words(text)
+    if surely or not maybe:
+        return surely
+    return bool(_DATED.search(text) or _NAMED_MONTH_RE.search(text))
 
 
 def asks_when(query: str) -> bool:
