@@ -385,8 +385,11 @@ class Client:
         rerank: bool = False,
         explain: bool = False,
         show_expired: bool = False,
+        reference_time: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        """Hybrid search in a scope (at least one id); hits best first."""
+        """Hybrid search in a scope (at least one id); hits best first. ``reference_time`` is
+        the moment relative times in the query ("last week") are read against (default: the
+        server's now)."""
         options = {
             **_scope(user_id, agent_id, run_id),
             "filters": filters,
@@ -395,6 +398,7 @@ class Client:
             "rerank": rerank,
             "explain": explain,
             "show_expired": show_expired,
+            "reference_time": reference_time,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
         return _as_list(_as_dict(self._send(call))["results"])
@@ -599,6 +603,7 @@ class AsyncClient:
         rerank: bool = False,
         explain: bool = False,
         show_expired: bool = False,
+        reference_time: datetime | None = None,
     ) -> list[dict[str, Any]]:
         """See ``Client.search``."""
         options = {
@@ -609,6 +614,7 @@ class AsyncClient:
             "rerank": rerank,
             "explain": explain,
             "show_expired": show_expired,
+            "reference_time": reference_time,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
         return _as_list(_as_dict(await self._send(call))["results"])

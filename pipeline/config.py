@@ -131,8 +131,32 @@ class SearchConfig(_Section):
     default_top_k: int = Field(default=20, ge=1, le=200)
     max_top_k: int = Field(default=200, ge=1, le=1000)
     candidates_per_signal: int = Field(default=50, ge=10, le=1000)
-    rerank_overfetch: int = Field(default=3, ge=1, le=10)
+    # A search with ``rerank`` has its best ``rerank_candidates`` fused hits rescored by the
+    # reranker (at least top_k), and returns the top_k of those.
+    rerank_candidates: int = Field(default=50, ge=1, le=1000)
     entity_links_per_entity: int = Field(default=100, ge=1, le=10_000)
+    # Time: a query that names a period ("in May 2023", "last week") adds a signal for memories
+    # observed in or near it; a "when" question one for memories whose text carries a time.
+    # Both are added to the fused score only when the query asks them; 0 turns one off.
+    weight_time: float = Field(default=0.15, ge=0, le=1)
+    weight_dated: float = Field(default=0.10, ge=0, le=1)
+    # Feedback: the terms the best ``feedback_seeds`` hits share (at most ``feedback_terms``)
+    # lift the candidates that mention them; the fused score weighs 1 against it. 0: off.
+    weight_feedback: float = Field(default=0.2, ge=0, le=1)
+    feedback_seeds: int = Field(default=2, ge=1, le=20)
+    feedback_terms: int = Field(default=10, ge=1, le=100)
+
+
+class RerankConfig(_Section):
+    """An OpenAI-style ``/rerank`` endpoint (the shape TEI, vLLM and Jina serve). Off unless
+    ``url`` is set; then a search asks for it with ``rerank: true``. ``format`` names the
+    request's list of texts: ``documents`` (vLLM, Jina, Cohere) or ``texts`` (TEI)."""
+
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    model: str | None = None
+    api_key: SecretStr | None = None
+    format: Literal["documents", "texts"] = "documents"
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
 
 
 class WorkerConfig(_Section):
@@ -273,6 +297,7 @@ class Settings(BaseSettings):
     queues: QueueConfig = QueueConfig()
     worker: WorkerConfig = WorkerConfig()
     search: SearchConfig = SearchConfig()
+    rerank: RerankConfig = RerankConfig()
     chat: ChatConfig = ChatConfig()
     api: ApiConfig = ApiConfig()
     flower: FlowerConfig = FlowerConfig()

@@ -11,6 +11,7 @@ from pipeline.errors import InvalidInputError, NotFoundError
 from pipeline.filters import metadata_pairs
 from pipeline.models import Scope, check_metadata, history_id, md5_hex
 from pipeline.nlp.lemmatize import normalize_for_hash
+from pipeline.nlp.speaker import embedding_text
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import HistoryDoc
 
@@ -40,7 +41,7 @@ def update_memory(
     current = get_memory(store, tenant, memory_id)
     fields: dict[str, Any] = {"updated_at": deps.clock().isoformat()}
     if text is not None:
-        fields |= text_fields(deps, text)
+        fields |= text_fields(deps, text, current.get("speaker"))
     if metadata is not None:
         fields |= {"metadata": metadata, "metadata_kv": metadata_pairs(metadata)}
     store.update_memory(memory_id, fields)
@@ -69,13 +70,14 @@ def check_update(text: object, metadata: object) -> None:
             raise InvalidInputError(str(exc), field="metadata") from exc
 
 
-def text_fields(deps: Deps, text: str) -> dict[str, Any]:
+def text_fields(deps: Deps, text: str, speaker: str | None = None) -> dict[str, Any]:
+    """The fields that follow from a memory's text; the embedding keeps its ``speaker``."""
     cleaned = text.strip()
     return {
         "text": cleaned,
         "text_lemmatized": deps.lemmatizer.lemmatize(cleaned),
         "hash": md5_hex(normalize_for_hash(cleaned)),
-        "embedding": deps.embedder.embed([cleaned])[0],
+        "embedding": deps.embedder.embed([embedding_text(cleaned, speaker)])[0],
     }
 
 

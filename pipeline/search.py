@@ -3,20 +3,26 @@
 For each query, three candidate lists are gathered inside the caller's scope and filters
 (expired memories excluded unless asked for, inside the query):
 - semantic: kNN over ``embedding`` (the filter inside the kNN clause, num_candidates well above k);
-- bm25: the lemmatized query over ``text_lemmatized`` plus the raw query over ``text``;
+- bm25: the lemmatized query over ``text_lemmatized`` plus the raw query over ``text`` and
+  over ``speaker`` (who said the memory);
 - entity: entities found in the query → the scope's entity index (exact name, or an embedding
   at least as similar as the merge threshold) → their linked memories, damped for hub entities.
 The union of the three is scored on every signal (cosine from the stored vectors, BM25 by an
 ids-restricted query), so a keyword-only or entity-only hit competes on equal terms. Signals are
-normalized to [0, 1] and fused with the weights of ``SearchConfig``; ``threshold`` applies to the
-fused score. Several queries are served by one msearch per round trip.
+normalized to [0, 1] and fused with the weights of ``SearchConfig``, joined by two signals a
+query may ask for: ``time`` (its ``observed_at`` near a period the query names) and ``dated``
+(its text carries a time, for a "when" question). The fused score is then mixed with
+``feedback`` (terms the best hits share), optionally reranked, and ``threshold`` applies to the
+final score. Several queries are served by one msearch per round trip.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,8 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pipeline.config import SearchConfig
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.filters import translate_filters
-from pipeline.models import VIEW_SOURCE_FIELDS, MemoryView, Scope
+from pipeline.models import VIEW_SOURCE_FIELDS, AwareDatetime, MemoryView, Scope, utcnow
+from pipeline.nlp.feedback import expansion_terms, feedback
 from pipeline.nlp.stopwords import without_stopwords
+from pipeline.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
 from pipeline.store.client import error_reason, es_errors
@@ -45,6 +53,10 @@ class SearchOptions(BaseModel):
     rerank: bool = False
     explain: bool = False
     show_expired: bool = False
+    reference_time: AwareDatetime | None = Field(
+        default=None,
+        description="the moment relative times in the query are read against (default: now)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -65,6 +77,9 @@ class Explain(BaseModel):
     bm25: float
     bm25_raw: float
     entity: float
+    time: float | None = None
+    dated: float | None = None
+    feedback: float | None = None
     fused: float
     rerank: float | None = None
     rank_semantic: int | None = None
@@ -101,6 +116,23 @@ class Candidates:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """What a query says about time: the periods it names, and whether it asks "when"."""
+
+    periods: list[Period]
+    when: bool
+
+    def signals(self, source: Mapping[str, Any]) -> tuple[float | None, float | None]:
+        """(time, dated) of a memory: how near its ``observed_at`` is to the query's periods,
+        and whether its text carries a time; None for a signal the query does not ask for."""
+        time = None
+        if self.periods:
+            time = closeness(observed_at(source), self.periods)
+        dated = float(mentions_time(str(source.get("text", "")))) if self.when else None
+        return time, dated
+
+
+@dataclass(frozen=True)
 class Searcher:
     """Runs hybrid searches over an ``ElasticStore`` with the given models."""
 
@@ -111,6 +143,7 @@ class Searcher:
     config: SearchConfig
     entity_similarity: float = 0.95
     reranker: Reranker | None = None
+    clock: Callable[[], datetime] = utcnow
 
     def search(self, query: SearchQuery) -> list[SearchHit]:
         return self.search_many([query])[0]
@@ -145,8 +178,11 @@ class Searcher:
         return clauses
 
     def _fetch(self, query: SearchQuery) -> int:
-        wanted = query.top_k * (self.config.rerank_overfetch if query.rerank else 1)
-        return max(wanted, self.config.candidates_per_signal)
+        return max(self._pool(query), self.config.candidates_per_signal)
+
+    def _pool(self, query: SearchQuery) -> int:
+        """How many fused hits the query needs: top_k, or the reranker's candidates."""
+        return max(query.top_k, self.config.rerank_candidates) if query.rerank else query.top_k
 
     # -- round 1: the three candidate lists ---------------------------------------------------
 
@@ -177,13 +213,16 @@ class Searcher:
         return found
 
     def _bm25_body(self, text: str, clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
-        """BM25 over the raw and the lemmatized text, function words left out of the query
-        (unless nothing else is left)."""
+        """BM25 over the raw and the lemmatized text and over the speaker's name, function
+        words left out of the query (unless nothing else is left)."""
         raw = without_stopwords(text) or text
         lemmas = without_stopwords(self.lemmatizer.lemmatize(text)) or self.lemmatizer.lemmatize(
             text
         )
-        should: list[dict[str, Any]] = [{"match": {"text": {"query": raw}}}]
+        should: list[dict[str, Any]] = [
+            {"match": {"text": {"query": raw}}},
+            {"match": {"speaker": {"query": without_possessives(raw)}}},
+        ]
         if lemmas:
             should.append({"match": {"text_lemmatized": {"query": lemmas}}})
         return {
@@ -290,6 +329,7 @@ class Searcher:
             for n, i in enumerate(ids)
         ]
         top_bm25 = max(bm25.values(), default=0.0)
+        timing = self._timing(query)
         hits = [
             self._hit(
                 i,
@@ -298,9 +338,11 @@ class Searcher:
                 bm25_raw=bm25.get(i, 0.0),
                 top_bm25=top_bm25,
                 candidates=candidates,
+                timing=timing,
             )
             for n, i in enumerate(ids)
         ]
+        hits = self._fed_back(query, hits, docs)
         hits = self._reranked(query, hits)
         hits.sort(key=lambda h: -h.score)
         if query.threshold is not None:
@@ -317,22 +359,30 @@ class Searcher:
         bm25_raw: float,
         top_bm25: float,
         candidates: Candidates,
+        timing: Timing,
     ) -> SearchHit:
         weights = self.config
         bm25 = bm25_raw / top_bm25 if top_bm25 > 0 else 0.0
         entity = candidates.entity.get(memory, 0.0)
-        fused = (
-            weights.weight_semantic * semantic
-            + weights.weight_bm25 * bm25
-            + weights.weight_entity * entity
-        )
-        total = weights.weight_semantic + weights.weight_bm25 + weights.weight_entity
-        fused = fused / total if total > 0 else 0.0
+        signals = [
+            (weights.weight_semantic, semantic),
+            (weights.weight_bm25, bm25),
+            (weights.weight_entity, entity),
+        ]
+        time, dated = timing.signals(source)
+        if time is not None:
+            signals.append((weights.weight_time, time))
+        if dated is not None:
+            signals.append((weights.weight_dated, dated))
+        total = sum(weight for weight, _ in signals)
+        fused = sum(weight * value for weight, value in signals) / total if total > 0 else 0.0
         explain = Explain(
             semantic=round(semantic, 6),
             bm25=round(bm25, 6),
             bm25_raw=round(bm25_raw, 6),
             entity=round(entity, 6),
+            time=None if time is None else round(time, 6),
+            dated=None if dated is None else round(dated, 6),
             fused=round(fused, 6),
             rank_semantic=candidates.rank_semantic.get(memory),
             rank_bm25=candidates.rank_bm25.get(memory),
@@ -340,10 +390,37 @@ class Searcher:
         )
         return SearchHit.from_source(memory, source, score=round(fused, 6), explain=explain)
 
+    def _fed_back(
+        self, query: SearchQuery, hits: list[SearchHit], docs: dict[str, dict[str, Any]]
+    ) -> list[SearchHit]:
+        """Every hit's score mixed with its ``feedback``: how many of the terms shared by the
+        best hits it mentions (see ``pipeline.nlp.feedback``). Off at weight 0, and when there
+        are no more hits than seeds (nothing to lift)."""
+        weight, seeds = self.config.weight_feedback, self.config.feedback_seeds
+        if weight <= 0 or len(hits) <= seeds:
+            return hits
+        lemmas = {h.id: str(docs[h.id].get("text_lemmatized", "")) for h in hits}
+        best = sorted(hits, key=lambda h: -h.score)[:seeds]
+        terms = expansion_terms(
+            [lemmas[h.id] for h in best],
+            self.lemmatizer.lemmatize(query.query),
+            self.config.feedback_terms,
+        )
+        for hit in hits:  # built by this search and shared with nobody: updated in place
+            add_feedback(hit, feedback(lemmas[hit.id], terms), weight)
+        return hits
+
+    def _timing(self, query: SearchQuery) -> Timing:
+        reference = query.reference_time or self.clock()
+        return Timing(
+            periods=periods(query.query, reference) if self.config.weight_time > 0 else [],
+            when=asks_when(query.query) and self.config.weight_dated > 0,
+        )
+
     def _reranked(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
         if not query.rerank or self.reranker is None:
             return hits
-        hits = sorted(hits, key=lambda h: -h.score)[: query.top_k * self.config.rerank_overfetch]
+        hits = sorted(hits, key=lambda h: -h.score)[: self._pool(query)]
         scores = self.reranker.rerank(query.query, [h.memory for h in hits])
         return [
             h.model_copy(
@@ -356,6 +433,34 @@ class Searcher:
             )
             for h, s in zip(hits, scores, strict=True)
         ]
+
+
+def observed_at(source: Mapping[str, Any]) -> datetime | None:
+    """A memory's ``observed_at`` as an aware datetime (UTC when stored without a zone)."""
+    value = source.get("observed_at")
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+_POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b", re.IGNORECASE)
+
+
+def without_possessives(text: str) -> str:
+    """ "Maria's dog" → "Maria dog": a name in the possessive still matches the speaker."""
+    return _POSSESSIVE.sub("", text)
+
+
+def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:
+    """Mix ``hit``'s fused score with the feedback ``signal`` (the score weighs 1), in place."""
+    hit.score = round((hit.score + weight * signal) / (1 + weight), 6)
+    if hit.explain is not None:
+        hit.explain.feedback = round(signal, 6)
+        hit.explain.fused = hit.score
 
 
 def not_expired() -> dict[str, Any]:
@@ -388,7 +493,7 @@ def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) 
 def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "size": len(ids) or 1,
-        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
+        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized"]},
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
 

@@ -86,6 +86,7 @@ class StoredMemory(BaseModel):
     id: str
     text: str
     event: str = "ADD"
+    speaker: str | None = None
 
 
 class JobState(BaseModel):

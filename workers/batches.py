@@ -28,7 +28,7 @@ from pipeline.jobs import job_record
 from pipeline.phases import Workload
 from pipeline.state import JobState, JobStatus, Phase
 from workers.chain import batch_chain
-from workers.names import GATHER_TASK
+from workers.names import GATHER_TASK, WAIT_TASK
 from workers.runtime import MemqCelery, queue_for
 
 log = logging.getLogger("memq.worker")
@@ -55,6 +55,12 @@ def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
     except OperationalError as exc:
         runtime.states.unready(lane, job_id)
         raise TransientError(f"could not send a gather for job {job_id}: {exc}") from exc
+
+
+def wait_for_turn(app: MemqCelery, job_id: str, backfill: bool) -> None:
+    """Send the job's ``wait_turn``: it becomes ready when the jobs ahead of it have ended."""
+    queue = queue_for(Workload.IO, app.runtime.settings.queues, backfill)
+    app.send_task(WAIT_TASK, args=(job_id,), queue=queue)
 
 
 def gather(app: MemqCelery, batch_id: str, lane: str) -> list[str]:
@@ -126,11 +132,9 @@ def linger(app: MemqCelery, lane: str, taken: int) -> bool:
 
 
 def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list[JobState]:
-    """The jobs this batch runs: each still has its state, heads its session's line, its turn
-    is this batch's (not taken by another), and no other job of its session is in the batch
-    (that one goes back to the ready list). A job that does not head its line is dropped from
-    the ready list: the job ahead of it makes it ready again when it ends (the hand-on), so two
-    jobs of one session never run at once, even in two batches in flight."""
+    """The jobs this batch runs: each still has its state, heads its session's line (one made
+    ready out of turn goes back to waiting for it, so a session's order holds whatever put it
+    in the list), and its turn is this batch's (not taken by another)."""
     runtime = app.runtime
     sessions: set[str] = set()
     jobs: list[JobState] = []
@@ -138,10 +142,10 @@ def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list
         if state is None:  # ended meanwhile
             continue
         session = state.request.scope.key
-        if not runtime.states.my_turn(session, state.job_id, runtime.clock()):
-            continue
-        if session in sessions:
-            make_ready(app, state.job_id, state.backfill)
+        if session in sessions or not runtime.states.my_turn(
+            session, state.job_id, runtime.clock()
+        ):
+            wait_for_turn(app, state.job_id, state.backfill)
             continue
         if not runtime.states.take_turn(state.job_id, state.attempts, owner=batch_id):
             continue  # another batch runs this attempt already

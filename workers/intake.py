@@ -16,12 +16,10 @@ from kombu.exceptions import OperationalError
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.jobs import job_record
 from pipeline.models import NAMESPACE, AddRequest
-from pipeline.phases import Workload
 from pipeline.state import JobState, JobStatus
 from pipeline.store.protocol import JobRecord
-from workers.batches import make_ready
-from workers.names import WAIT_TASK
-from workers.runtime import MemqCelery, queue_for
+from workers.batches import make_ready, wait_for_turn
+from workers.runtime import MemqCelery
 
 
 @dataclass(frozen=True)
@@ -89,9 +87,8 @@ def start(app: MemqCelery, job_id: str, backfill: bool, idle: bool) -> None:
     Behind others: it waits for its turn."""
     if idle:
         make_ready(app, job_id, backfill)
-        return
-    queue = queue_for(Workload.IO, app.runtime.settings.queues, backfill)
-    app.send_task(WAIT_TASK, args=(job_id,), queue=queue)
+    else:
+        wait_for_turn(app, job_id, backfill)
 
 
 def replay(app: MemqCelery, job_id: str) -> JobRecord:

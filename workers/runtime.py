@@ -26,7 +26,7 @@ from pipeline.models import utcnow
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer
 from pipeline.phases import PHASES, Workload
-from pipeline.search import Searcher
+from pipeline.search import Reranker, Searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
@@ -100,7 +100,17 @@ class Runtime:
             entities=deps.entities,
             config=self.settings.search,
             entity_similarity=deps.limits.entity_merge_similarity,
+            reranker=make_reranker(self.settings),
         )
+
+
+def make_reranker(settings: Settings) -> Reranker | None:
+    """The configured reranker, or None (rerank is off unless ``MEMQ_RERANK_URL`` is set)."""
+    if settings.rerank.url is None:
+        return None
+    from pipeline.rerank import HttpReranker
+
+    return HttpReranker(settings.rerank)
 
 
 def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], datetime]) -> Deps:

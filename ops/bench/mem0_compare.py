@@ -1,15 +1,20 @@
-"""memq against mem0 OSS (mem0ai, `mem0.Memory`): evidence recall on LoCoMo dev, side by side.
+"""memq against mem0 OSS (mem0ai, `mem0.Memory`): evidence recall on LoCoMo dev, side by side,
+each through its own public interface.
 
-Both systems get the same turns, the same questions, the same Elasticsearch node and the same
-model: all-MiniLM-L6-v2 from memq's `MiniLMEmbedder`, in process for memq and, for mem0, served
-from this process as an OpenAI-compatible `POST /v1/embeddings` on 127.0.0.1. Both ingest with
-infer=False (one memory per turn, "Speaker: text", dia_id in metadata), exactly as
-locomo_recall.py does for memq; mem0's LLM points at a stub on 127.0.0.1 that counts its calls
-(there must be none). Every question is searched in its conversation's scope, top 10, the two
-systems interleaved per question (the order swapped every other question) for the latencies.
-Scored with locomo_recall's own functions. Needs the stack (ops/up).
+memq runs as a user runs it: a private stack (its own worker and API, index prefix and queues;
+see api_stack.py) gets one `POST /v1/memories` per session (speaker in each message's `name`,
+the session date as `timestamp`, infer=false) and one `POST /v1/memories/search` per question.
+mem0 gets the same sessions through `Memory.add(messages, user_id=..., infer=False)` (the
+messages with their `name`; OSS mem0 refuses `timestamp`, so the date rides in metadata) and
+the same questions through `Memory.search`. Both use the same Elasticsearch node and the same
+model, all-MiniLM-L6-v2 (memq's `MiniLMEmbedder`; for mem0, served from this process as an
+OpenAI-compatible `POST /v1/embeddings` on 127.0.0.1). mem0's LLM points at a stub that counts
+its calls (there must be none). Questions are asked of the two systems interleaved (the order
+swapped every other question) for the latencies; memq's include the HTTP hop. Hits are matched
+to turns by their text and scored with locomo_recall's functions. Needs the stack (ops/up).
 
     .venv/bin/python ops/bench/mem0_compare.py [--data ../shared/data/locomo-dev] [--keep]
+        [--port 8311]
 """
 
 from __future__ import annotations
@@ -22,25 +27,34 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
+from api_stack import running_stack
 from elasticsearch import Elasticsearch
-from locomo_recall import evaluate, fresh_runtime, ingest, read_jsonl, table
+from locomo_recall import (
+    Search,
+    TurnIndex,
+    api_search,
+    asked_at,
+    evaluate,
+    ingest,
+    read_jsonl,
+    said,
+    sessions,
+    table,
+)
 
+from pipeline.config import Settings
 from pipeline.embedding.local import MiniLMEmbedder
-from pipeline.models import Scope
-from pipeline.search import Searcher, SearchQuery
-from pipeline.store.indices import drop_indices
+from pipeline.store.client import make_client
 
 MEMQ_PREFIX = "memqbench-mem0cmp"
 MEM0_INDEX = "mem0bench_locomo"
 MEM0_INDICES = (MEM0_INDEX, f"{MEM0_INDEX}_entities")  # its memories, its entity store
-TENANT = "locomo"  # the tenant locomo_recall.ingest writes under
 TOP_K = 10
 
 
@@ -168,22 +182,17 @@ def make_mem0(config: dict[str, Any], es: Elasticsearch) -> Any:
 
 
 def mem0_ingest(memory: Any, turns: list[dict[str, Any]]) -> float:
-    """One `Memory.add(..., infer=False)` per turn, the same text and metadata as memq's; OSS
-    mem0 refuses `timestamp` (platform only), so the session date rides in metadata."""
+    """One `Memory.add(..., infer=False)` per session, the same messages as memq's; OSS mem0
+    refuses `timestamp` (platform only), so the session date rides in metadata."""
     started = time.perf_counter()
-    for turn in turns:
-        photo = f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else ""
-        message = {
-            "role": "user",
-            "content": f"{turn['speaker']}: {turn['text']}{photo}",
-            "name": turn["speaker"],
-        }
+    for session in sessions(turns):
+        first = session[0]
+        messages = [{"role": "user", "content": said(t), "name": t["speaker"]} for t in session]
         metadata = {
-            "dia_id": turn["dia_id"],
-            "session": turn["session_id"],
-            "session_date": turn["session_datetime_iso"],
+            "session": first["session_id"],
+            "session_date": first["session_datetime_iso"],
         }
-        memory.add([message], user_id=turn["conv_id"], metadata=metadata, infer=False)
+        memory.add(messages, user_id=first["conv_id"], metadata=metadata, infer=False)
     return len(turns) / (time.perf_counter() - started)
 
 
@@ -195,54 +204,27 @@ def drop_mem0(es: Elasticsearch) -> None:
 # --- interleaved search ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Found:
-    """A mem0 hit as locomo_recall.evaluate reads one: its metadata."""
-
-    metadata: dict[str, Any]
-
-
-@dataclass
-class Recorded:
-    """Answers `search_many` from hits recorded earlier, so `evaluate` scores them unchanged."""
-
-    hits: dict[tuple[str, str], list[Any]]
-
-    def search_many(self, queries: Sequence[SearchQuery]) -> list[list[Any]]:
-        return [self.hits[(q.scope.user_id or "", q.query)] for q in queries]
-
-
 @dataclass
 class Run:
-    """Hits and per-query latencies (ms) of one system."""
+    """Memory texts found per question (by ``qa_id``) and per-query latencies (ms)."""
 
-    search: Callable[[dict[str, Any]], list[Any]]
-    hits: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    search: Search
+    hits: dict[str, list[str]] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
 
     def ask(self, question: dict[str, Any]) -> None:
         started = time.perf_counter()
         found = self.search(question)
         self.latencies.append((time.perf_counter() - started) * 1000)
-        self.hits[(question["conv_id"], question["question"])] = found
+        self.hits[question["qa_id"]] = found
 
 
-def memq_search(searcher: Searcher) -> Callable[[dict[str, Any]], list[Any]]:
-    def search(question: dict[str, Any]) -> list[Any]:
-        scope = Scope(tenant=TENANT, user_id=question["conv_id"])
-        return list(
-            searcher.search(SearchQuery(query=question["question"], scope=scope, top_k=TOP_K))
-        )
-
-    return search
-
-
-def mem0_search(memory: Any) -> Callable[[dict[str, Any]], list[Any]]:
-    def search(question: dict[str, Any]) -> list[Any]:
+def mem0_search(memory: Any) -> Search:
+    def search(question: dict[str, Any]) -> list[str]:
         reply = memory.search(
             question["question"], top_k=TOP_K, filters={"user_id": question["conv_id"]}
         )
-        return [Found(item.get("metadata") or {}) for item in reply["results"]]
+        return [str(item.get("memory", "")) for item in reply["results"]]
 
     return search
 
@@ -278,12 +260,13 @@ def timing_table(turns: int, ingest_rates: dict[str, float], runs: dict[str, Run
 
 
 def report(
-    questions: list[dict[str, Any]], rates: dict[str, float], runs: dict[str, Run], stub: Endpoints
+    questions: list[dict[str, Any]],
+    index: TurnIndex,
+    rates: dict[str, float],
+    runs: dict[str, Run],
+    stub: Endpoints,
 ) -> None:
-    recalls = {
-        name: evaluate(cast(Searcher, Recorded(run.hits)), questions) for name, run in runs.items()
-    }
-    print(table(recalls))
+    print(table({name: evaluate(run.hits, questions, index) for name, run in runs.items()}))
     print()
     print(timing_table(turns=stub.turns, ingest_rates=rates, runs=runs))
     inside = stub.embed_seconds / max(stub.embed_calls, 1) * 1000
@@ -302,31 +285,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared/data/locomo-dev"
     )
     parser.add_argument("--keep", action="store_true", help="keep both systems' indices")
+    parser.add_argument("--port", type=int, default=8311, help="memq's private API port")
     return parser.parse_args(argv)
 
 
-def compare(data: Path, keep: bool, workdir: Path) -> None:
+def compare(data: Path, keep: bool, port: int, workdir: Path) -> None:
     turns = read_jsonl(data / "turns.jsonl")
     questions = read_jsonl(data / "qa.jsonl")
-    runtime = fresh_runtime(MEMQ_PREFIX)
-    embedder = runtime.deps.embedder
-    if not isinstance(embedder, MiniLMEmbedder):
-        raise SystemExit("mem0_compare: memq did not build the local MiniLM embedder")
-    stub = Endpoints(embedder, turns=len(turns))
+    settings = Settings()
+    stub = Endpoints(
+        MiniLMEmbedder(settings.embedder.model_copy(update={"kind": "local"})), len(turns)
+    )
     server = serve(stub)
-    es = runtime.es
+    es = make_client(settings.es)
     drop_mem0(es)
-    memory = make_mem0(mem0_config(runtime.settings.es.url, server.server_port, workdir), es)
-    rates = {"memq": ingest(runtime.deps, turns), "mem0": mem0_ingest(memory, turns)}
-    es.indices.refresh(index=[runtime.store.names.memories, MEM0_INDEX])
-    runs = {"memq": Run(memq_search(runtime.searcher)), "mem0": Run(mem0_search(memory))}
-    interleave(list(runs.values()), questions)
+    memory = make_mem0(mem0_config(settings.es.url, server.server_port, workdir), es)
+    with (
+        running_stack(MEMQ_PREFIX, port, workdir / "logs", keep=keep) as stack,
+        stack.client() as client,
+    ):
+        rates = {"memq": ingest(client, turns), "mem0": mem0_ingest(memory, turns)}
+        es.indices.refresh(index=MEM0_INDEX)
+        runs = {
+            "memq": Run(api_search(client, asked_at(turns))),
+            "mem0": Run(mem0_search(memory)),
+        }
+        interleave(list(runs.values()), questions)
     print(f"{len(turns)} turns, {len(questions)} questions, top {TOP_K}, infer=False for both")
-    report(questions, rates, runs, stub)
+    report(questions, TurnIndex(turns), rates, runs, stub)
     memory.close()
     server.shutdown()
     if not keep:
-        drop_indices(es, runtime.store.names)
         drop_mem0(es)
 
 
@@ -338,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mem0bench-") as workdir:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is imported, in make_mem0
         os.environ["MEM0_DIR"] = workdir
-        compare(args.data, args.keep, Path(workdir))
+        compare(args.data, args.keep, args.port, Path(workdir))
     return 0
 
 

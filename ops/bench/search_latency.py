@@ -38,17 +38,18 @@ from typing import Any
 import numpy as np
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import bulk
-from locomo_recall import fresh_runtime
 from mem0_compare import Endpoints, mem0_config, percentile, serve
 
+from pipeline.config import Settings
 from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.models import Scope, entity_id, md5_hex, memory_id
 from pipeline.nlp.entities import extract_entities
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.phases.link import normalize_entity
 from pipeline.search import Searcher, SearchQuery
+from pipeline.store.client import make_client
 from pipeline.store.elastic import scope_filter
-from pipeline.store.indices import IndexNames, drop_indices
+from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from pipeline.store.protocol import EntityDoc, MemoryDoc
 from workers.runtime import Runtime
 
@@ -476,6 +477,22 @@ class Bench:
             "mem0": mem0_search(self.memory),
             "floor": floor_search(self.runtime.es, self.embedder, index),
         }
+
+
+def fresh_runtime(prefix: str) -> Runtime:
+    """memq on empty indices under ``prefix``, with the local MiniLM whatever the environment
+    says (benchmarks compare like with like)."""
+    base = Settings()
+    settings = base.model_copy(
+        update={
+            "es": base.es.model_copy(update={"index_prefix": prefix}),
+            "embedder": base.embedder.model_copy(update={"kind": "local"}),
+        }
+    )
+    drop_indices(make_client(settings.es), IndexNames(prefix))
+    runtime = Runtime(settings)
+    ensure_indices(runtime.es, settings.es, settings.embedder.dims)
+    return runtime
 
 
 def prepare(rng: random.Random, size: int) -> Bench:

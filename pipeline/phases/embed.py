@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pipeline.batch import BatchResult, single
 from pipeline.deps import Deps
 from pipeline.errors import MemqError
+from pipeline.nlp.speaker import embedding_text, speaker_of
 from pipeline.protocols import Embedder
 from pipeline.state import ItemError, JobState, Phase
 
@@ -18,7 +19,11 @@ def embed_facts_batch(states: Sequence[JobState], deps: Deps) -> BatchResult:
     """Fill each job's ``embeddings`` (aligned with its facts; None where an item could not be
     embedded, each such item reported in that job's ``errors``). One model call for the whole
     batch; if it fails, one call per fact, so a fact the model refuses costs only itself."""
-    texts = [fact.text for state in states for fact in state.facts]
+    texts = [
+        embedding_text(fact.text, speaker_of(fact, state.request.scope))
+        for state in states
+        for fact in state.facts
+    ]
     if not texts:
         return BatchResult(states=[s.with_(embeddings=[]) for s in states])
     errors: list[ItemError | None]

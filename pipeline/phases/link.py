@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.models import Scope, entity_id
+from pipeline.nlp.entities import NAME
 from pipeline.protocols import Entity
 from pipeline.state import JobState
 from pipeline.store.protocol import EntityDoc, EntityLink
@@ -59,10 +60,12 @@ def linked(state: JobState, links: list[EntityLink]) -> JobState:
 
 
 def group_entities(state: JobState, found: list[list[Entity]]) -> Groups:
-    """The job's entities by normalized text, each with the memories that mention it."""
+    """The job's entities by normalized text, each with the memories that mention it. A
+    memory's speaker is one of its entities: "I adopted a dog", said by Maria, is about Maria."""
     groups: Groups = {}
     for memory, entities in zip(state.stored, found, strict=True):
-        for entity in entities:
+        speaker = [Entity(memory.speaker, NAME)] if memory.speaker else []
+        for entity in [*speaker, *entities]:
             name = normalize_entity(entity.text)
             if name and memory.id not in groups.setdefault(name, (entity, []))[1]:
                 groups[name][1].append(memory.id)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.models import fallback_memory_id, history_id, memory_id
+from pipeline.nlp.speaker import speaker_of
 from pipeline.state import ItemError, JobState, Phase, StoredMemory
 from pipeline.store.protocol import HistoryDoc, MemoryDoc, WriteOutcome
 
@@ -113,7 +114,9 @@ def finish(state: JobState, written: Written) -> JobState:
         "duplicates": state.counts.get("duplicates", 0) + written.raced,
     }
     return state.with_(
-        stored=[StoredMemory(id=doc.id, text=doc.text) for doc in written.stored],
+        stored=[
+            StoredMemory(id=doc.id, text=doc.text, speaker=doc.speaker) for doc in written.stored
+        ],
         errors=[*state.errors, *written.errors],
         counts=counts,
     )
@@ -136,6 +139,7 @@ def memory_doc(state: JobState, index: int, doc_id: str | None = None) -> Memory
         role=fact.role,
         attributed_to=fact.attributed_to,
         actor_id=fact.actor_id,
+        speaker=speaker_of(fact, request.scope),
         memory_type=request.memory_type.value if request.memory_type else None,
         metadata=dict(request.metadata),
         expiration_date=request.expiration_date,

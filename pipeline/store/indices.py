@@ -101,6 +101,7 @@ def memory_properties(dims: int) -> dict[str, Any]:
         "embedding": _vector(dims),
         "hash": _KEYWORD,
         "actor_id": _KEYWORD,
+        "speaker": {"type": "text"},  # who said it, as words (added in place to v1)
         "role": _KEYWORD,
         "memory_type": _KEYWORD,
         "attributed_to": _KEYWORD,

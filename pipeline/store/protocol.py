@@ -39,6 +39,7 @@ class MemoryDoc:
     role: str = "user"
     attributed_to: str = "user"
     actor_id: str | None = None
+    speaker: str | None = None
     memory_type: str | None = None
     language: str = "en"
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +67,7 @@ class MemoryDoc:
         }
         optional = {
             "actor_id": self.actor_id,
+            "speaker": self.speaker,
             "memory_type": self.memory_type,
             "expiration_date": self.expiration_date.isoformat() if self.expiration_date else None,
         }

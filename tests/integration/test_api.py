@@ -188,10 +188,15 @@ def test_readyz_reports_both_services_ok(base_url: str) -> None:
 
 def test_metrics_are_prometheus_text(a: Tenant, uid: str, base_url: str) -> None:
     remember(a, uid, "metrics need at least one job")
-    response = httpx.get(f"{base_url}/metrics", timeout=10)
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
-    text = response.text
+
+    def scraped() -> str | None:
+        """Jobs by status are counted in Elasticsearch, near-real-time (within a refresh)."""
+        response = httpx.get(f"{base_url}/metrics", timeout=10)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        return response.text if 'memq_jobs{status="succeeded"}' in response.text else None
+
+    text = wait_until(scraped, "the succeeded job in the metrics", 10.0)
     assert "# TYPE memq_http_requests_total counter" in text
     assert 'memq_http_requests_total{method="POST",route="/v1/memories",status="200"}' in text
     assert 'memq_jobs{status="succeeded"}' in text

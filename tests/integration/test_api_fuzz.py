@@ -19,6 +19,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
+from api.app import create_app
 from pipeline.config import Settings
 from tests.integration.test_api import Tenant, admin_key, create_tenant
 
@@ -58,39 +59,36 @@ def session(fuzz_tenant: Tenant) -> Iterator[requests.Session]:
         yield http
 
 
-def live_schema() -> Any:
-    """The API's OpenAPI document as it is served, loaded at collection (schemathesis builds
-    one test per operation from it). The lazy ``schemathesis.pytest.from_fixture`` loader does
-    not run on pytest 9 (it sets ``Function._nodeid``, gone in pytest 9), hence the eager load;
-    an API that does not answer fails the collection loudly."""
-    api = Settings().api
-    url = f"http://{api.host}:{api.port}/openapi.json"
-    try:
-        return schemathesis.openapi.from_url(url, wait_for_schema=20.0, timeout=30)
-    except Exception as exc:  # any failure to load is the same answer: the API is not there
-        pytest.fail(f"cannot load {url} ({exc!r}): start the stack with ops/up", pytrace=False)
+def code_schema() -> Any:
+    """The OpenAPI document of this checkout's API, built at collection without any service
+    (schemathesis builds one test per operation from it; the lazy
+    ``schemathesis.pytest.from_fixture`` loader does not run on pytest 9). The examples are
+    sent to the API process of the ``api_url`` fixture, which runs the same code."""
+    return schemathesis.openapi.from_dict(create_app(Settings()).openapi())
 
 
-schema = live_schema()
+schema = code_schema()
 
 
-def call(case: Any, session: requests.Session) -> None:
+def call(case: Any, session: requests.Session, base_url: str) -> None:
     """Send the case; a 5xx fails. ``wait`` is dropped so no example blocks for up to
     ``wait_s`` (waiting is covered in test_api.py). A 401 or 403 would mean the key never
     reached the server, and every example would test the auth check only."""
     if isinstance(case.query, dict):
         case.query.pop("wait", None)
-    response = case.call_and_validate(session=session, checks=[not_a_server_error], timeout=60)
+    response = case.call_and_validate(
+        base_url=base_url, session=session, checks=[not_a_server_error], timeout=60
+    )
     assert response.status_code not in (401, 403), response.text
 
 
 @schema.include(path_regex=MEMQ_ROUTES).exclude(path_regex=TRAILING_SLASH).parametrize()
 @EXAMPLES
-def test_memq_routes_never_answer_5xx(case: Any, session: requests.Session) -> None:
-    call(case, session)
+def test_memq_routes_never_answer_5xx(case: Any, session: requests.Session, base_url: str) -> None:
+    call(case, session, base_url)
 
 
 @schema.include(path_regex=MEM0_ROUTES).parametrize()
 @EXAMPLES
-def test_mem0_routes_never_answer_5xx(case: Any, session: requests.Session) -> None:
-    call(case, session)
+def test_mem0_routes_never_answer_5xx(case: Any, session: requests.Session, base_url: str) -> None:
+    call(case, session, base_url)

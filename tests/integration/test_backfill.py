@@ -1,15 +1,12 @@
-"""``memq backfill`` against the running stack: a real subprocess interrupted with SIGINT
-halfway, resumed from its checkpoint; every conversation's memories exist exactly once.
-
-The jobs must be processed by the workers ``ops/up`` started, so this test uses the stack's own
-settings (default index prefix and queues), never the private ones of the other integration
-tests; its data is kept apart by user ids unique to the run.
+"""``memq backfill`` as a real subprocess, interrupted with SIGINT halfway and resumed from its
+checkpoint; every conversation's memories exist exactly once. The jobs are processed by the test
+session's own worker process, on its private queues and index prefix (a worker of the shared
+stack may run other code than this tree's).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -17,7 +14,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,27 +26,13 @@ from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import JobRecord
+from tests.processes import WorkerProcess
 from workers.intake import job_id_for
 
 pytestmark = pytest.mark.integration
 
-# Captured at import (collection), before session fixtures point MEMQ_* at private test names.
-STACK_ENV = {k: v for k, v in os.environ.items() if k.startswith("MEMQ_")}
 USERS, SESSIONS_PER_USER = 40, 6
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def stack() -> Iterator[tuple[Settings, dict[str, str]]]:
-    """The running stack's settings and the environment for processes that use them."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMQ_")} | STACK_ENV
-    with pytest.MonkeyPatch.context() as patch:
-        for key in os.environ:
-            if key.startswith("MEMQ_") and key not in STACK_ENV:
-                patch.delenv(key)
-        for key, value in STACK_ENV.items():
-            patch.setenv(key, value)
-        yield Settings(), env
 
 
 def archive(run: str) -> list[dict[str, Any]]:
@@ -130,9 +112,9 @@ def job_records(es: Elasticsearch, names: IndexNames, ids: list[str]) -> list[Jo
 
 
 def test_interrupted_backfill_resumes_without_duplicates_or_gaps(
-    stack: tuple[Settings, dict[str, str]], tmp_path: Path
+    settings: Settings, test_env: dict[str, str], worker: WorkerProcess, tmp_path: Path
 ) -> None:
-    settings, env = stack
+    env = test_env
     run = uuid.uuid4().hex[:8]
     rows = archive(run)
     path = tmp_path / "archive.jsonl"
