@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from pipeline.config import Settings
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from tests.fakellm import FakeLLMServer
-from tests.processes import ApiProcess, WorkerProcess, free_port
+from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
 from workers.app import MemqCelery, create_celery
 
 
@@ -38,6 +39,22 @@ def admin_key() -> str:
         return ADMIN_KEY_FILE.read_text().strip()
     except OSError as exc:
         pytest.fail(f"no admin key: set MEMQ_API_ADMIN_KEY or create {ADMIN_KEY_FILE} ({exc})")
+
+
+@contextmanager
+def running(process: MemqProcess, wait_ready: Callable[[], None]) -> Iterator[None]:
+    """``process`` started and ready for the block (the test run fails, naming why, when it
+    does not get ready), stopped after it."""
+    process.start()
+    try:
+        wait_ready()
+    except RuntimeError as exc:
+        process.stop()
+        pytest.fail(str(exc))
+    try:
+        yield
+    finally:
+        process.stop()
 
 
 @pytest.fixture(scope="session")
@@ -141,14 +158,8 @@ def worker(
 ) -> Iterator[WorkerProcess]:
     """A real ``memq worker`` process consuming the test queues over the real Redis."""
     process = WorkerProcess(test_env, tmp_path_factory.mktemp("worker") / "worker.log")
-    process.start()
-    try:
-        process.wait_ready(celery_app)
-    except RuntimeError as exc:
-        process.stop()
-        pytest.fail(str(exc))
-    yield process
-    process.stop()
+    with running(process, lambda: process.wait_ready(celery_app)):
+        yield process
 
 
 @pytest.fixture(scope="session")
@@ -159,14 +170,8 @@ def api_process(
     queues (the worker fixture consumes them); the admin key is the stack's."""
     env = {**test_env, "MEMQ_API_PORT": str(free_port()), "MEMQ_API_ADMIN_KEY": admin_key()}
     process = ApiProcess(env, tmp_path_factory.mktemp("api") / "api.log")
-    process.start()
-    try:
-        process.wait_ready()
-    except RuntimeError as exc:
-        process.stop()
-        pytest.fail(str(exc))
-    yield process
-    process.stop()
+    with running(process, process.wait_ready):
+        yield process
 
 
 @pytest.fixture(scope="session")

@@ -518,15 +518,7 @@ class SlackReader(Reader):
     @cached_property
     def names(self) -> dict[str, str]:
         """Slack user id → the name people know them by, from ``users.json`` (if any)."""
-        index = self.path / "users.json"
-        if not index.is_file():
-            return {}
-        try:
-            items = json.loads(index.read_text(encoding="utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidInputError(f"{index}: not JSON ({exc})") from exc
-        if not isinstance(items, list):
-            raise InvalidInputError(f"{index}: not a JSON array of users")
+        items = self._index("users.json", "users")
         return {u["id"]: n for u in items if isinstance(u, dict) and (n := _slack_name(u))}
 
     def validate(self) -> None:
@@ -544,7 +536,13 @@ class SlackReader(Reader):
         return [name for name in listed if name in folders] if listed else folders
 
     def _listed_channels(self) -> list[str]:
-        index = self.path / "channels.json"
+        items = self._index("channels.json", "channels")
+        return [c["name"] for c in items if isinstance(c, dict) and isinstance(c.get("name"), str)]
+
+    def _index(self, name: str, what: str) -> list[Any]:
+        """The JSON array of the export's optional index file ``name`` ([] when absent);
+        ``InvalidInputError`` when it is there but not a JSON array."""
+        index = self.path / name
         if not index.is_file():
             return []
         try:
@@ -552,8 +550,8 @@ class SlackReader(Reader):
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InvalidInputError(f"{index}: not JSON ({exc})") from exc
         if not isinstance(items, list):
-            raise InvalidInputError(f"{index}: not a JSON array of channels")
-        return [c["name"] for c in items if isinstance(c, dict) and isinstance(c.get("name"), str)]
+            raise InvalidInputError(f"{index}: not a JSON array of {what}")
+        return items
 
     def _days(self, channel: str) -> list[str]:
         folder = self.path / channel
