@@ -418,27 +418,6 @@ def add_cpu_worker(env: dict[str, str], logs: Path, app: MemqCelery, run: str) -
     return worker
 
 
-def start_workers_in(env: dict[str, str], logs: Path, cwd: Path) -> list[Any]:
-    """An io and a cpu worker run from the source tree ``cwd`` (``-m`` puts the working
-    directory first on sys.path), then waited for on both queues."""
-    workers = []
-    for role in ("io", "cpu"):
-        workers.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "memq.cli", "worker", f"--role={role}"],
-                env=env,
-                cwd=cwd,
-                stdout=(logs / f"worker-{role}.log").open("wb"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-    for queue in ("io", "cpu"):
-        command = [sys.executable, "-m", "memq.cli", "health", f"--queue={queue}"]
-        subprocess.run([*command, "--timeout-s=120"], env=env, cwd=cwd, check=True)
-    return workers
-
-
 @contextmanager
 def memq_workers(
     env: dict[str, str],
@@ -449,7 +428,7 @@ def memq_workers(
     *,
     baseline: Path | None = None,
 ) -> Any:
-    workers = start_workers_in(env, logs, baseline) if baseline else start_workers(env, logs)
+    workers = start_workers(env, logs, baseline)
     try:
         if cpu == 2:
             workers.append(add_cpu_worker(env, logs, app, run))

@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
 
-from backfill_throughput import facts_reply  # noqa: E402
+from backfill_throughput import facts_reply, start_workers  # noqa: E402
 
 from pipeline.config import Settings  # noqa: E402
 from pipeline.store.client import make_client  # noqa: E402
@@ -84,37 +84,12 @@ def env_for(llm: FakeLLMServer, run: str, tree: Path) -> dict[str, str]:
     }
 
 
-def workers(env: dict[str, str], tree: Path, logs: Path) -> list[subprocess.Popen[bytes]]:
-    """One I/O and one CPU worker, as ops/ runs them, from ``tree``; waited for on both queues."""
-    started = []
-    for role in ("io", "cpu"):
-        started.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "memq.cli", "worker", f"--role={role}"],
-                env=env,
-                cwd=tree,
-                stdout=(logs / f"{role}.log").open("ab"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-    for queue in ("io", "cpu"):
-        command = [
-            sys.executable,
-            "-m",
-            "memq.cli",
-            "health",
-            f"--queue={queue}",
-            "--timeout-s=120",
-        ]
-        subprocess.run(command, env=env, cwd=tree, check=True, capture_output=True)
-    return started
-
-
 def probe(llm: FakeLLMServer, tree: Path, jobs: int, logs: Path) -> list[float]:
     run = uuid.uuid4().hex[:6]
     env = env_for(llm, run, tree)
-    running = workers(env, tree, logs)
+    run_logs = logs / run  # one folder of worker logs per probe
+    run_logs.mkdir()
+    running = start_workers(env, run_logs, tree)
     try:
         out = subprocess.run(
             [sys.executable, "-c", PROBE, str(jobs), str(WARM_UP)],

@@ -4,8 +4,6 @@ batch-mates go on."""
 
 from __future__ import annotations
 
-import json
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import JobRecord
 from tests.fakellm import Fail, FakeLLMServer, Normal
+from tests.integration.test_pipeline import facts_from_conversation
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
 from workers.batches import LIVE
@@ -44,8 +43,7 @@ def poisoned_or_facts(request: dict[str, Any]) -> str:
     new = request["messages"][-1]["content"].split("New messages:", 1)[-1]
     if "poison" in new:
         return "Sorry, I would rather chat about the weather."
-    facts = re.findall(r"fact: ([^\n]+)", new)
-    return json.dumps({"memory": [{"text": f, "attributed_to": "user"} for f in facts]})
+    return facts_from_conversation(request)
 
 
 @pytest.fixture(autouse=True)
