@@ -145,6 +145,13 @@ class SearchConfig(_Section):
     weight_feedback: float = Field(default=0.2, ge=0, le=1)
     feedback_seeds: int = Field(default=2, ge=1, le=20)
     feedback_terms: int = Field(default=10, ge=1, le=100)
+    # Second hop (pipeline.multihop): for the people a query names (at most ``hop_people``),
+    # the question's best BM25 matches among what they said join the candidates (at most
+    # ``hop_candidates`` new ones), and a memory said by one of them is lifted by
+    # ``weight_hop`` (the fused score weighs 1). 0: off; a search may ask ``hop: false``.
+    weight_hop: float = Field(default=0.1, ge=0, le=1)
+    hop_people: int = Field(default=2, ge=1, le=10)
+    hop_candidates: int = Field(default=20, ge=1, le=200)
 
 
 class RerankConfig(_Section):

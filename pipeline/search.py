@@ -12,8 +12,10 @@ ids-restricted query), so a keyword-only or entity-only hit competes on equal te
 normalized to [0, 1] and fused with the weights of ``SearchConfig``, joined by two signals a
 query may ask for: ``time`` (its ``observed_at`` near a period the query names) and ``dated``
 (its text carries a time, for a "when" question). The fused score is then mixed with
-``feedback`` (terms the best hits share), optionally reranked, and ``threshold`` applies to the
-final score. Several queries are served by one msearch per round trip.
+``feedback`` (terms the best hits share) and ``hop`` (said by a person the query names, with
+a second retrieval of what they said: ``pipeline.multihop``), optionally reranked, and
+``threshold`` applies to the final score. Several queries are served by one msearch per round
+trip.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pipeline.config import SearchConfig
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.filters import translate_filters
 from pipeline.models import VIEW_SOURCE_FIELDS, AwareDatetime, MemoryView, Scope, utcnow
+from pipeline.multihop import HopPlan, mixed, plan_hop, read_hop, said_by
 from pipeline.nlp.feedback import expansion_terms, feedback
 from pipeline.nlp.stopwords import without_stopwords
 from pipeline.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
@@ -57,6 +60,10 @@ class SearchOptions(BaseModel):
         default=None,
         description="the moment relative times in the query are read against (default: now)",
     )
+    hop: bool = Field(
+        default=True,
+        description="a second hop to what the people the query names said (when configured)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -80,6 +87,7 @@ class Explain(BaseModel):
     time: float | None = None
     dated: float | None = None
     feedback: float | None = None
+    hop: float | None = None
     fused: float
     rerank: float | None = None
     rank_semantic: int | None = None
@@ -110,9 +118,10 @@ class Candidates:
     rank_semantic: dict[str, int] = field(default_factory=dict)
     rank_bm25: dict[str, int] = field(default_factory=dict)
     rank_entity: dict[str, int] = field(default_factory=dict)
+    hop: dict[str, float] = field(default_factory=dict)
 
     def ids(self) -> list[str]:
-        return list(dict.fromkeys([*self.semantic, *self.bm25, *self.entity]))
+        return list(dict.fromkeys([*self.semantic, *self.bm25, *self.entity, *self.hop]))
 
 
 @dataclass(frozen=True)
@@ -155,7 +164,8 @@ class Searcher:
         vectors = self.embedder.embed([q.query for q in queries])
         filters = [self._filter(q) for q in queries]
         found = self._first_round(queries, vectors, filters)
-        docs, bm25 = self._second_round(queries, found, filters)
+        hops = [self._hop_plan(q, c) for q, c in zip(queries, found, strict=True)]
+        docs, bm25 = self._second_round(queries, found, filters, hops)
         return [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
@@ -272,10 +282,12 @@ class Searcher:
         queries: Sequence[SearchQuery],
         found: list[Candidates],
         filters: list[list[dict[str, Any]]],
+        hops: Sequence[HopPlan | None],
     ) -> tuple[list[dict[str, dict[str, Any]]], list[dict[str, float]]]:
         """Per query, three searches: every candidate's fields (filters re-applied); the
         vectors of the candidates the kNN list did not score; the BM25 score of those the BM25
-        list did not score (an ids-restricted query gives the same scores as the full one)."""
+        list did not score (an ids-restricted query gives the same scores as the full one).
+        A query's hop adds its search after all of these (see ``pipeline.multihop``)."""
         searches: list[dict[str, Any]] = []
         for query, candidates, clauses in zip(queries, found, filters, strict=True):
             ids = candidates.ids()
@@ -286,9 +298,13 @@ class Searcher:
             )
             for body in (docs_body(ids, clauses), vectors_body(unscored, clauses), bm25):
                 searches += [{"index": self.store.names.memories}, body]
-        responses = self._msearch(searches, "hybrid search (scoring)")
+        for hop, clauses in zip(hops, filters, strict=True):
+            searches += hop.searches(clauses) if hop else []
+        named = any(hops)  # a hop reads the question's BM25 score of its matches
+        responses = self._msearch(searches, "hybrid search (scoring)", named=named)
+        hop_responses = iter(responses[3 * len(found) :])
         docs, bm25_scores = [], []
-        for i, candidates in enumerate(found):
+        for i, (candidates, hop) in enumerate(zip(found, hops, strict=True)):
             fields, vectors, scored = (hits_of(responses[3 * i + k]) for k in range(3))
             embeddings = {h["_id"]: h["_source"].get("embedding") for h in vectors}
             docs.append(
@@ -297,13 +313,35 @@ class Searcher:
             bm25_scores.append(
                 {**candidates.bm25, **{h["_id"]: float(h["_score"]) for h in scored}}
             )
+            if hop:
+                reached = read_hop(hits_of(next(hop_responses)))
+                docs[-1].update(reached.docs)
+                bm25_scores[-1].update(reached.bm25)
+                candidates.hop.update(
+                    {m: float(said_by(d.get("actor_id"), hop.people)) for m, d in docs[-1].items()}
+                )
         return docs, bm25_scores
 
-    def _msearch(self, searches: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+    def _hop_plan(self, query: SearchQuery, candidates: Candidates) -> HopPlan | None:
+        """The query's second hop (pipeline.multihop), or None when it is off."""
+        if not query.hop or self.config.weight_hop <= 0:
+            return None
+        return plan_hop(
+            self.store.names.memories,
+            [e.text for e in self.entities.extract([query.query])[0]],
+            self._bm25_body(query.query, [], 1)["query"]["bool"],
+            candidates.ids(),
+            people=self.config.hop_people,
+            size=self.config.hop_candidates,
+        )
+
+    def _msearch(
+        self, searches: list[dict[str, Any]], what: str, named: bool = False
+    ) -> list[dict[str, Any]]:
         with es_errors(what):
-            responses: list[dict[str, Any]] = self.store.client.msearch(searches=searches).body[
-                "responses"
-            ]
+            responses: list[dict[str, Any]] = self.store.client.msearch(
+                searches=searches, include_named_queries_score=named or None
+            ).body["responses"]
         for response in responses:
             if "error" in response:
                 raise TransientError(f"{what}: {error_reason(response['error'])}")
@@ -343,6 +381,7 @@ class Searcher:
             for n, i in enumerate(ids)
         ]
         hits = self._fed_back(query, hits, docs)
+        hits = self._hopped(hits, candidates.hop)
         hits = self._reranked(query, hits)
         hits.sort(key=lambda h: -h.score)
         if query.threshold is not None:
@@ -408,6 +447,19 @@ class Searcher:
         )
         for hit in hits:  # built by this search and shared with nobody: updated in place
             add_feedback(hit, feedback(lemmas[hit.id], terms), weight)
+        return hits
+
+    def _hopped(self, hits: list[SearchHit], signal: Mapping[str, float]) -> list[SearchHit]:
+        """Every hit's score mixed with its ``hop`` signal (pipeline.multihop) when the query
+        had a hop; in place, as feedback."""
+        if not signal:
+            return hits
+        for hit in hits:
+            value = signal.get(hit.id, 0.0)
+            hit.score = round(mixed(hit.score, value, self.config.weight_hop), 6)
+            if hit.explain is not None:
+                hit.explain.hop = round(value, 6)
+                hit.explain.fused = hit.score
         return hits
 
     def _timing(self, query: SearchQuery) -> Timing:

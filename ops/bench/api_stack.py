@@ -134,11 +134,15 @@ class Stack:
 
 
 @contextmanager
-def running_stack(prefix: str, port: int, log_dir: Path, keep: bool = False) -> Iterator[Stack]:
-    """A fresh stack (its indices dropped first, and afterwards unless ``keep``)."""
+def running_stack(
+    prefix: str, port: int, log_dir: Path, keep: bool = False, reuse: bool = False
+) -> Iterator[Stack]:
+    """A fresh stack (its indices dropped first unless ``reuse``, and afterwards unless
+    ``keep``). ``reuse`` serves the indices a ``keep`` run left, as they are."""
     log_dir.mkdir(parents=True, exist_ok=True)
     stack = Stack(prefix, port, log_dir)
-    stack.drop()
+    if not reuse:
+        stack.drop()
     try:
         stack.start_worker()
         stack.start_api()

@@ -11,7 +11,8 @@ its text (the memory text is what was said). The three modes are the same memori
 an API started with different weights. Reported per category and overall (categories 1-4):
 all@5, all@10 (every evidence turn retrieved) and any@10 (at least one).
 
-    .venv/bin/python ops/bench/locomo_recall.py [--data ../shared/data/locomo-dev] [--keep]
+    .venv/bin/python ops/bench/locomo_recall.py [--data ../shared/data/locomo-dev]
+        [--keep] [--reuse]
         [--port 8310] [--modes bm25,vectors,hybrid] [--set MEMQ_SEARCH_X=1 ...]
 """
 
@@ -186,6 +187,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared/data/locomo-dev"
     )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark indices")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="search the indices a --keep run left (same --prefix) instead of ingesting again",
+    )
     parser.add_argument("--port", type=int, default=8310, help="the private API's port")
     parser.add_argument("--prefix", default=PREFIX, help="the private index prefix and queues")
     parser.add_argument(
@@ -245,12 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     data = Dataset.read(args.data)
     turns = data.turns
     logs = Path(tempfile.gettempdir()) / args.prefix  # the processes' logs, kept for a failure
-    with running_stack(args.prefix, args.port, logs, keep=args.keep) as stack:
-        with stack.client() as client:
-            rate = ingest(client, turns)
+    with running_stack(args.prefix, args.port, logs, keep=args.keep, reuse=args.reuse) as stack:
+        rate = 0.0
+        if not args.reuse:
+            with stack.client() as client:
+                rate = ingest(client, turns)
         results = run_modes(stack, args.modes.split(","), extra, data)
+    ingested = "reused the kept indices" if args.reuse else f"ingested at {rate:.1f} turns/s"
     print(
-        f"ingested {len(turns)} turns in {len(sessions(turns))} sessions at {rate:.1f} turns/s "
+        f"{len(turns)} turns in {len(sessions(turns))} sessions, {ingested} "
         f"(POST /v1/memories per session, infer=false); settings: {extra or 'defaults'}"
     )
     print(table(results))

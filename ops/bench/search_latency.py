@@ -16,6 +16,7 @@ mem0 through mem0_compare's in-process OpenAI-compatible endpoint; the floor's t
 its embedding. Needs the stack (Elasticsearch); writes docs/img/search_latency.png.
 
     .venv/bin/python ops/bench/search_latency.py [--sizes 1000,10000,100000] [--keep]
+        [--without-hop]
 """
 
 from __future__ import annotations
@@ -327,8 +328,8 @@ def drop_mem0(es: Elasticsearch) -> None:
 Search = Callable[[str], object]
 
 
-def memq_search(searcher: Searcher) -> Search:
-    return lambda q: searcher.search(SearchQuery(query=q, scope=SCOPE, top_k=TOP_K))
+def memq_search(searcher: Searcher, hop: bool = True) -> Search:
+    return lambda q: searcher.search(SearchQuery(query=q, scope=SCOPE, top_k=TOP_K, hop=hop))
 
 
 def mem0_search(memory: Any) -> Search:
@@ -452,6 +453,7 @@ class Bench:
     combos: list[tuple[int, ...]]
     entity_vectors: dict[str, list[float]]
     memory: Any = None
+    without_hop: bool = False
     template: dict[str, Any] = field(default_factory=dict)
 
     def grow(self, start: int, stop: int) -> None:
@@ -472,11 +474,14 @@ class Bench:
 
     def searches(self) -> dict[str, Search]:
         index = self.runtime.store.names.memories
-        return {
+        searches = {
             "memq": memq_search(self.runtime.searcher),
             "mem0": mem0_search(self.memory),
             "floor": floor_search(self.runtime.es, self.embedder, index),
         }
+        if self.without_hop:  # the same searcher, each query asking for no second hop
+            searches["memq, no hop"] = memq_search(self.runtime.searcher, hop=False)
+        return searches
 
 
 def fresh_runtime(prefix: str) -> Runtime:
@@ -529,9 +534,10 @@ def opened(
             drop_mem0(runtime.es)
 
 
-def run(sizes: list[int], keep: bool, workdir: Path) -> Results:
+def run(sizes: list[int], keep: bool, workdir: Path, without_hop: bool = False) -> Results:
     rng = random.Random(SEED)
     bench = prepare(rng, max(sizes))
+    bench.without_hop = without_hop
     asked = questions(rng, QUESTIONS)
     results: Results = {}
     with opened(bench, Endpoints(bench.embedder, turns=0), workdir, keep):
@@ -556,7 +562,13 @@ def arguments(doc: str | None, plot_path: Path) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    return arguments(__doc__, PLOT).parse_args(argv)
+    parser = arguments(__doc__, PLOT)
+    parser.add_argument(
+        "--without-hop",
+        action="store_true",
+        help="also time memq with each query asking for no second hop (hop=false)",
+    )
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -566,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mem0bench-") as workdir:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
         os.environ["MEM0_DIR"] = workdir
-        results = run(sizes, args.keep, Path(workdir))
+        results = run(sizes, args.keep, Path(workdir), args.without_hop)
     print(f"\n{QUESTIONS} questions, top {TOP_K}, one scope, interleaved per question")
     print(table(results))
     plot(results, args.plot)

@@ -190,6 +190,8 @@ def test_explain_matches_the_ranking(runtime: Runtime, searcher: Searcher, scope
             expected = (expected + config.weight_feedback * e.feedback) / (
                 1 + config.weight_feedback
             )
+        if e.hop is not None:  # then the second hop's, the same way
+            expected = (expected + config.weight_hop * e.hop) / (1 + config.weight_hop)
         assert abs(e.fused - expected) < 1e-4 and hit.score == e.fused
         assert 0 <= e.semantic <= 1 and 0 <= e.bm25 <= 1
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
