@@ -4,6 +4,7 @@ about a person finds what that person said, where the words of the question lead
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -75,6 +76,20 @@ def test_what_a_named_person_said_gets_the_hop_signal(
     for hit in hits:  # what Maria said is lifted, Jon's replies to her are not
         assert hit.explain is not None
         assert hit.explain.hop == (1.0 if hit.actor_id == "Maria" else 0.0)
+
+
+def test_a_question_about_a_person_finds_the_second_piece_of_what_they_said(
+    celery_app: MemqCelery, worker: WorkerProcess, scope: Scope
+) -> None:
+    conversation(celery_app, scope)
+    searcher = celery_app.runtime.searcher
+    # The second piece shares no word with the question: without the hop, Jon's replies that
+    # name her come before it. Weighing 1, the hop puts what Maria said first whatever the
+    # other signals say (a margin that does not depend on the index's term statistics).
+    without = [h.memory for h in ranked(searcher, scope, hop=False)]
+    assert set(without[:2]) != {FIRST, SECOND}
+    strongest = replace(searcher, config=searcher.config.model_copy(update={"weight_hop": 1.0}))
+    assert set([h.memory for h in ranked(strongest, scope)][:2]) == {FIRST, SECOND}
 
 
 def test_a_name_nobody_speaks_under_lifts_nothing(
