@@ -9,7 +9,12 @@ timeouts, retries, error translation) runs for real against it.
   They stand in for an embedding model only; similar texts do NOT get similar vectors.
 - ``GET /v1/models``: one model, so health checks pass.
 - Admin (not recorded): ``POST /_script`` ``{"chat": [step...], "embeddings": [step...],
-  "default": "reply text"}``, ``GET /_requests``, ``POST /_reset``.
+  "default": "reply text", "refuse_json_schema": true}``, ``GET /_requests``, ``POST /_reset``.
+- ``refuse_json_schema``: act as a server without structured outputs (older vLLM, llama.cpp
+  builds, some gateways): a chat request whose ``response_format`` is of type ``json_schema``
+  gets a 400 naming ``response_format``; ``json_object`` and plain requests are served.
+- Every chat reply reports ``usage``: prompt tokens = words in the request's messages,
+  completion tokens = words in the reply (a stand-in for a tokenizer, deterministic).
 
 A step is a reply text, ``Fail(status, message)``, ``Delay(seconds, then)``, ``Garbage()`` or
 ``Normal()`` (answer as if unscripted). As JSON: ``{"reply": "..."}``, ``{"fail": 500,
@@ -40,6 +45,14 @@ from typing import Any
 
 DEFAULT_REPLY = '{"memory": []}'
 MODEL_NAME = "fake-llm"
+# What a server without structured outputs answers (vLLM's and llama.cpp's wording differ;
+# all name the parameter).
+REFUSED_JSON_SCHEMA = {
+    "message": "response_format of type json_schema is not supported by this server",
+    "type": "invalid_request_error",
+    "param": "response_format",
+    "code": None,
+}
 
 
 @dataclass(frozen=True)
@@ -102,8 +115,25 @@ def fake_embedding(text: str, dims: int) -> list[float]:
     return [x / norm for x in vector]
 
 
-def chat_body(text: str, model: str) -> dict[str, Any]:
+def words(value: Any) -> int:
+    """Whitespace-separated words in every string inside ``value`` (the fake's tokens)."""
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, dict):
+        return sum(words(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(words(v) for v in value)
+    return 0
+
+
+def chat_body(text: str, model: str, prompt_tokens: int = 0) -> dict[str, Any]:
     """An OpenAI chat.completion object whose one choice says ``text``."""
+    completion_tokens = words(text)
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
     return {
         "id": f"chatcmpl-fake-{time.monotonic_ns()}",
         "object": "chat.completion",
@@ -116,7 +146,7 @@ def chat_body(text: str, model: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": usage,
     }
 
 
@@ -131,6 +161,7 @@ class _State:
         self.embeddings: deque[Step] = deque()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.responder: Responder = lambda _request: DEFAULT_REPLY
+        self.refuse_json_schema = False
 
     def next_step(self, path: str, body: dict[str, Any]) -> Step:
         """Record the request and pop the next step of its script (``Normal()`` when empty)."""
@@ -139,12 +170,17 @@ class _State:
             queue = self.chat if path.endswith("/chat/completions") else self.embeddings
             return queue.popleft() if queue else Normal()
 
+    def record(self, path: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.requests.append((path, body))
+
     def reset(self) -> None:
         with self.lock:
             self.chat.clear()
             self.embeddings.clear()
             self.requests.clear()
             self.responder = lambda _request: DEFAULT_REPLY
+            self.refuse_json_schema = False
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -171,12 +207,23 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_json()
         if body is None:
             self._send_json(400, {"error": {"message": "request body is not a JSON object"}})
+        elif self.path == "/v1/chat/completions" and self._refused(body):
+            self.server.state.record("/refused", body)  # the script is kept for the retry
+            self._send_json(400, {"error": REFUSED_JSON_SCHEMA})
         elif self.path in ("/v1/chat/completions", "/v1/embeddings"):
             self._answer(self.server.state.next_step(self.path, body), body)
         elif self.path.startswith("/_"):
             self._admin(body)
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _refused(self, body: dict[str, Any]) -> bool:
+        response_format = body.get("response_format")
+        return (
+            self.server.state.refuse_json_schema
+            and isinstance(response_format, dict)
+            and response_format.get("type") == "json_schema"
+        )
 
     def _admin(self, body: dict[str, Any]) -> None:
         try:
@@ -200,7 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, self._embeddings(request))
         else:
             text = step if isinstance(step, str) else self.server.state.responder(request)
-            self._send_json(200, chat_body(text, str(request.get("model", MODEL_NAME))))
+            model = str(request.get("model", MODEL_NAME))
+            self._send_json(200, chat_body(text, model, words(request.get("messages", []))))
 
     def _embeddings(self, request: dict[str, Any]) -> dict[str, Any]:
         texts = request.get("input", [])
@@ -257,6 +305,8 @@ class _Server(ThreadingHTTPServer):
         with self.state.lock:
             self.state.chat.extend(chat)
             self.state.embeddings.extend(embeddings)
+            if "refuse_json_schema" in body:
+                self.state.refuse_json_schema = bool(body["refuse_json_schema"])
             if "default" in body:
                 default = str(body["default"])
                 self.state.responder = lambda _request: default
@@ -296,6 +346,15 @@ class FakeLLMServer:
     def chat_requests(self) -> list[dict[str, Any]]:
         """The bodies of the chat completion requests, in order."""
         return [body for path, body in self.requests if path.endswith("/chat/completions")]
+
+    def refuse_json_schema(self, refuse: bool = True) -> None:
+        """Answer ``response_format: json_schema`` requests with a 400 (see the module doc)."""
+        with self._state.lock:
+            self._state.refuse_json_schema = refuse
+
+    def refused_requests(self) -> list[dict[str, Any]]:
+        """The bodies of the chat requests refused for asking ``json_schema``."""
+        return [body for path, body in self.requests if path == "/refused"]
 
     def script_chat(self, *steps: Step) -> None:
         with self._state.lock:
@@ -352,8 +411,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--replies-file", type=Path)
+    parser.add_argument("--refuse-json-schema", action="store_true")
     args = parser.parse_args(argv)
     server = FakeLLMServer(port=args.port, dims=args.dims, host=args.host)
+    server.refuse_json_schema(args.refuse_json_schema)
     if args.replies_file is not None:
         server.script_chat(*read_replies(args.replies_file))
     # SIGTERM ends serve_forever through SystemExit, so the socket is closed on the way out.

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.deps import Deps
 from pipeline.errors import PermanentError, TransientError
+from pipeline.llm.parse import FactsReply
 from pipeline.memory import Memory
 from pipeline.models import AddRequest, MessageIn, Scope, md5_hex, memory_id
 from pipeline.nlp.entities import RuleEntityExtractor
@@ -351,3 +352,28 @@ def test_similar_entities_merge_and_links_accumulate() -> None:
 def test_metadata_cannot_carry_identity() -> None:
     request = conversation(("user", "x"), metadata={"user_id": "mallory", "topic": "music"})
     assert request.metadata == {"topic": "music"}
+
+
+def test_extraction_asks_for_the_reply_schema_and_records_the_tokens() -> None:
+    reply = facts_reply("Alice plays the cello")
+    llm = ScriptedLLM(reply)
+    deps = make_deps(llm)
+
+    result = Memory(deps).add(conversation(("user", "I play the cello on Sundays")))
+
+    assert llm.reply_models == [FactsReply]
+    record = store_of(deps).get_job(result["job_id"])
+    assert record is not None
+    prompt = sum(len(m.content.split()) for m in llm.calls[0])
+    assert record.counts["prompt_tokens"] == prompt > 0
+    assert record.counts["completion_tokens"] == len(reply.split())
+    assert record.counts["llm_calls"] == 1
+
+
+def test_a_job_without_a_model_call_records_no_tokens() -> None:
+    deps = make_deps(ScriptedLLM())
+
+    result = Memory(deps).add(conversation(("user", "verbatim please"), infer=False))
+
+    record = store_of(deps).get_job(result["job_id"])
+    assert record is not None and "prompt_tokens" not in record.counts
