@@ -2,7 +2,8 @@
 
 Every value comes from an environment variable with the prefix ``MEMQ_`` followed by the
 section and the field, e.g. ``MEMQ_ES_URL``, ``MEMQ_LLM_BASE_URL``, ``MEMQ_API_PORT``.
-Nothing in memq reads the environment anywhere else.
+Nothing in memq reads the environment anywhere else. ``MEMQ_CLIENT_*`` belongs to the HTTP
+SDK (``memq.Client``): no section may be named ``client``, and these settings ignore it.
 """
 
 from __future__ import annotations
@@ -177,6 +178,9 @@ class WorkerConfig(_Section):
     batch_max_jobs: int = Field(default=32, ge=1, le=1024)
     batch_wait_ms: int = Field(default=20, ge=0, le=10_000)
     batches_in_flight: int = Field(default=2, ge=1, le=1024)
+    # Prometheus: the worker's main process serves its processes' metrics here (0: off)
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerConfig:

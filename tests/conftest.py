@@ -156,8 +156,10 @@ def worker(
     indices: IndexNames,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WorkerProcess]:
-    """A real ``memq worker`` process consuming the test queues over the real Redis."""
-    process = WorkerProcess(test_env, tmp_path_factory.mktemp("worker") / "worker.log")
+    """A real ``memq worker`` process consuming the test queues over the real Redis; its
+    Prometheus metrics are served on ``MEMQ_WORKER_METRICS_PORT`` of its ``env``."""
+    env = {**test_env, "MEMQ_WORKER_METRICS_PORT": str(free_port())}
+    process = WorkerProcess(env, tmp_path_factory.mktemp("worker") / "worker.log")
     with running(process, lambda: process.wait_ready(celery_app)):
         yield process
 

@@ -4,15 +4,21 @@ import this module; the app class itself lives in ``workers.runtime``."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init
+import redis
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from pipeline.config import Settings
 from workers.chat import register_chat_tasks
+from workers.metrics import scrape_registry, serve_metrics
 from workers.names import HEALTH_TASK
 from workers.runtime import MemqCelery, celery_config
 from workers.tasks import register_tasks
+
+log = logging.getLogger("memq.worker")
 
 __all__ = ["HEALTH_TASK", "MemqCelery", "celery_config", "create_celery"]
 
@@ -40,3 +46,25 @@ def connect_warm_up(app: MemqCelery) -> None:
 
     worker_process_init.connect(in_child, weak=False)
     worker_init.connect(in_threads_worker, weak=False)
+
+
+def connect_metrics_server(app: MemqCelery, path: str, queues: Sequence[str]) -> None:
+    """Serve the worker's metrics (every process's files under ``path``, and the depths of
+    ``queues``) from its main process once the pool is up, on ``MEMQ_WORKER_METRICS_PORT``."""
+    config = app.runtime.settings.worker
+
+    def start(**_: Any) -> None:
+        client = redis.Redis.from_url(app.runtime.settings.redis.url)
+        registry = scrape_registry(path, client, queues)
+        try:
+            serve_metrics(config.metrics_host, config.metrics_port, registry)
+        except OSError as exc:  # the worker still runs; its metrics are missing, and said so
+            log.error(
+                "worker metrics: cannot listen on %s:%d (%s); set another port with "
+                "--metrics-port or MEMQ_WORKER_METRICS_PORT",
+                config.metrics_host,
+                config.metrics_port,
+                exc,
+            )
+
+    worker_ready.connect(start, weak=False)

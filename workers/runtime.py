@@ -21,7 +21,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import QueueConfig, Settings
 from pipeline.deps import Deps, Limits
 from pipeline.embedding import make_embedder
-from pipeline.llm.openai_llm import OpenAILLM
+from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
 from pipeline.models import utcnow
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer
@@ -32,6 +32,7 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.chat_buffer import ChatBuffer
+from workers.metrics import WorkerMetrics
 from workers.names import CHAT_FLUSH_TASK, GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
 from workers.state_store import RedisStateStore
 
@@ -76,8 +77,12 @@ class Runtime:
         return ElasticStore(self.es, names)
 
     @cached_property
+    def metrics(self) -> WorkerMetrics:
+        return WorkerMetrics()
+
+    @cached_property
     def deps(self) -> Deps:
-        return build_deps(self.settings, self.store, self.clock)
+        return build_deps(self.settings, self.store, self.clock, self.metrics.llm_call)
 
     def warm_up(self) -> None:
         """Build the clients and load the models now (a worker's first job is then as fast as
@@ -113,10 +118,20 @@ def make_reranker(settings: Settings) -> Reranker | None:
     return HttpReranker(settings.rerank)
 
 
-def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], datetime]) -> Deps:
+def build_deps(
+    settings: Settings,
+    store: ElasticStore,
+    clock: Callable[[], datetime],
+    llm_observer: LLMObserver | None = None,
+) -> Deps:
     """The phases' dependencies for ``settings``: the configured embedder and LLM (None when
-    no LLM is configured), the lemmatizer and the entity extractor."""
-    llm = OpenAILLM(settings.llm, settings.llm_api_key()) if settings.llm_configured() else None
+    no LLM is configured; ``llm_observer`` sees each of its requests), the lemmatizer and the
+    entity extractor."""
+    llm = (
+        OpenAILLM(settings.llm, settings.llm_api_key(), observer=llm_observer)
+        if settings.llm_configured()
+        else None
+    )
     return Deps(
         store=store,
         embedder=make_embedder(settings),

@@ -85,6 +85,7 @@ def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> None:
         runtime, job_record(state, status, runtime.clock(), phase=phase, reason=reason)
     ):
         return
+    runtime.metrics.jobs_ended(status.value)
     log.warning(
         "job %s %s in phase %s: %s",
         job_id,
@@ -196,7 +197,8 @@ def run_phase_task(
             batch_ended(app, batch_id)
         return []
     todo = [s for s in states if not s.is_done(spec.phase)]
-    result = run_guarded(spec, states, runtime)
+    with runtime.metrics.phase(spec.phase.value):
+        result = run_guarded(spec, states, runtime)
     failed = [result.failures[s.job_id] for s in todo if s.job_id in result.failures]
     if todo and len(failed) == len(todo) and all(isinstance(e, TransientError) for e in failed):
         raise failed[0]  # the whole batch failed alike: retry the batch task
@@ -238,6 +240,7 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
     if phase is not Phase.FINALIZE:
         runtime.states.save_many(states)
         return
+    runtime.metrics.jobs_ended(JobStatus.SUCCEEDED.value, len(states))
     for state in states:
         log.info(
             "job %s succeeded",
