@@ -126,12 +126,12 @@ def _flower(settings: Settings, args: argparse.Namespace) -> int:
 def _api(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.app import create_app
+    from api.app import create_app, instrument
 
+    app = create_app(settings)
+    instrument(app, settings)
     # log_config=None: uvicorn's lines go through the logging memq configured at start
-    uvicorn.run(
-        create_app(settings), host=settings.api.host, port=settings.api.port, log_config=None
-    )
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None)
     return 0
 
 

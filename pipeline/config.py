@@ -311,6 +311,13 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "MEMQ_OPENAI_API_KEY")
     )
+    # OpenTelemetry's own variable: traces are exported only when it is set
+    otel_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )
 
     def llm_api_key(self) -> SecretStr | None:
         """The LLM key: ``MEMQ_LLM_API_KEY`` first, else ``OPENAI_API_KEY``."""

@@ -12,6 +12,7 @@ import redis
 from celery.signals import worker_init, worker_process_init, worker_ready
 
 from pipeline.config import Settings
+from pipeline.telemetry import configure_tracing
 from workers.chat import register_chat_tasks
 from workers.metrics import scrape_registry, serve_metrics
 from workers.names import HEALTH_TASK
@@ -29,6 +30,7 @@ def create_celery(settings: Settings) -> MemqCelery:
     register_tasks(app)
     register_chat_tasks(app)
     connect_warm_up(app)
+    connect_tracing(app)
     return app
 
 
@@ -68,3 +70,23 @@ def connect_metrics_server(app: MemqCelery, path: str, queues: Sequence[str]) ->
             )
 
     worker_ready.connect(start, weak=False)
+
+
+def connect_tracing(app: MemqCelery) -> None:
+    """Trace tasks when an OTLP endpoint is configured (``pipeline.telemetry``): in each
+    prefork child after the fork, or in the main process of a threads pool. The Celery
+    instrumentation continues the trace a message carries (the API request, or the task that
+    sent it), so one job is one trace from the API through every task to Elasticsearch."""
+
+    def start(**_: Any) -> None:
+        if configure_tracing(app.runtime.settings, "memq-worker"):
+            from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+            CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
+
+    def in_threads_worker(sender: Any = None, **_: Any) -> None:
+        if "thread" in str(getattr(sender, "pool_cls", "")).lower():
+            start()
+
+    worker_process_init.connect(start, weak=False)
+    worker_init.connect(in_threads_worker, weak=False)
