@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
@@ -77,11 +78,31 @@ def with_metrics_port(settings: Settings, port: int | None) -> Settings:
 def prepare_metrics_dir() -> str:
     """A fresh, empty directory for the worker's Prometheus multiprocess files, exported in
     ``PROMETHEUS_MULTIPROC_DIR`` for its pool's processes and removed when the worker exits
-    (fresh: files of an earlier run would be added to this run's counts)."""
-    path = tempfile.mkdtemp(prefix="memq-metrics-")
+    (fresh: files of an earlier run would be added to this run's counts). Its name carries the
+    worker's pid, so the directory of a worker that was killed (no exit handler ran) is
+    removed by the next worker that starts."""
+    remove_stale_metrics_dirs()
+    path = tempfile.mkdtemp(prefix=f"memq-metrics-{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+def remove_stale_metrics_dirs() -> None:
+    for stale in Path(tempfile.gettempdir()).glob("memq-metrics-*-*"):
+        pid = stale.name.split("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
 
 
 # Up to about 8 minutes of broker outage: 0 s, 1 s, 2 s ... then every 5 s, 100 tries.

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -109,3 +112,24 @@ def test_worker_metrics_port_is_off_by_default(monkeypatch: pytest.MonkeyPatch) 
     assert Settings().worker.metrics_port == 0
     monkeypatch.setenv("MEMQ_WORKER_METRICS_PORT", "9464")
     assert Settings().worker.metrics_port == 9464
+
+
+def test_a_killed_workers_metrics_dir_is_removed_by_the_next_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import tempfile
+
+    from memq.cli import prepare_metrics_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")  # restored after the test
+    stale = tmp_path / f"memq-metrics-{2**22 + 7}-abc"  # above any pid_max: not alive
+    stale.mkdir()
+    alive = tmp_path / f"memq-metrics-{os.getpid()}-def"
+    alive.mkdir()
+
+    fresh = Path(prepare_metrics_dir())
+
+    assert not stale.exists() and alive.exists()
+    assert fresh.parent == tmp_path and fresh.name.startswith(f"memq-metrics-{os.getpid()}-")
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(fresh)
