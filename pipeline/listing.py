@@ -22,10 +22,10 @@ from elasticsearch import NotFoundError
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
 from pipeline.models import VIEW_SOURCE_FIELDS, Scope, history_id
-from pipeline.search import not_expired
 from pipeline.store.client import es_errors
 from pipeline.store.elastic import ElasticStore, scope_filter
 from pipeline.store.protocol import HistoryDoc
+from pipeline.store.queries import not_expired
 
 PIT_KEEP_ALIVE_S = 300
 PIT_KEEP_ALIVE = f"{PIT_KEEP_ALIVE_S}s"
