@@ -470,14 +470,7 @@ def unique_keys(reader: Reader) -> list[Located]:
 
 def fetch_records(app: MemqCelery, job_ids: list[str]) -> dict[str, JobRecord | None]:
     """The current record of each job (None when there is none), one round trip."""
-    if not job_ids:
-        return {}
-    store = app.runtime.store
-    docs = app.runtime.es.mget(index=store.names.jobs, ids=job_ids).body["docs"]
-    return {
-        doc["_id"]: JobRecord.model_validate(doc["_source"]) if doc.get("found") else None
-        for doc in docs
-    }
+    return app.runtime.store.get_jobs(job_ids)
 
 
 @contextmanager

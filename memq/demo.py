@@ -72,7 +72,7 @@ def ingest(app: MemqCelery, infer: bool, timeout_s: float) -> JobRecord:
 
 
 def show_search(app: MemqCelery) -> None:
-    app.runtime.es.indices.refresh(index=app.runtime.store.names.memories)
+    app.runtime.store.make_visible()
     hits = app.runtime.searcher.search(
         SearchQuery(query=QUESTION, scope=SCOPE, top_k=3, explain=True)
     )

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pipeline.config import SearchConfig
-from pipeline.errors import InvalidInputError, TransientError
+from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
 from pipeline.fusion import Candidates, Timing, add_feedback, cosines
 from pipeline.models import Scope, utcnow
@@ -35,8 +35,8 @@ from pipeline.nlp.timeexpr import asks_when, periods
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
 from pipeline.search_models import Explain, SearchHit, SearchOptions, SearchQuery
-from pipeline.store.client import error_reason, es_errors
-from pipeline.store.elastic import ElasticStore, cosine_from_score, scope_filter
+from pipeline.store.elastic import cosine_from_score, scope_filter
+from pipeline.store.protocol import ServingStore
 from pipeline.store.queries import (
     docs_body,
     hits_of,
@@ -65,9 +65,9 @@ class Reranker(Protocol):
 
 @dataclass(frozen=True)
 class Searcher:
-    """Runs hybrid searches over an ``ElasticStore`` with the given models."""
+    """Runs hybrid searches over a ``ServingStore`` with the given models."""
 
-    store: ElasticStore
+    store: ServingStore
     embedder: Embedder
     lemmatizer: Lemmatizer
     entities: EntityExtractor
@@ -126,12 +126,11 @@ class Searcher:
         searches: list[dict[str, Any]] = []
         for query, vector, clauses in zip(queries, vectors, filters, strict=True):
             size = self._fetch(query)
-            searches += [{"index": self.store.names.memories}, knn_body(vector, clauses, size)]
             searches += [
-                {"index": self.store.names.memories},
+                knn_body(vector, clauses, size),
                 self._bm25_body(query.query, clauses, size),
             ]
-        responses = self._msearch(searches, "hybrid search")
+        responses = self.store.search_memories(searches, "hybrid search")
         found = []
         for i, query in enumerate(queries):
             candidates = Candidates()
@@ -215,9 +214,8 @@ class Searcher:
             bm25 = self._bm25_body(
                 query.query, [*clauses, {"ids": {"values": no_bm25}}], len(no_bm25) or 1
             )
-            for body in (docs_body(ids, clauses), vectors_body(unscored, clauses), bm25):
-                searches += [{"index": self.store.names.memories}, body]
-        responses = self._msearch(searches, "hybrid search (scoring)")
+            searches += [docs_body(ids, clauses), vectors_body(unscored, clauses), bm25]
+        responses = self.store.search_memories(searches, "hybrid search (scoring)")
         docs, bm25_scores = [], []
         for i, candidates in enumerate(found):
             fields, vectors, scored = (hits_of(responses[3 * i + k]) for k in range(3))
@@ -229,16 +227,6 @@ class Searcher:
                 {**candidates.bm25, **{h["_id"]: float(h["_score"]) for h in scored}}
             )
         return docs, bm25_scores
-
-    def _msearch(self, searches: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
-        with es_errors(what):
-            responses: list[dict[str, Any]] = self.store.client.msearch(searches=searches).body[
-                "responses"
-            ]
-        for response in responses:
-            if "error" in response:
-                raise TransientError(f"{what}: {error_reason(response['error'])}")
-        return responses
 
     # -- fusion ---------------------------------------------------------------------------------
 

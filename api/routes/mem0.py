@@ -33,7 +33,6 @@ from pipeline.errors import InvalidInputError
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
-from pipeline.store.elastic import scope_filter
 from workers.erase import erase_user_everywhere
 from workers.runtime import Runtime
 
@@ -150,9 +149,7 @@ def get_all(
         )
     limits.may_open_cursor(principal.tenant)
     items, cursor = walk_to(runtime, scope, rest, page, page_size)
-    total = runtime.es.count(
-        index=runtime.store.names.memories, query={"bool": {"filter": scope_filter(scope)}}
-    )["count"]
+    total = runtime.store.count_memories(scope)
     return {
         "count": total,
         "next": page + 1 if cursor else None,

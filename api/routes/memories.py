@@ -34,7 +34,6 @@ from pipeline.errors import InvalidInputError
 from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
 from pipeline.search import SearchHit, SearchQuery
-from pipeline.store.indices import Kind, ensure_indices
 from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
 from workers.erase import erase_user_everywhere
@@ -244,9 +243,5 @@ def history(
 @router.post("/reset", response_model=Message)
 def reset(runtime: RuntimeDep, _admin: AdminDep) -> dict[str, str]:
     """Delete every memory, entity, history row, message and job of every tenant (keys stay)."""
-    names = runtime.store.names
-    for kind in Kind:
-        if kind is not Kind.KEYS:
-            runtime.es.indices.delete(index=names.concrete(kind), ignore_unavailable=True)
-    ensure_indices(runtime.es, runtime.settings.es, runtime.settings.embedder.dims)
+    runtime.store.reset(runtime.settings.es, runtime.settings.embedder.dims)
     return {"message": "memq reset"}

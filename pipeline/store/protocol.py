@@ -263,3 +263,61 @@ class Store(Protocol):
     def save_jobs(self, records: Sequence[JobRecord]) -> None: ...
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
+
+
+class ServingStore(Store, Protocol):
+    """What reading and editing memories needs on top of ``Store``: crud, listing, search and
+    the operators' views of jobs. ``ElasticStore`` implements it; search bodies are built by
+    ``pipeline.store.queries``. Failures raise ``TransientError`` or ``PermanentError``."""
+
+    def search_memories(self, bodies: Sequence[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        """One full search response per body over the memories, in one round trip."""
+        ...
+
+    def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
+        """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
+        ...
+
+    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to."""
+        ...
+
+    def make_visible(self) -> None:
+        """What was written to the memories is searchable when this returns."""
+        ...
+
+    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
+        """A memory's source without its vector, or None."""
+        ...
+
+    def update_memory(self, memory_id: str, fields: dict[str, Any]) -> None: ...
+
+    def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """History rows of a memory, oldest first."""
+        ...
+
+    def delete_memories(self, ids: Sequence[str]) -> set[str]:
+        """Delete memories by id; the ids that existed and are now gone."""
+        ...
+
+    def open_memories_cursor(self, keep_alive: str) -> str:
+        """A point in time over the memories (its id)."""
+        ...
+
+    def close_cursor(self, pit: str) -> None: ...
+
+    def page(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The hits of one search over a point in time, or None when it has expired."""
+        ...
+
+    def count_memories(self, scope: Scope) -> int: ...
+
+    def job_counts(self, tenant: str | None = None, batch_id: str | None = None) -> dict[str, int]:
+        """Jobs per status: all, or one tenant's batch."""
+        ...
+
+    def jobs_in_status(self, status: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def refresh_jobs(self) -> None: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...
