@@ -175,3 +175,28 @@ class InMemoryStore:
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._lock:
             return self.jobs.get(job_id)
+
+    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
+        """A memory's source without its vector, or None."""
+        with self._lock:
+            held = self.memories.get(memory_id)
+        return None if held is None else {k: v for k, v in held.items() if k != "embedding"}
+
+    def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
+        """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
+        wanted = set(names)
+        with self._lock:
+            return {
+                e["normalized"]: i
+                for i, e in self.entities.items()
+                if e["normalized"] in wanted and in_scope(e, scope)
+            }
+
+    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to (unknown ids left out)."""
+        with self._lock:
+            return {
+                i: list(self.entities[i]["linked_memory_ids"])
+                for i in entity_ids
+                if i in self.entities
+            }

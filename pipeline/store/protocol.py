@@ -1,8 +1,8 @@
 """What the ingestion phases need from storage, and the documents they write.
 
-Two implementations keep the same contract (tests/unit/test_store_contract.py runs over both):
-``ElasticStore`` (the real one) and ``InMemoryStore`` (for unit tests and the SDK's local mode
-without Elasticsearch).
+Two implementations keep the same ``Store`` contract: ``ElasticStore`` (the real one) and
+``InMemoryStore`` (for unit tests and the SDK's local mode without Elasticsearch). One suite,
+tests/integration/test_store_contract.py, runs over both against a real node.
 """
 
 from __future__ import annotations
