@@ -11,9 +11,9 @@ from pydantic import TypeAdapter, ValidationError
 from api.errors import location, most_specific
 from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
 from pipeline.errors import InvalidInputError
+from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.store.protocol import JobRecord
 
 _MESSAGES = TypeAdapter(list[MessageIn])
 SCOPE_KEYS = ("user_id", "agent_id", "run_id")

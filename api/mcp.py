@@ -42,12 +42,12 @@ from pipeline.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from pipeline.jobs import JobRecord
 from pipeline.keys import KeyStore, Principal
 from pipeline.listing import list_memories
 from pipeline.models import Identifier, MemoryType
 from pipeline.models import Scope as MemoryScope
 from pipeline.search import SearchQuery
-from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
 from workers.intake import Accepted, submit
 

@@ -34,9 +34,8 @@ from tqdm import tqdm
 
 from pipeline.backfill.readers import Conversation, Located, Reader
 from pipeline.errors import InvalidInputError
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobStatus
-from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
 from workers.intake import replay, submit
 

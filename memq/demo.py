@@ -11,9 +11,9 @@ import time
 from datetime import UTC, datetime
 
 from pipeline.config import Settings
+from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.search import SearchQuery
-from pipeline.store.protocol import JobRecord
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
 from workers.intake import submit
 

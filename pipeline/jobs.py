@@ -3,10 +3,54 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-from pipeline.state import JobState, JobStatus
-from pipeline.store.protocol import JobRecord
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from pipeline.state import JobState
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+
+
+class StoredMemory(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    text: str
+    event: str = "ADD"
+    speaker: str | None = None
+
+
+class JobRecord(BaseModel):
+    """The readable record of a job, kept in the ``jobs`` index."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    tenant: str
+    status: str
+    phase: str | None = None
+    session_key: str | None = None
+    batch_id: str | None = None
+    attempts: int = 0
+    backfill: bool = False
+    counts: dict[str, int] = Field(default_factory=dict)
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    reason: str | None = None
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    results: list[dict[str, Any]] = Field(default_factory=list)
+    request: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
 
 
 def job_record(

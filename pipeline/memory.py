@@ -7,11 +7,10 @@ from typing import Any
 
 from pipeline.deps import Deps
 from pipeline.errors import MemqError, RetriesExhaustedError, TransientError
-from pipeline.jobs import job_record
+from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import AddRequest
 from pipeline.phases import PHASES, run_phase
-from pipeline.state import JobState, JobStatus
-from pipeline.store.protocol import JobRecord
+from pipeline.state import JobState
 
 
 class Memory:

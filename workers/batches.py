@@ -24,9 +24,9 @@ import time
 from kombu.exceptions import OperationalError
 
 from pipeline.errors import TransientError
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.phases import Workload
-from pipeline.state import JobState, JobStatus, Phase
+from pipeline.state import JobState, Phase
 from workers.chain import batch_chain
 from workers.names import GATHER_TASK, WAIT_TASK
 from workers.runtime import MemqCelery, queue_for

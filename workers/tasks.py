@@ -24,11 +24,10 @@ from pipeline.batch import BatchResult
 from pipeline.config import WorkerConfig
 from pipeline.errors import MemqError, PermanentError, RetriesExhaustedError, TransientError
 from pipeline.health import elasticsearch_health
-from pipeline.jobs import job_record
+from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.logs import log_context
 from pipeline.phases import PHASES, PhaseSpec, run_batch
-from pipeline.state import JobState, JobStatus, Phase
-from pipeline.store.protocol import JobRecord
+from pipeline.state import JobState, Phase
 from workers.batches import batch_ended, gather, make_ready, send_alone
 from workers.names import GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
 from workers.runtime import MemqCelery, Runtime

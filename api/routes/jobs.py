@@ -11,8 +11,8 @@ from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.limits import WriteLimited
 from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
 from pipeline.errors import NotFoundError
+from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
-from pipeline.store.protocol import JobRecord
 from pipeline.webhook import tenant_signing_key
 from workers.intake import replay, submit
 from workers.runtime import Runtime

@@ -31,10 +31,10 @@ from api.schemas import (
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
+from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
 from pipeline.search import SearchHit, SearchQuery
-from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
 from workers.erase import erase_user_everywhere
 from workers.intake import submit

@@ -18,6 +18,7 @@ from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import TransientError
+from pipeline.jobs import JobRecord
 from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.client import error_reason, es_errors
 from pipeline.store.indices import IndexNames, Kind, ensure_indices
@@ -25,7 +26,6 @@ from pipeline.store.protocol import (
     EntityDoc,
     EntityLink,
     HistoryDoc,
-    JobRecord,
     MemoryDoc,
     SessionMessages,
     StoredHash,

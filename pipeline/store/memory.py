@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.protocol import (
     EntityLink,
     HistoryDoc,
-    JobRecord,
     MemoryDoc,
     SessionMessages,
     StoredHash,

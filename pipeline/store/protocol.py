@@ -12,10 +12,24 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from pipeline.filters import metadata_pairs
+from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope
+
+# JobRecord lives in pipeline.jobs, and stays importable from here
+__all__ = [
+    "EntityDoc",
+    "EntityLink",
+    "HistoryDoc",
+    "JobRecord",
+    "MemoryDoc",
+    "ServingStore",
+    "SessionMessages",
+    "Store",
+    "StoredHash",
+    "WriteOutcome",
+    "without_none",
+]
 
 
 def without_none(fields: dict[str, Any]) -> dict[str, Any]:
@@ -156,30 +170,6 @@ class WriteOutcome:
     created: list[str] = field(default_factory=list)
     conflicts: dict[str, StoredHash] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
-
-
-class JobRecord(BaseModel):
-    """The readable record of a job, kept in the ``jobs`` index."""
-
-    model_config = ConfigDict(frozen=True)
-
-    job_id: str
-    tenant: str
-    status: str
-    phase: str | None = None
-    session_key: str | None = None
-    batch_id: str | None = None
-    attempts: int = 0
-    backfill: bool = False
-    counts: dict[str, int] = Field(default_factory=dict)
-    timings_ms: dict[str, float] = Field(default_factory=dict)
-    reason: str | None = None
-    errors: list[dict[str, Any]] = Field(default_factory=list)
-    results: list[dict[str, Any]] = Field(default_factory=list)
-    request: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None = None
 
 
 class Store(Protocol):

@@ -22,10 +22,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
+from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames
-from pipeline.store.protocol import JobRecord
 from tests.processes import WorkerProcess
 from workers.intake import job_id_for
 

@@ -16,14 +16,14 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding import make_embedder
+from pipeline.jobs import JobRecord, StoredMemory
 from pipeline.models import AddRequest, Fact, MessageIn, Scope
 from pipeline.phases.embed import embed_facts_batch
 from pipeline.phases.link import link_entities_batch
 from pipeline.phases.persist import persist_memories_batch
-from pipeline.state import JobState, Phase, StoredMemory
+from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
-from pipeline.store.protocol import JobRecord
 from tests.fakellm import Fail, FakeLLMServer, Normal
 from tests.integration.test_pipeline import facts_from_conversation
 from tests.processes import WorkerProcess

@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from pipeline.chat import ChatEvent
 from pipeline.config import Settings
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState, JobStatus
+from pipeline.state import JobState
 from pipeline.store.indices import IndexNames
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState, JobStatus
+from pipeline.state import JobState
 from workers.app import MemqCelery
 from workers.intake import replay
 from workers.state_store import STALE_HEAD_S

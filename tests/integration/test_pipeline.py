@@ -15,11 +15,11 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
+from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
-from pipeline.store.protocol import JobRecord
 from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery

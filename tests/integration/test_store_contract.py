@@ -16,11 +16,12 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
 from pipeline.deps import Deps
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.memory import Memory
 from pipeline.models import AddRequest, ContextMessage, MessageIn, Scope, md5_hex, memory_id
 from pipeline.nlp.lemmatize import normalize_for_hash
 from pipeline.phases import PHASES
-from pipeline.state import JobState, JobStatus, Phase
+from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from pipeline.store.memory import InMemoryStore
@@ -28,7 +29,6 @@ from pipeline.store.protocol import (
     EntityDoc,
     EntityLink,
     HistoryDoc,
-    JobRecord,
     MemoryDoc,
     SessionMessages,
     StoredHash,

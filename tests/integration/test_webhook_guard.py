@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from pipeline.chat import GENERIC, SignedBody, verify_hmac
+from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.store.protocol import JobRecord
 from pipeline.webhook import (
     RefusedError,
     WebhookSender,
