@@ -54,7 +54,6 @@ from workers.intake import Accepted, submit
 log = logging.getLogger("memq.mcp")
 T = TypeVar("T")
 PrincipalOf = Callable[[Context], Principal]
-TERMINAL = ("succeeded", "failed", "dead")
 PRINCIPAL_STATE = "memq_principal"
 
 INSTRUCTIONS = (
@@ -162,11 +161,11 @@ class MemqTools:
         deadline = time.monotonic() + timeout_s
         store = self.runtime.store
         job_id = record.job_id
-        while record.status not in TERMINAL and time.monotonic() < deadline:
+        while not record.ended and time.monotonic() < deadline:
             await anyio.sleep(0.1)
             latest: JobRecord | None = await self.call(lambda: store.get_job(job_id))
             record = latest or record
-        if record.status in TERMINAL:
+        if record.ended:
             await self.call(store.make_visible)
         return record
 

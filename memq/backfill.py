@@ -367,7 +367,11 @@ class Backfill:
     def _submit_part(self, key: str, idempotency_key: str, request: AddRequest) -> None:
         accepted = submit(self.app, request, idempotency_key=idempotency_key, backfill=True)
         record, new = accepted.record, accepted.created
-        if not new and self.options.retry_failed and record.status in ("failed", "dead"):
+        if (
+            not new
+            and self.options.retry_failed
+            and record.status in (JobStatus.FAILED, JobStatus.DEAD)
+        ):
             record, new = replay(self.app, record.job_id), True
             self.counts.replayed += 1
         outcome = self.outcomes[key]

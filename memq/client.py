@@ -25,6 +25,8 @@ from urllib.parse import quote
 
 import httpx
 
+from pipeline.jobs import TERMINAL_STATUSES
+
 __all__ = [
     "TERMINAL_STATUSES",
     "AsyncClient",
@@ -38,7 +40,6 @@ __all__ = [
     "error_from",
 ]
 
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "dead"})
 _SERVER_WAIT_MAX_S = 300.0  # the API refuses a longer ``wait_s``
 
 Messages = str | Mapping[str, Any] | Sequence[Mapping[str, Any]]

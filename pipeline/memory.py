@@ -7,7 +7,7 @@ from typing import Any
 
 from pipeline.deps import Deps
 from pipeline.errors import MemqError, RetriesExhaustedError, TransientError
-from pipeline.jobs import JobRecord, JobStatus, job_record
+from pipeline.jobs import JobRecord, JobStatus, job_record, public_results
 from pipeline.models import AddRequest
 from pipeline.phases import PHASES, run_phase
 from pipeline.state import JobState
@@ -29,10 +29,7 @@ class Memory:
         if existing is not None and existing.status == JobStatus.SUCCEEDED:
             return result_of(existing)
         state = self._run(state)
-        return {
-            "job_id": state.job_id,
-            "results": [{"id": m.id, "memory": m.text, "event": m.event} for m in state.stored],
-        }
+        return {"job_id": state.job_id, "results": public_results(state.stored)}
 
     def _run(self, state: JobState) -> JobState:
         for spec in PHASES:
@@ -54,10 +51,4 @@ class Memory:
 
 
 def result_of(record: JobRecord) -> dict[str, Any]:
-    return {
-        "job_id": record.job_id,
-        "results": [
-            {"id": r["id"], "memory": r["text"], "event": r.get("event", "ADD")}
-            for r in record.results
-        ],
-    }
+    return {"job_id": record.job_id, "results": public_results(record.results)}

@@ -41,7 +41,6 @@ from workers.intake import submit
 
 log = logging.getLogger("memq.api")
 router = APIRouter(prefix="/v1", tags=["memories"])
-TERMINAL = ("succeeded", "failed", "dead")
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
@@ -70,11 +69,11 @@ async def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobR
     waited is about to read)."""
     deadline = time.monotonic() + timeout_s
     store = app.runtime.store
-    while record.status not in TERMINAL and time.monotonic() < deadline:
+    while not record.ended and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
         latest: JobRecord | None = await run_in_threadpool(store.get_job, record.job_id)
         record = latest or record
-    if record.status in TERMINAL:
+    if record.ended:
         await run_in_threadpool(store.make_visible)
     return record
 
@@ -104,7 +103,7 @@ async def add_memories(
     if not wait:
         return accepted
     record = await wait_for(app, record, min(wait_s, app.runtime.settings.api.wait_max_s))
-    if record.status in TERMINAL:
+    if record.ended:
         response.status_code = status.HTTP_200_OK
         return job_public(record)
     return accepted

@@ -61,6 +61,7 @@ from mem0_compare import Endpoints, handler_for, mem0_config
 
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices
@@ -73,7 +74,7 @@ STATS_PATH = "/stats"
 TENANT = "ingestbench"
 MEMQ_MARK = "You maintain the long-term memory"  # pipeline/prompts/extract_user_v1.txt
 MEM0_MARK = "You are a Memory Extractor"  # mem0.configs.prompts.ADDITIVE_EXTRACTION_PROMPT
-TERMINAL = ("succeeded", "failed", "dead")
+TERMINAL = TERMINAL_STATUSES
 MAX_FACTS = 3
 
 # --- conversations ---------------------------------------------------------------------------
@@ -474,7 +475,7 @@ def wait_terminal(
     while time.monotonic() < deadline:
         es.indices.refresh(index=names.jobs)
         if jobs(list(TERMINAL)) >= count:
-            return jobs(["failed", "dead"])
+            return jobs([JobStatus.FAILED, JobStatus.DEAD])
         time.sleep(0.25)
     raise SystemExit(f"ingest_compare: jobs not terminal after {timeout_s:.0f}s")
 

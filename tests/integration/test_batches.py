@@ -16,7 +16,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding import make_embedder
-from pipeline.jobs import JobRecord, StoredMemory
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus, StoredMemory
 from pipeline.models import AddRequest, Fact, MessageIn, Scope
 from pipeline.phases.embed import embed_facts_batch
 from pipeline.phases.link import link_entities_batch
@@ -33,7 +33,7 @@ from workers.names import GATHER_TASK
 
 pytestmark = pytest.mark.integration
 
-TERMINAL = {"succeeded", "failed", "dead"}
+TERMINAL = TERMINAL_STATUSES
 GOOD = [0.1] * 384
 
 
@@ -123,12 +123,12 @@ def test_a_garbage_reply_fails_only_its_own_conversation_in_a_batch(
     ]
     celery_app.send_task(GATHER_TASK, args=(LIVE,), queue=settings.queues.io)
     first, poisoned, last = (wait_job(store, job) for job in jobs)
-    assert poisoned.status == "failed" and poisoned.phase == "extract"
+    assert poisoned.status == JobStatus.FAILED and poisoned.phase == "extract"
     assert "weather" in (poisoned.reason or "")
-    assert first.status == last.status == "succeeded"
+    assert first.status == last.status == JobStatus.SUCCEEDED
     assert first.counts["batch_size"] == last.counts["batch_size"] == 3
-    assert [r["text"] for r in first.results] == ["Ann keeps bees"]
-    assert [r["text"] for r in last.results] == ["Bo builds boats"]
+    assert [r.text for r in first.results] == ["Ann keeps bees"]
+    assert [r.text for r in last.results] == ["Bo builds boats"]
     assert len(scripted.chat_requests()) == 3  # one call each; the unparsable one not retried
     assert texts_of(es, indices.memories, "user_id", scopes[1].user_id or "") == []
 
@@ -143,7 +143,7 @@ def test_one_job_per_session_in_a_batch_and_the_next_follows(
     other = ready(celery_app, ask(scope(), "Di runs"))
     celery_app.send_task(GATHER_TASK, args=(LIVE,), queue=settings.queues.io)
     records = [wait_job(store, job) for job in (ahead, behind, other)]
-    assert [r.status for r in records] == ["succeeded"] * 3
+    assert [r.status for r in records] == [JobStatus.SUCCEEDED] * 3
     assert records[0].counts["batch_size"] == records[2].counts["batch_size"] == 2
     assert records[1].counts["batch_size"] == 1
     assert records[0].finished_at <= records[1].finished_at  # type: ignore[operator]

@@ -20,6 +20,7 @@ import redis
 
 from pipeline.config import RedisConfig, Settings
 from pipeline.errors import TransientError
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
@@ -28,7 +29,7 @@ from workers.intake import submit
 pytestmark = pytest.mark.integration
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
-TERMINAL = ("succeeded", "failed", "dead")
+TERMINAL = TERMINAL_STATUSES
 
 
 def free_port(low: int = 6400, high: int = 6500) -> int:
@@ -175,7 +176,7 @@ def test_workers_ride_out_a_broker_restart_and_a_kill(
         assert answers(app, 60), worker.tail()
 
         statuses = wait_terminal(app, jobs, 180)
-        assert set(statuses.values()) == {"succeeded"}, statuses
+        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
 
         os.kill(worker.worker_pid(), signal.SIGKILL)  # a crash no reconnect can ride out
         deadline = time.monotonic() + 30
@@ -184,7 +185,7 @@ def test_workers_ride_out_a_broker_restart_and_a_kill(
         assert worker.restarts() >= 1, worker.tail()
         later = [submit(app, conversation(i)).record.job_id for i in range(20, 25)]
         statuses = wait_terminal(app, later, 120)
-        assert set(statuses.values()) == {"succeeded"}, statuses
+        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
         assert worker.process.poll() is None  # the supervisor itself never gave up
     finally:
         worker.stop()

@@ -66,7 +66,7 @@ def test_a_job_left_queued_without_state_can_be_replayed(celery_app: MemqCelery)
     state = state_for(Scope(user_id=f"lost-{uuid.uuid4().hex[:8]}"))
     runtime.store.save_job(job_record(state, JobStatus.QUEUED, NOW))  # its intake died here
     record = replay(celery_app, state.job_id)
-    assert record.status == "queued" and record.attempts == 1
+    assert record.status == JobStatus.QUEUED and record.attempts == 1
     assert runtime.states.exists(state.job_id)
     runtime.states.leave_line(state.request.scope.key, state.job_id)
     runtime.states.delete(state.job_id)

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.deps import Deps
 from pipeline.errors import PermanentError, TransientError
+from pipeline.jobs import JobStatus
 from pipeline.memory import Memory
 from pipeline.models import AddRequest, MessageIn, Scope, md5_hex, memory_id
 from pipeline.nlp.entities import RuleEntityExtractor
@@ -72,7 +73,7 @@ def test_a_full_job_stores_memories_history_entities_messages_and_a_record() -> 
     assert linked == {"Alice", "Lisbon"}
     assert [m.content for m in store.recent_messages(ALICE, 10)] == [request.messages[0].text()]
     record = store.get_job(result["job_id"])
-    assert record is not None and record.status == "succeeded"
+    assert record is not None and record.status == JobStatus.SUCCEEDED
     assert record.counts["stored"] == 2
     assert set(record.timings_ms) >= {"context", "extract", "persist", "link"}
 
@@ -151,7 +152,7 @@ def test_garbage_from_the_llm_fails_the_job_with_the_raw_reply() -> None:
     with pytest.raises(PermanentError) as caught:
         Memory(deps).add(conversation(("user", "hello")))
     record = store_of(deps).get_job(conversation(("user", "hello")).job_id())
-    assert record is not None and record.status == "failed" and record.phase == "extract"
+    assert record is not None and record.status == JobStatus.FAILED and record.phase == "extract"
     assert "cannot do JSON today" in (record.reason or "") and caught.value.reason == record.reason
     assert store_of(deps).memories == {}
 
@@ -161,7 +162,7 @@ def test_a_transient_failure_outlasting_retries_makes_the_job_dead() -> None:
     with pytest.raises(TransientError):
         Memory(deps).add(conversation(("user", "hello")))
     record = store_of(deps).get_job(conversation(("user", "hello")).job_id())
-    assert record is not None and record.status == "dead"
+    assert record is not None and record.status == JobStatus.DEAD
 
 
 def test_without_an_llm_infer_needs_one_but_verbatim_works() -> None:
