@@ -41,12 +41,11 @@ def extract_facts(state: JobState, deps: Deps) -> JobState:
     (the raw reply is in the reason) or when extraction needs an LLM and there is none."""
     request = state.request
     turns = turns_of(request, deps)
-    if not request.infer and request.memory_type is not MemoryType.PROCEDURAL:
-        return state.with_(facts=verbatim_facts(request, turns))
-    llm = require_llm(deps)
+    if request.extracts_facts():
+        return state.with_(facts=inferred_facts(require_llm(deps), state, turns))
     if request.memory_type is MemoryType.PROCEDURAL:
-        return state.with_(facts=procedural_facts(llm, request, turns, state))
-    return state.with_(facts=inferred_facts(llm, state, turns))
+        return state.with_(facts=procedural_facts(require_llm(deps), request, turns, state))
+    return state.with_(facts=verbatim_facts(request, turns))
 
 
 def extract_facts_batch(states: Sequence[JobState], deps: Deps) -> BatchResult:

@@ -11,7 +11,7 @@ from pipeline.deps import Deps
 from pipeline.errors import PermanentError, TransientError
 from pipeline.jobs import JobStatus
 from pipeline.memory import Memory
-from pipeline.models import AddRequest, MessageIn, Scope, md5_hex, memory_id
+from pipeline.models import AddRequest, MemoryType, MessageIn, Scope, md5_hex, memory_id
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.phases import PHASES, run_job
@@ -352,3 +352,25 @@ def test_similar_entities_merge_and_links_accumulate() -> None:
 def test_metadata_cannot_carry_identity() -> None:
     request = conversation(("user", "x"), metadata={"user_id": "mallory", "topic": "music"})
     assert request.metadata == {"topic": "music"}
+
+
+@pytest.mark.parametrize("memory_type", [None, MemoryType.SEMANTIC, MemoryType.EPISODIC])
+def test_every_llm_extraction_is_shown_the_existing_memories(
+    memory_type: MemoryType | None,
+) -> None:
+    deps = make_deps(ScriptedLLM(facts_reply("Alice likes jazz music")))
+    Memory(deps).add(conversation(("user", "I like jazz")))
+    llm = ScriptedLLM(facts_reply("Alice saw a jazz concert"))
+    later = Deps(**{**make_deps(llm).__dict__, "store": deps.store})
+    request = conversation(("user", "I went to a jazz concert"), memory_type=memory_type)
+    state = run_job(JobState(job_id="typed", request=request, received_at=NOW), later)
+    assert [m.text for m in state.existing] == ["Alice likes jazz music"]
+    assert "0. Alice likes jazz music" in llm.system_prompts[0]
+
+
+def test_jobs_no_llm_extracts_facts_from_retrieve_nothing() -> None:
+    deps = make_deps(ScriptedLLM(facts_reply("Alice likes jazz music")))
+    Memory(deps).add(conversation(("user", "I like jazz")))
+    request = conversation(("user", "I like jazz concerts"), infer=False)
+    state = run_job(JobState(job_id="verbatim", request=request, received_at=NOW), deps)
+    assert state.existing == [] and not request.extracts_facts()
