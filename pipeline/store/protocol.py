@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pipeline.filters import metadata_pairs
 from pipeline.jobs import JobRecord
@@ -255,6 +255,7 @@ class Store(Protocol):
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
 
+@runtime_checkable
 class ServingStore(Store, Protocol):
     """What reading and editing memories needs on top of ``Store``: crud, listing, search and
     the operators' views of jobs. ``ElasticStore`` implements it; search bodies are built by
