@@ -30,7 +30,7 @@ from memq.backfill.progress import Progress
 from memq.backfill.rate import TokenBucket
 from memq.backfill.requests import requests_for
 from pipeline.backfill.readers import Located, Reader
-from pipeline.jobs import JobRecord, JobStatus
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest
 from workers.app import MemqCelery
 from workers.intake import replay, submit
@@ -51,7 +51,7 @@ __all__ = [
     "write_atomically",
 ]
 
-FINISHED = frozenset({JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.DEAD.value})
+FINISHED = TERMINAL_STATUSES
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -203,7 +203,7 @@ class Backfill:
         key = self.in_flight.pop(job_id).key
         outcome = self.outcomes[key]
         outcome.settled += 1
-        if timed_out or record.status != JobStatus.SUCCEEDED.value:
+        if timed_out or record.status != JobStatus.SUCCEEDED:
             reason = timed_out or record.reason or record.status
             outcome.failures.append({"job_id": job_id, "status": record.status, "reason": reason})
         if outcome.settled == outcome.parts:
@@ -223,7 +223,7 @@ class Backfill:
             "reason": outcome.failures[0]["reason"],
             "jobs": outcome.failures,
         }
-        if outcome.failures[0]["status"] == JobStatus.DEAD.value:
+        if outcome.failures[0]["status"] == JobStatus.DEAD:
             self.counts.dead += 1
         else:
             self.counts.failed += 1
