@@ -219,6 +219,9 @@ class ApiConfig(_Section):
     open_cursors_per_tenant: int = Field(default=20, ge=0, le=10_000)
     # How many memories mem0's page-number listing may skip to reach a page (it walks to it).
     page_walk_max: int = Field(default=10_000, ge=100, le=1_000_000)
+    # How long an API process trusts a tenant key it has read (0: read it on every request).
+    # A revocation is seen at once by the process that made it, within this by the others.
+    key_cache_s: float = Field(default=5.0, ge=0, le=300)
 
     @field_validator("admin_key")
     @classmethod

@@ -21,10 +21,11 @@ from pipeline.models import AddRequest, Fact, MessageIn, Scope
 from pipeline.phases.embed import embed_facts_batch
 from pipeline.phases.link import link_entities_batch
 from pipeline.phases.persist import persist_memories_batch
+from pipeline.phases.retrieve import retrieve_existing_batch
 from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
-from tests.fakellm import Fail, FakeLLMServer, Normal
+from tests.fakellm import Fail, FakeLLMServer, Normal, fake_embedding
 from tests.integration.test_pipeline import facts_from_conversation
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -35,6 +36,16 @@ pytestmark = pytest.mark.integration
 
 TERMINAL = TERMINAL_STATUSES
 GOOD = [0.1] * 384
+NOW = datetime.now(UTC)
+
+
+def fake_embedding_of(text: str) -> list[float]:
+    """What the scripted embeddings server answers for ``text`` (so a search finds it)."""
+    return fake_embedding(text, 384)
+
+
+def es_refresh(app: MemqCelery, indices: IndexNames) -> None:
+    app.runtime.es.indices.refresh(index=indices.memories)
 
 
 def poisoned_or_facts(request: dict[str, Any]) -> str:
@@ -178,6 +189,44 @@ def test_a_failing_batch_embedding_falls_back_to_items_and_loses_only_the_refuse
     assert second.embeddings[0] is not None and second.errors == []
     embed_calls = [r for path, r in fake_llm.requests if path.endswith("/embeddings")]
     assert [len(r["input"]) for r in embed_calls] == [3, 1, 1, 1]
+
+
+def test_a_retrieval_embedding_refused_for_one_job_fails_only_that_job(
+    settings: Settings, celery_app: MemqCelery, fake_llm: FakeLLMServer, indices: IndexNames
+) -> None:
+    """Retrieval embeds the new turns of the whole batch in one call; the embeddings server
+    refuses that call, then refuses one job's text alone: that job fails with the reason, the
+    other one gets its existing memories from the real node."""
+    embedder_config = settings.embedder.model_copy(
+        update={"kind": "openai", "base_url": fake_llm.base_url}
+    )
+    runtime = celery_app.runtime
+    remote = settings.model_copy(update={"embedder": embedder_config})
+    deps = Deps(
+        store=runtime.store,
+        embedder=make_embedder(remote),
+        lemmatizer=runtime.deps.lemmatizer,
+        entities=runtime.deps.entities,
+        llm=None,
+    )
+    kept_scope = scope()
+    held = state_with_facts(kept_scope, ["Kim keeps bees"], [fake_embedding_of("fact: Kim")])
+    persist_memories_batch([held], runtime.deps)
+    es_refresh(celery_app, indices)
+
+    def job(in_scope: Scope, text: str) -> JobState:
+        return JobState(job_id=uuid.uuid4().hex, request=ask(in_scope, text), received_at=NOW)
+
+    good, bad = job(kept_scope, "Kim"), job(scope(), "Lou")
+    fake_llm.script_embeddings(Fail(503), Normal(), Fail(400, "input refused"))
+    result = retrieve_existing_batch([good, bad], deps)
+    assert list(result.failures) == [bad.job_id]
+    assert "input refused" in str(result.failures[bad.job_id])
+    [retrieved] = result.states
+    assert retrieved.job_id == good.job_id
+    assert [m.text for m in retrieved.existing] == ["Kim keeps bees"]
+    embed_calls = [r for path, r in fake_llm.requests if path.endswith("/embeddings")]
+    assert [len(r["input"]) for r in embed_calls] == [2, 1, 1]
 
 
 def test_a_partly_refused_bulk_of_a_batch_is_read_item_by_item(
