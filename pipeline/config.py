@@ -167,9 +167,8 @@ class WorkerConfig(_Section):
     io_concurrency: int = Field(default=8, ge=1, le=512)
     task_time_limit_s: int = Field(default=600, ge=1)
     task_soft_time_limit_s: int = Field(default=540, ge=1)
-    max_retries: int = Field(default=5, ge=0, le=50)
     retry_backoff_s: int = Field(default=2, ge=1)
-    retry_backoff_max_s: int = Field(default=120, ge=1)
+    retry_backoff_max_s: int = Field(default=60, ge=1)
     visibility_timeout_s: int = Field(default=900, ge=5)
     # a micro-batch: up to batch_max_jobs ready jobs, or those ready within batch_wait_ms
     # (waited for only while jobs keep arriving; a lone job starts at once); at most
@@ -177,6 +176,9 @@ class WorkerConfig(_Section):
     batch_max_jobs: int = Field(default=32, ge=1, le=1024)
     batch_wait_ms: int = Field(default=20, ge=0, le=10_000)
     batches_in_flight: int = Field(default=2, ge=1, le=1024)
+    # a transient fault (Elasticsearch, Redis, an unreachable LLM) is retried with capped
+    # exponential backoff for this long from its first failure, then the job ends ``dead``
+    retry_deadline_s: int = Field(default=900, ge=1, le=86_400)
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerConfig:

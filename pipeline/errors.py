@@ -32,6 +32,12 @@ class TransientError(MemqError):
         self.throttled = throttled
 
 
+class UnreachableError(TransientError):
+    """The service could not be reached at all (connection refused or reset). Not
+    retried at the call: the task layer retries it against the deadline, so an outage of
+    minutes costs a wait, not the job."""
+
+
 class PermanentError(MemqError):
     """A failure that will not pass by retrying: fail the job with ``reason``."""
 

@@ -166,12 +166,22 @@ def mark_running(app: MemqCelery, jobs: list[JobState]) -> None:
         log.warning("could not mark %d job(s) running: %s", len(records), exc)
 
 
-def send_alone(app: MemqCelery, state: JobState, phase: Phase, countdown: float) -> None:
+def send_alone(
+    app: MemqCelery, state: JobState, phase: Phase, countdown: float, fault_since: float
+) -> None:
     """Run one job on by itself from ``phase`` (it failed there while its batch-mates went on),
-    after ``countdown`` seconds."""
+    after ``countdown`` seconds; its first task carries when the fault began (the deadline)."""
     runtime = app.runtime
     solo = f"{state.job_id}.a{state.attempts}.r{state.retries + 1}"
     runtime.states.save(state.with_(run=solo, batch_size=1, retries=state.retries + 1))
     queues = runtime.settings.queues
-    chain = batch_chain(app, solo, [state.job_id], queues, backfill=state.backfill, start=phase)
+    chain = batch_chain(
+        app,
+        solo,
+        [state.job_id],
+        queues,
+        backfill=state.backfill,
+        start=phase,
+        fault_since=fault_since,
+    )
     chain.apply_async(countdown=countdown)

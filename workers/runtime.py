@@ -32,7 +32,14 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.chat_buffer import ChatBuffer
-from workers.names import CHAT_FLUSH_TASK, GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
+from workers.names import (
+    CHAT_FLUSH_TASK,
+    GATHER_TASK,
+    HEALTH_TASK,
+    RECORD_TASK,
+    WAIT_TASK,
+    phase_task_name,
+)
 from workers.state_store import RedisStateStore
 
 log = logging.getLogger("memq.worker")
@@ -183,6 +190,7 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
         WAIT_TASK: {"queue": queues.io},
         GATHER_TASK: {"queue": queues.io},
         CHAT_FLUSH_TASK: {"queue": queues.io},
+        RECORD_TASK: {"queue": queues.io},
     }
     for spec in PHASES:
         routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}

@@ -20,7 +20,7 @@ from pipeline.config import ElasticsearchConfig
 from pipeline.errors import TransientError
 from pipeline.jobs import JobRecord
 from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
-from pipeline.store.client import error_reason, es_errors
+from pipeline.store.client import error_reason, es_errors, item_error
 from pipeline.store.indices import IndexNames, Kind, ensure_indices
 from pipeline.store.protocol import (
     EntityDoc,
@@ -197,9 +197,13 @@ class ElasticStore:
     def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
         return self.hashes_in_scopes([(scope, hashes)])[0]
 
-    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
-        """For each (scope, hashes), which of the hashes a memory of the scope already has:
-        one msearch for all the scopes that have hashes to look up."""
+    def hashes_in_scopes(
+        self, queries: Sequence[tuple[Scope, Sequence[str]]], not_of_jobs: Sequence[str] = ()
+    ) -> list[set[str]]:
+        """For each (scope, hashes), which of the hashes a memory of the scope already has,
+        not counting memories written by ``not_of_jobs``: one msearch for all the scopes that
+        have hashes to look up."""
+        mine = [{"terms": {"job_id": list(not_of_jobs)}}] if not_of_jobs else []
         asked = [(i, scope, list(hashes)) for i, (scope, hashes) in enumerate(queries) if hashes]
         found: list[set[str]] = [set() for _ in queries]
         if not asked:
@@ -210,7 +214,10 @@ class ElasticStore:
             searches.append(
                 {
                     "query": {
-                        "bool": {"filter": [*scope_filter(scope), {"terms": {"hash": hashes}}]}
+                        "bool": {
+                            "filter": [*scope_filter(scope), {"terms": {"hash": hashes}}],
+                            "must_not": mine,
+                        }
                     },
                     "size": len(hashes),
                     "_source": ["hash"],
@@ -230,7 +237,7 @@ class ElasticStore:
             responses = self.client.msearch(searches=searches).body["responses"]
         for response in responses:
             if "error" in response:
-                raise TransientError(f"{what}: {error_reason(response['error'])}")
+                raise item_error(what, response.get("status"), response["error"])
         return [response["hits"]["hits"] for response in responses]
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:

@@ -77,8 +77,10 @@ class InMemoryStore:
     ) -> list[list[ExistingMemory]]:
         return [self.similar_memories(scope, vector, k) for scope, vector in queries]
 
-    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
-        return [self.hashes_in_scope(scope, hashes) for scope, hashes in queries]
+    def hashes_in_scopes(
+        self, queries: Sequence[tuple[Scope, Sequence[str]]], not_of_jobs: Sequence[str] = ()
+    ) -> list[set[str]]:
+        return [self._hashes(scope, hashes, set(not_of_jobs)) for scope, hashes in queries]
 
     def create_memories_with_history(
         self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
@@ -104,12 +106,15 @@ class InMemoryStore:
         return [ExistingMemory(id=i, text=m["text"]) for i, m in ranked[:k]]
 
     def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
+        return self._hashes(scope, hashes, set())
+
+    def _hashes(self, scope: Scope, hashes: Sequence[str], not_of_jobs: set[str]) -> set[str]:
         wanted = set(hashes)
         with self._lock:
             return {
                 m["hash"]
                 for m in self.memories.values()
-                if m["hash"] in wanted and in_scope(m, scope)
+                if m["hash"] in wanted and in_scope(m, scope) and m.get("job_id") not in not_of_jobs
             }
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:

@@ -212,8 +212,11 @@ class Store(Protocol):
         """Which of ``hashes`` some memory of the scope already has."""
         ...
 
-    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
-        """``hashes_in_scope`` of each (scope, hashes), in one call."""
+    def hashes_in_scopes(
+        self, queries: Sequence[tuple[Scope, Sequence[str]]], not_of_jobs: Sequence[str] = ()
+    ) -> list[set[str]]:
+        """``hashes_in_scope`` of each (scope, hashes), in one call, leaving out memories
+        written by the jobs ``not_of_jobs`` (a replayed job's own earlier writes)."""
         ...
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:

@@ -19,7 +19,7 @@ from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
-from pipeline.store.indices import IndexNames
+from pipeline.store.indices import IndexNames, Kind
 from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -354,10 +354,12 @@ def test_a_failure_is_recorded_then_its_state_freed(
     assert not runtime.states.exists(state.job_id)
 
 
-def test_a_failure_that_cannot_be_recorded_keeps_its_state(
-    celery_app: MemqCelery, settings: Settings, scope: Scope
+def test_a_failure_that_cannot_be_recorded_keeps_its_state_until_it_is(
+    celery_app: MemqCelery, store: ElasticStore, settings: Settings, scope: Scope
 ) -> None:
-    """Elasticsearch down while a job fails: nothing is freed, so nothing is lost silently."""
+    """Elasticsearch unreachable for the worker that ends a job: the state stays, and the
+    record is written by a task of its own, retried (here by the test worker, which reaches
+    Elasticsearch), before the state is freed."""
     from pipeline.errors import PermanentError
     from workers.app import create_celery
     from workers.tasks import record_failure
@@ -374,5 +376,38 @@ def test_a_failure_that_cannot_be_recorded_keeps_its_state(
     )
     runtime.states.save(state)
     record_failure(app, state.job_id, PermanentError("bad input"))
-    assert runtime.states.exists(state.job_id)
-    runtime.states.delete(state.job_id)
+    record = wait_job(store, state.job_id, timeout_s=60)
+    assert record.status == "failed" and record.reason == "bad input"
+    assert not runtime.states.exists(state.job_id)
+
+
+def test_a_job_failed_in_link_is_replayed_to_report_and_link_its_memories(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+) -> None:
+    """The entity index is closed (a real Elasticsearch refusal, not a double): the job stores
+    its memories, then fails in link. Replayed once it is open again, the job meets its own
+    memories (same ids): it reports them, links them, and writes no second copy."""
+    entities = indices.concrete(Kind.ENTITIES)
+    facts = ("Alice moved to Berlin", "Bob repairs Vespa scooters")
+    es.indices.close(index=entities)
+    try:
+        job_id = submit(celery_app, ask(scope, *facts)).record.job_id
+        failed = wait_job(store, job_id)
+    finally:
+        es.indices.open(index=entities, wait_for_active_shards="1")
+    assert failed.status == "failed" and failed.phase == "link", failed.reason
+    assert sorted(m["text"] for m in memories_of(es, indices, scope)) == sorted(facts)
+
+    replay(celery_app, job_id)
+    record = wait_job(store, job_id)
+
+    assert record.status == JobStatus.SUCCEEDED, record
+    assert sorted(r["text"] for r in record.results) == sorted(facts)
+    assert record.counts["stored"] == 2 and record.counts["duplicates"] == 0
+    memories = memories_of(es, indices, scope)
+    assert sorted(m["text"] for m in memories) == sorted(facts)  # no second copy
+    assert all(m.get("entity_ids") for m in memories), memories

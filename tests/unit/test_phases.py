@@ -282,6 +282,20 @@ def test_persist_run_twice_after_a_crash_reports_the_same_and_writes_once() -> N
     assert len(store_of(deps).memories) == 2 and len(store_of(deps).history) == 2
 
 
+def test_a_job_run_again_from_the_start_keeps_and_reports_its_own_memories() -> None:
+    """A replay (the first attempt stored its memories, then failed later): dedup does not
+    take the job's own memories for duplicates, so the rerun reports them, written once."""
+    deps = make_deps(ScriptedLLM(default=facts_reply("Alice likes jazz", "Alice likes tea")))
+    request = conversation(("user", "x"))
+    first = run_job(JobState(job_id="again", request=request, received_at=NOW), deps)
+    rerun = run_job(JobState(job_id="again", request=request, received_at=NOW, attempts=1), deps)
+    assert [m.id for m in rerun.stored] == [m.id for m in first.stored] and len(rerun.stored) == 2
+    assert rerun.counts["duplicates"] == 0
+    assert len(store_of(deps).memories) == 2
+    other = run_job(JobState(job_id="other", request=request, received_at=NOW), deps)
+    assert other.stored == [] and other.counts["duplicates"] == 2  # another job's: duplicates
+
+
 def test_an_id_held_by_an_edited_memory_moves_the_fact_to_a_job_id() -> None:
     deps = make_deps(ScriptedLLM(facts_reply("Alice likes jazz")))
     text_hash = md5_hex(normalize_for_hash("Alice likes jazz"))
