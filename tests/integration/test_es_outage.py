@@ -16,7 +16,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.jobs import TERMINAL_STATUSES
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from tests.private_services import PrivateElasticsearch
@@ -123,7 +123,10 @@ def test_an_elasticsearch_outage_mid_ingestion_loses_and_strands_nothing(
     node.start()
 
     final = wait_until(outage_app, jobs, lambda s: set(s.values()) <= set(TERMINAL), RECOVERY_S)
-    assert set(final.values()) == {JobStatus.SUCCEEDED}, (Counter(final.values()), outage_worker.tail())
+    assert set(final.values()) == {JobStatus.SUCCEEDED}, (
+        Counter(final.values()),
+        outage_worker.tail(),
+    )
     stored = memories_of(make_client(outage_app.runtime.settings.es), outage_app, tenant)
     assert len(stored) == 3 * len(jobs)  # nothing lost
     assert len(set(stored)) == len(stored)  # nothing stored twice
