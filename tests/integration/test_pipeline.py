@@ -399,14 +399,14 @@ def test_a_job_failed_in_link_is_replayed_to_report_and_link_its_memories(
         failed = wait_job(store, job_id)
     finally:
         es.indices.open(index=entities, wait_for_active_shards="1")
-    assert failed.status == "failed" and failed.phase == "link", failed.reason
+    assert failed.status == JobStatus.FAILED and failed.phase == "link", failed.reason
     assert sorted(m["text"] for m in memories_of(es, indices, scope)) == sorted(facts)
 
     replay(celery_app, job_id)
     record = wait_job(store, job_id)
 
     assert record.status == JobStatus.SUCCEEDED, record
-    assert sorted(r["text"] for r in record.results) == sorted(facts)
+    assert sorted(r.text for r in record.results) == sorted(facts)
     assert record.counts["stored"] == 2 and record.counts["duplicates"] == 0
     memories = memories_of(es, indices, scope)
     assert sorted(m["text"] for m in memories) == sorted(facts)  # no second copy
