@@ -22,7 +22,6 @@ from pipeline.state import JobState
 log = logging.getLogger("memq.worker")
 
 STATE_TTL_S = 7 * 86_400
-STALE_HEAD_S = 3_600  # longer than any job's retries last: a head this old is not running
 CLAIM_TTL_S = 120
 BATCH_TTL_S = 86_400
 # Take up to ARGV[1] ready jobs into the batch KEYS[1] (kept, so a redelivered gather finds the
@@ -207,8 +206,9 @@ class RedisStateStore:
         """The job has ended (its record says so): drop its state, its claim and its markers in
         the line (acceptance time, the attempt's turn); nothing of it outlives it in Redis."""
         keys = (self._state(job_id), self._claim(job_id), self._accepted(job_id))
+        deliveries = f"{self.prefix}:job:{job_id}:deliveries"
         with redis_errors("forget a finished job"):
-            self.client.delete(*keys, self._turn(job_id, attempt))
+            self.client.delete(*keys, self._turn(job_id, attempt), deliveries)
 
     def claim(self, job_id: str) -> bool:
         """True for the first caller only: makes accepting a job atomic across API processes.
@@ -246,23 +246,20 @@ class RedisStateStore:
         return isinstance(taken, bytes) and taken.decode() == owner
 
     def my_turn(self, session_key: str, job_id: str, now: datetime) -> bool:
-        """True when ``job_id`` heads its session's line. A head that cannot be running any more
-        is removed, so one lost job cannot block a session: its state is gone (it ended or
-        expired without leaving the line), or it was accepted over ``STALE_HEAD_S`` ago."""
+        """True when ``job_id`` heads its session's line. A head whose state is gone (it ended
+        or expired without leaving the line) is removed, so one lost job cannot block a
+        session. A head that still has its state keeps its place however long it has waited or
+        run: while it runs, its batch's lease says it is alive (``workers.leases``), and when
+        that lease lapses the reaper sends it on or ends it, which frees the line. Age alone
+        says nothing under a long backlog."""
         key = self._session(session_key)
         with redis_errors("check the session line"):
             head = self._head(key)
-            while head is not None and head != job_id and self._lost(head, now):
+            while head is not None and head != job_id and not self.exists(head):
                 log.warning("job %s blocked its session line and was removed from it", head)
                 self.client.lrem(key, 1, head)
                 head = self._head(key)
         return head is None or head == job_id
-
-    def _lost(self, job_id: str, now: datetime) -> bool:
-        if not self.exists(job_id):
-            return True
-        accepted = self.client.get(self._accepted(job_id))
-        return accepted is not None and now.timestamp() - float(accepted) > STALE_HEAD_S
 
     def _claim(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:claimed"

@@ -15,6 +15,7 @@ import logging
 import random
 import socket
 import time
+import uuid
 from typing import Any, cast
 
 from celery import Task
@@ -22,16 +23,24 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
 from pipeline.batch import BatchResult
 from pipeline.config import WorkerConfig
-from pipeline.errors import MemqError, PermanentError, RetriesExhaustedError, TransientError
+from pipeline.errors import (
+    MemqError,
+    PermanentError,
+    RetriesExhaustedError,
+    TransientError,
+    WorkerLostError,
+)
 from pipeline.health import elasticsearch_health
 from pipeline.jobs import job_record
 from pipeline.logs import log_context
-from pipeline.phases import PHASES, PhaseSpec, run_batch
+from pipeline.phases import PHASES, PhaseSpec, Workload, run_batch
 from pipeline.state import JobState, JobStatus, Phase
 from pipeline.store.protocol import JobRecord
-from workers.batches import batch_ended, gather, make_ready, send_alone
+from workers.batches import BACKFILL, batch_ended, gather, make_ready, send_alone
+from workers.keeper import Held
+from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
-from workers.runtime import MemqCelery, Runtime
+from workers.runtime import MemqCelery, Runtime, queue_for
 from workers.turns import check_delay, hand_on
 
 log = logging.getLogger("memq.worker")
@@ -46,11 +55,33 @@ class JobTask(Task):  # type: ignore[type-arg]
     runtime: Runtime
     ignore_result = True  # a job's outcome is its record; nothing reads task results
 
+    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
+        """The next phase's message is in the broker now (Celery sent it before calling this):
+        the run waiting for it needs no lease any more."""
+        app = cast("MemqCelery", self.app)
+        held = app.keeper.release(task_id)
+        if held is not None and held.phase != GATHERING:
+            following = next_phase(Phase(held.phase))
+            if following is not None:
+                app.runtime.leases.sent(held.run_id, following.value)
+
+    def on_retry(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """The retry's message is held back in some worker's memory: the run stays leased,
+        ownerless, for the longest backoff, so a worker lost with it costs a lapse, no more."""
+        app = cast("MemqCelery", self.app)
+        held = app.keeper.release(task_id)
+        if held is not None:
+            policy = app.runtime.settings.worker
+            expires = app.keeper.expiry() + policy.retry_backoff_max_s
+            app.runtime.leases.hand_on(held.run_id, held.token, held.phase, expires=expires)
+
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         app = cast("MemqCelery", self.app)
+        held = app.keeper.release(task_id)
         if self.name == GATHER_TASK:  # its jobs go back to the ready list for another gather
             app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
             batch_ended(app, task_id)
+            release_run(app, held, unfinished=False)
             return
         if self.name == WAIT_TASK:
             job_id = args[0] if args else kwargs.get("job_id")
@@ -58,25 +89,50 @@ class JobTask(Task):  # type: ignore[type-arg]
                 record_failure(app, job_id, exc)
             return
         batch_id, job_ids = (args[0], args[1]) if len(args) >= 2 else (None, [])
+        unfinished = False
         for state in app.runtime.states.load_many(list(job_ids)):
             if state is not None and state.run == batch_id:
-                record_failure(app, state.job_id, exc)
+                unfinished |= not record_failure(app, state.job_id, exc)
         if batch_id is not None:
             batch_ended(app, batch_id)
+        release_run(app, held, unfinished=unfinished)
+
+
+RECORD_AGAIN_S = 60.0
+
+
+def release_run(app: MemqCelery, held: Held | None, *, unfinished: bool) -> None:
+    """A task failed for good: its run ends, unless a job's failure could not be recorded (the
+    store is down). That run stays leased, ownerless, for RECORD_AGAIN_S: the reaper then runs
+    the phase again, so the job is swept later instead of stranded."""
+    if held is None:
+        return
+    leases = app.runtime.leases
+    if unfinished:
+        expires = app.keeper.expiry() + RECORD_AGAIN_S
+        leases.hand_on(held.run_id, held.token, held.phase, expires=expires)
+    else:
+        leases.close(held.run_id, held.token)
+
+
+def next_phase(phase: Phase) -> Phase | None:
+    phases = [spec.phase for spec in PHASES]
+    index = phases.index(phase) + 1
+    return phases[index] if index < len(phases) else None
 
 
 RECORD_ATTEMPTS = 3
 
 
-def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> None:
+def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> bool:
     """Write the job's final record, then free its state and hand the session line on —
-    unless the record cannot be written (the state stays for an operator, the line head goes
-    stale) or the job was replayed meanwhile (the new run owns the state)."""
+    unless the record cannot be written (False: the state stays, and the run's lease brings
+    the job back later) or the job was replayed meanwhile (the new run owns the state)."""
     runtime = app.runtime
     state = runtime.states.load(job_id)
     if state is None:
         log.error("job %s failed after its state was gone: %s", job_id, exc)
-        return
+        return True
     dead = isinstance(exc, TransientError | RetriesExhaustedError)
     status = JobStatus.DEAD if dead else JobStatus.FAILED
     reason = getattr(exc, "reason", None) or f"internal error: {exc.__class__.__name__}: {exc}"
@@ -84,7 +140,7 @@ def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> None:
     if not save_record(
         runtime, job_record(state, status, runtime.clock(), phase=phase, reason=reason)
     ):
-        return
+        return False
     log.warning(
         "job %s %s in phase %s: %s",
         job_id,
@@ -97,6 +153,7 @@ def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> None:
     if current is not None and current.attempts == state.attempts:
         runtime.states.forget(job_id, state.attempts)
         hand_on(app, state.request.scope.key, job_id)
+    return True
 
 
 def save_record(runtime: Runtime, record: JobRecord) -> bool:
@@ -163,10 +220,82 @@ def register_tasks(app: MemqCelery) -> None:
     def gather_batch(self: JobTask, lane: str) -> list[str]:
         """Take a batch of ready jobs and send it down the phases; returns its job ids (what
         Flower shows as the result)."""
-        return gather(app, str(self.request.id), lane)
+        batch_id = str(self.request.id)
+        token = claim_run(app, self, batch_id, GATHERING, lane)
+        if token is None:
+            return []
+        taken = gather(app, batch_id, lane, token)
+        if not taken:
+            runtime.leases.close(batch_id, token)
+        return taken
 
     for spec in PHASES:
         register_phase(app, spec, retry)
+    app.keeper.reap = lambda: reap(app)
+
+
+def claim_run(
+    app: MemqCelery, task: JobTask, run_id: str, phase: str, lane: str = ""
+) -> str | None:
+    """Own ``phase`` of the run for this execution of ``task`` (its lease then renewed by the
+    keeper); None when this execution must do nothing: the run ended or moved on, another
+    execution owns it, or an earlier delivery of this message died running it (then the run
+    is recovered here at once, as the reaper would)."""
+    task_id = str(task.request.id)
+    token = f"{task_id}:{uuid.uuid4().hex}"
+    leases = app.runtime.leases
+    verdict = leases.claim(
+        run_id, phase, task_id=task_id, token=token, expires=app.keeper.expiry(), lane=lane
+    )
+    if verdict is Claim.OWN:
+        app.keeper.hold(task_id, Held(run_id, token, phase))
+        return token
+    if verdict is Claim.REDELIVERED:
+        log.warning("run %s: redelivered after its worker died in %s", run_id, phase)
+        record = leases.take(run_id, float("inf"))
+        if record is not None:
+            recover_run(app, record)
+    task.request.chain = None  # nothing of this execution goes on down the chain
+    return None
+
+
+def reap(app: MemqCelery) -> None:
+    """Take every run whose lease lapsed and recover it (``recover_run``)."""
+    leases = app.runtime.leases
+    now = app.runtime.clock().timestamp()
+    for run_id in leases.lapsed(now):
+        record = leases.take(run_id, now)
+        if record is not None:
+            log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
+            recover_run(app, record)
+
+
+def recover_run(app: MemqCelery, record: RunRecord) -> None:
+    """A run lost its owner. An unlaunched batch: its gather is sent again under the same id
+    (it takes the same jobs). Otherwise each job still in the run is sent on alone from the
+    phase the run was at, so a job that kills its worker takes no batch-mate down again; a job
+    whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
+    runtime = app.runtime
+    if record.phase == GATHERING:
+        queue = queue_for(Workload.IO, runtime.settings.queues, record.lane == BACKFILL)
+        app.send_task(GATHER_TASK, args=(record.lane,), queue=queue, task_id=record.run_id)
+        return
+    phase = Phase(record.phase)
+    limit = runtime.settings.worker.max_deliveries
+    for state in runtime.states.load_many(record.jobs):
+        if state is None or state.run != record.run_id:
+            continue  # ended, or left the batch
+        lost = runtime.leases.delivered(state.job_id) if record.owned else 0
+        if lost >= limit:
+            reason = (
+                f"its worker died {lost} times while running phase {phase.value} (killed, out "
+                f"of memory, or over the {runtime.settings.worker.task_time_limit_s} s time "
+                "limit); not run again"
+            )
+            record_failure(app, state.job_id, WorkerLostError(reason))
+        else:
+            send_alone(app, state, phase, 0, retry=False)
+    batch_ended(app, record.run_id)
 
 
 def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> None:
@@ -182,29 +311,52 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> N
     )
     def phase_task(self: JobTask, batch_id: str, job_ids: list[str]) -> list[str]:
         with log_context(phase=spec.phase.value, batch=batch_id):
-            return run_phase_task(app, spec, batch_id, job_ids)
+            token = claim_run(app, self, batch_id, spec.phase.value)
+            if token is None:
+                return []
+            done = run_phase_task(app, spec, batch_id, job_ids, token)
+            if done is None:
+                self.request.chain = None
+                return []
+            return done
 
 
 def run_phase_task(
-    app: MemqCelery, spec: PhaseSpec, batch_id: str, job_ids: list[str]
-) -> list[str]:
-    """One phase over the batch's jobs that are still in it (see the module docstring)."""
+    app: MemqCelery, spec: PhaseSpec, batch_id: str, job_ids: list[str], token: str
+) -> list[str] | None:
+    """One phase over the batch's jobs that are still in it (see the module docstring), by the
+    execution that owns the run (``token``). None when the chain stops here: every job left
+    the run, or this execution lost it meanwhile (it overran its time limit and the reaper
+    sent the jobs on), and then nothing it computed is kept."""
     runtime = app.runtime
     states = [s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id]
-    if not states:  # every job ended or left the batch (a redelivered message)
-        if spec.phase is Phase.FINALIZE:
-            batch_ended(app, batch_id)
-        return []
+    if not states:  # every job ended or left the batch
+        runtime.leases.close(batch_id, token)
+        batch_ended(app, batch_id)
+        return None
     todo = [s for s in states if not s.is_done(spec.phase)]
     result = run_guarded(spec, states, runtime)
     failed = [result.failures[s.job_id] for s in todo if s.job_id in result.failures]
     if todo and len(failed) == len(todo) and all(isinstance(e, TransientError) for e in failed):
         raise failed[0]  # the whole batch failed alike: retry the batch task
+    if not runtime.leases.owns(batch_id, token):
+        log.error("run %s: %s finished after losing its lease; dropped", batch_id, spec.phase)
+        return None
     finish(app, spec.phase, result.states)
     settle_failures(app, spec.phase, states, result.failures)
-    if spec.phase is Phase.FINALIZE:  # after the hand-ons: one gather takes what waits
-        batch_ended(app, batch_id)
+    hand_on_run(app, spec.phase, batch_id, token)
     return [s.job_id for s in result.states]
+
+
+def hand_on_run(app: MemqCelery, phase: Phase, batch_id: str, token: str) -> None:
+    """The run waits for its next phase, leased until that message is in the broker
+    (``JobTask.on_success`` drops the lease then); after the last phase it ends."""
+    following = next_phase(phase)
+    if following is None:
+        app.runtime.leases.close(batch_id, token)
+        batch_ended(app, batch_id)  # after the hand-ons: one gather takes what waits
+        return
+    app.runtime.leases.hand_on(batch_id, token, following.value, expires=app.keeper.expiry())
 
 
 def run_guarded(spec: PhaseSpec, states: list[JobState], runtime: Runtime) -> BatchResult:
