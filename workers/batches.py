@@ -186,10 +186,11 @@ def send_alone(
     else:
         solo = f"{state.job_id}.a{state.attempts}.l{uuid.uuid4().hex[:8]}"
         state = state.with_(run=solo, batch_size=1)
-    runtime.states.save(state)
-    # leased until the message is safe in the broker, or for as long as it is held back
+    # the run first, leased until its message is safe in the broker or for as long as it is
+    # held back; then the state that names it (a state never names a run that does not exist)
     expires = app.keeper.expiry() + countdown
     runtime.leases.schedule(solo, phase.value, [state.job_id], lane_of(state.backfill), expires)
+    runtime.states.save(state)
     queues = runtime.settings.queues
     chain = batch_chain(app, solo, [state.job_id], queues, backfill=state.backfill, start=phase)
     chain.apply_async(countdown=countdown)

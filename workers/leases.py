@@ -193,6 +193,10 @@ class RunLeases:
         with redis_errors("mark a run's message sent"):
             self._sent(keys=self._keys(run_id), args=[phase, run_id])
 
+    def exists(self, run_id: str) -> bool:
+        with redis_errors("check a run"):
+            return bool(self.client.exists(self._run(run_id)))
+
     def owns(self, run_id: str, token: str) -> bool:
         with redis_errors("check a run's owner"):
             owner = self.client.hget(self._run(run_id), "owner")

@@ -53,7 +53,9 @@ return members
 """
 LEAVE_LINE = """
 redis.call('LREM', KEYS[1], 0, ARGV[1])
-return redis.call('LINDEX', KEYS[1], 0)
+local head = redis.call('LINDEX', KEYS[1], 0)
+if not head then redis.call('SREM', KEYS[2], KEYS[1]) end
+return head
 """
 
 
@@ -231,6 +233,7 @@ class RedisStateStore:
             pipe.rpush(key, job_id)
             pipe.expire(key, STATE_TTL_S)
             pipe.set(self._accepted(job_id), now.timestamp(), ex=STATE_TTL_S)
+            pipe.sadd(self._lines, key)
             length = pipe.execute()[1]
         return bool(length == 1)
 
@@ -278,8 +281,47 @@ class RedisStateStore:
         """Leave the line; returns the job now at its head, read in the same atomic step (a job
         joining meanwhile is either seen here or finds itself at the head)."""
         with redis_errors("leave the session line"):
-            head = self._leave(keys=[self._session(session_key)], args=[job_id])
+            head = self._leave(keys=[self._session(session_key), self._lines], args=[job_id])
         return head.decode() if isinstance(head, bytes) else None
+
+    @property
+    def _lines(self) -> str:
+        """The set of session lines that have jobs (the reaper walks it)."""
+        return f"{self.prefix}:lines"
+
+    def line_heads(self, count: int) -> list[tuple[str, str]]:
+        """Up to about ``count`` session lines and the job heading each, walking the set of
+        lines a slice per call (the cursor is kept in Redis, as each call may be another
+        process's); a line found empty leaves the set."""
+        cursor_key = f"{self._lines}:cursor"
+        with redis_errors("walk the session lines"):
+            cursor = int(self.client.get(cursor_key) or 0)
+            cursor, lines = self.client.sscan(self._lines, cursor, count=count)
+            self.client.set(cursor_key, cursor, ex=STATE_TTL_S)
+            keys = [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in lines]
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.lindex(key, 0)
+            heads = pipe.execute()
+            empty = [key for key, head in zip(keys, heads, strict=True) if head is None]
+            if empty:
+                self.client.srem(self._lines, *empty)
+        return [(k, h.decode()) for k, h in zip(keys, heads, strict=True) if h is not None]
+
+    def leave_line_at(self, line: str, job_id: str) -> str | None:
+        """``leave_line`` for a line known by its key (as ``line_heads`` names it)."""
+        with redis_errors("leave the session line"):
+            head = self._leave(keys=[line, self._lines], args=[job_id])
+        return head.decode() if isinstance(head, bytes) else None
+
+    def accepted_at(self, job_id: str) -> float | None:
+        with redis_errors("read a job's acceptance time"):
+            raw = self.client.get(self._accepted(job_id))
+        return float(raw) if raw is not None else None
+
+    def ready_count(self, lane: str) -> int:
+        with redis_errors("count ready jobs"):
+            return int(self.client.llen(self._ready(lane)))
 
 
 class redis_errors:  # noqa: N801 - used as a context manager, like contextlib's

@@ -36,7 +36,7 @@ from pipeline.logs import log_context
 from pipeline.phases import PHASES, PhaseSpec, Workload, run_batch
 from pipeline.state import JobState, JobStatus, Phase
 from pipeline.store.protocol import JobRecord
-from workers.batches import BACKFILL, batch_ended, gather, make_ready, send_alone
+from workers.batches import BACKFILL, LIVE, batch_ended, gather, make_ready, send_alone
 from workers.keeper import Held
 from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
@@ -259,8 +259,13 @@ def claim_run(
     return None
 
 
+LINES_PER_SWEEP = 500
+ORPHAN_AFTER_S = 60.0  # a head not started this long after acceptance, with nothing ready
+
+
 def reap(app: MemqCelery) -> None:
-    """Take every run whose lease lapsed and recover it (``recover_run``)."""
+    """Take every run whose lease lapsed and recover it (``recover_run``), then look at a slice
+    of the session lines for a head that nothing runs (``rescue_head``)."""
     leases = app.runtime.leases
     now = app.runtime.clock().timestamp()
     for run_id in leases.lapsed(now):
@@ -268,6 +273,34 @@ def reap(app: MemqCelery) -> None:
         if record is not None:
             log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
             recover_run(app, record)
+    for line, head in app.runtime.states.line_heads(LINES_PER_SWEEP):
+        rescue_head(app, line, head, now)
+
+
+def rescue_head(app: MemqCelery, line: str, job_id: str, now: float) -> None:
+    """A session's line head with no live owner is run, so nothing waits behind a job that no
+    longer runs: one whose state is gone leaves the line (the next is made ready); one whose
+    run is gone (no record: its batch ended without it, or predates run records) is sent on
+    alone from its first unfinished phase; one never started (intake or hand-on lost) is made
+    ready, once it has waited ORPHAN_AFTER_S with nothing ready in its lane."""
+    runtime = app.runtime
+    state = runtime.states.load(job_id)
+    if state is None:
+        following = runtime.states.leave_line_at(line, job_id)
+        if following is not None and (waiting := runtime.states.load(following)) is not None:
+            make_ready(app, following, waiting.backfill)
+        return
+    if state.run is not None:
+        if not runtime.leases.exists(state.run):
+            log.warning("job %s heads its line with no run: sent on", job_id)
+            phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
+            send_alone(app, state, phase, 0, retry=False)
+        return
+    accepted = runtime.states.accepted_at(job_id) or now
+    lane = BACKFILL if state.backfill else LIVE
+    if now - accepted > ORPHAN_AFTER_S and not runtime.states.ready_count(lane):
+        log.warning("job %s heads its line and was never started: made ready", job_id)
+        make_ready(app, job_id, state.backfill)
 
 
 def recover_run(app: MemqCelery, record: RunRecord) -> None:

@@ -24,12 +24,13 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState
+from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames, Kind, drop_indices, ensure_indices
 from pipeline.store.protocol import JobRecord
 from tests.conftest import running
 from tests.fakellm import Delay, FakeLLMServer, Normal
+from tests.integration.test_broker_loss import PrivateRedis, free_port
 from tests.integration.test_pipeline import facts_from_conversation
 from tests.processes import WorkerProcess
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
@@ -112,6 +113,12 @@ def stack(
     """Private indices, queues and model; an I/O worker and a CPU worker as ``ops/`` runs them,
     with memq's defaults for timeouts, leases and the reaper."""
     tag = uuid.uuid4().hex[:8]
+    # A Redis of the module's own: kombu keeps the unacknowledged messages of every app on a
+    # Redis database in one index, restored by any worker whose visibility timeout they outlive;
+    # on the shared Redis, other runs' workers (with a 30 s timeout) would bring ours back.
+    broker = PrivateRedis(tmp_path_factory.mktemp("worker-loss-redis"))
+    broker.port = free_port(6410, 6420)
+    broker.start()
     defaults = {
         f"MEMQ_WORKER_{name}"
         for name in ("TASK_SOFT_TIME_LIMIT_S", "TASK_TIME_LIMIT_S", "VISIBILITY_TIMEOUT_S")
@@ -120,6 +127,7 @@ def stack(
         model.responder = responder
         env = {k: v for k, v in test_env.items() if k not in defaults}
         env |= {
+            "MEMQ_REDIS_URL": broker.url,
             "MEMQ_ES_INDEX_PREFIX": f"memqloss-{tag}",
             "MEMQ_QUEUES_IO": f"loss-{tag}.io",
             "MEMQ_QUEUES_CPU": f"loss-{tag}.cpu",
@@ -152,6 +160,7 @@ def stack(
         finally:
             app.close()
             drop_indices(es, names)
+            broker.stop()
 
 
 def ask(scope: Scope, *facts: str) -> AddRequest:
@@ -279,6 +288,38 @@ def batch_ready(stack: Stack, scope: Scope, fact: str) -> str:
     states.enter_line(scope.key, state.job_id, now)
     states.push_ready(LIVE, state.job_id)
     return state.job_id
+
+
+def test_a_line_head_that_nothing_runs_is_run_and_its_session_goes_on(stack: Stack) -> None:
+    """Two heads with no live owner: one whose batch run is gone (it stopped after context),
+    one never started (its intake died after joining the line). The reaper runs both, and the
+    jobs queued behind them follow."""
+    lost_run, never = new_scope(), new_scope()
+    marker = uuid.uuid4().hex[:6]
+    long_ago = datetime.now(UTC) - timedelta(minutes=5)
+    states = stack.app.runtime.states
+    heads = []
+    for scope, fact, changes in (
+        (
+            lost_run,
+            f"rows {marker} boats",
+            {"run": "a-batch-that-is-gone", "done": (Phase.CONTEXT,)},
+        ),
+        (never, f"grows {marker} roses", {}),
+    ):
+        state = JobState(job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=long_ago)
+        states.save(state.model_copy(update=changes))
+        states.enter_line(scope.key, state.job_id, long_ago)
+        heads.append(state.job_id)
+    behind = [
+        submit(stack.app, ask(scope, f"{verb} {marker} later")).record.job_id
+        for scope, verb in ((lost_run, "sails"), (never, "waters"))
+    ]
+    for job_id in heads + behind:
+        record = wait_job(stack.store, job_id, RECOVERY_BOUND_S)
+        assert record.status == "succeeded", record
+    assert memories_of(stack, lost_run) == sorted([f"rows {marker} boats", f"sails {marker} later"])
+    assert memories_of(stack, never) == sorted([f"grows {marker} roses", f"waters {marker} later"])
 
 
 def test_a_line_head_running_past_any_age_keeps_its_session_in_order(stack: Stack) -> None:
