@@ -3,8 +3,9 @@ CPU (prefork) workers of this checkout, run as ``ops/`` runs them, are SIGKILLed
 of theirs is held open by the scripted model, and their jobs finish once a worker is back.
 
 The workers run with memq's defaults for everything this is about (visibility timeout 900 s,
-time limits, lease and reaper settings): on a broker alone, a job whose worker died would come
-back only after 900 s. A job that kills its worker every time (poison) ends ``dead``."""
+lease and reaper settings): on a broker alone, a job whose worker died would come back only
+after 900 s. The task time limit is 30 s instead of 10 minutes, so that the I/O pool's own
+limit shows within a test. A job that kills its worker every time (poison) ends ``dead``."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ RECOVERY_BOUND_S = 60.0  # the goal: done within this of a live worker being the
 HOLD_S = 40.0  # a phase held open by the model this long is surely running when killed
 POISON = "poison-pill"
 MAX_DELIVERIES = 3
+TIME_LIMIT_S = 30
 KILL_AFTER_S = 4.0  # into the poisoned call (held 8 s): its batch-mates' calls are long done
 
 
@@ -119,10 +121,7 @@ def stack(
     broker = PrivateRedis(tmp_path_factory.mktemp("worker-loss-redis"))
     broker.port = free_port(6410, 6420)
     broker.start()
-    defaults = {
-        f"MEMQ_WORKER_{name}"
-        for name in ("TASK_SOFT_TIME_LIMIT_S", "TASK_TIME_LIMIT_S", "VISIBILITY_TIMEOUT_S")
-    }
+    defaults = {"MEMQ_WORKER_VISIBILITY_TIMEOUT_S"}
     with FakeLLMServer() as model:
         model.responder = responder
         env = {k: v for k, v in test_env.items() if k not in defaults}
@@ -139,6 +138,8 @@ def stack(
             "MEMQ_EMBEDDER_MODEL": "fake-embedder",
             "MEMQ_EMBEDDER_TIMEOUT_S": "120",
             "MEMQ_WORKER_MAX_DELIVERIES": str(MAX_DELIVERIES),
+            "MEMQ_WORKER_TASK_SOFT_TIME_LIMIT_S": str(TIME_LIMIT_S - 5),
+            "MEMQ_WORKER_TASK_TIME_LIMIT_S": str(TIME_LIMIT_S),
         }
         with monkeypatch_session.context() as patch:
             for key in [k for k in os.environ if k.startswith("MEMQ_")]:
@@ -344,3 +345,24 @@ def test_a_line_head_running_past_any_age_keeps_its_session_in_order(stack: Stac
     # the second saw the first's conversation as its context: it ran after the first ended
     seconds = [str(body) for body in stack.model.chat_requests() if f"second {marker}" in str(body)]
     assert seconds and all(f"first {marker}" in body for body in seconds)
+
+
+def test_an_io_call_over_the_time_limit_is_given_up_and_its_job_runs_elsewhere(
+    stack: Stack,
+) -> None:
+    """The threads pool ignores Celery's time limits: an extraction held by the model for
+    three times the limit is given up at the limit, its job runs again and succeeds while the held
+    call is still waiting, and what that call returns later is dropped."""
+    scope = new_scope()
+    marker = f"slow-{uuid.uuid4().hex[:6]}"
+    hold_s = 3 * TIME_LIMIT_S
+    stack.model.script_chat(Delay(hold_s, Normal()))
+    started = time.monotonic()
+    job_id = submit(stack.app, ask(scope, f"waits {marker}")).record.job_id
+
+    record = wait_job(stack.store, job_id, hold_s)
+    assert record.status == "succeeded", record
+    assert time.monotonic() - started < hold_s  # the held call has not even answered yet
+    time.sleep(max(0.0, hold_s - (time.monotonic() - started)) + 5)  # now it has, and is dropped
+    assert memories_of(stack, scope) == [f"waits {marker}"]
+    assert "overran its 30 s time limit" in stack.io.log_path.read_text()
