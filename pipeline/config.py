@@ -179,6 +179,14 @@ class WorkerConfig(_Section):
     # a transient fault (Elasticsearch, Redis, an unreachable LLM) is retried with capped
     # exponential backoff for this long from its first failure, then the job ends ``dead``
     retry_deadline_s: int = Field(default=900, ge=1, le=86_400)
+    # Ownership: a running phase task holds a lease on its batch, renewed every lease_s / 3; a
+    # lease that lapses (its worker died, or the call overran task_time_limit_s) is taken by the
+    # reaper, which one worker runs every reaper_interval_s under a Redis lock, and the batch's
+    # jobs are sent on alone from that phase. A job whose worker died max_deliveries times ends
+    # ``dead``. See docs/ARCHITECTURE.md, "Ownership leases".
+    lease_s: float = Field(default=15.0, ge=1, le=600)
+    reaper_interval_s: float = Field(default=5.0, ge=0.5, le=600)
+    max_deliveries: int = Field(default=4, ge=1, le=100)
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerConfig:

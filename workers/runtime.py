@@ -32,6 +32,8 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.chat_buffer import ChatBuffer
+from workers.keeper import Keeper
+from workers.leases import RunLeases
 from workers.names import (
     CHAT_FLUSH_TASK,
     GATHER_TASK,
@@ -52,6 +54,8 @@ class MemqCelery(Celery):
         super().__init__("memq", set_as_current=False)
         self.runtime = Runtime(settings)
         self.conf.update(celery_config(settings))
+        # the reaper is set where the tasks are registered (workers.tasks): it sends them
+        self.keeper = Keeper(lambda: self.runtime.leases, settings.worker, reap=lambda: None)
 
 
 class Runtime:
@@ -72,6 +76,10 @@ class Runtime:
     @cached_property
     def states(self) -> RedisStateStore:
         return RedisStateStore(self.redis, self.settings.es.index_prefix)
+
+    @cached_property
+    def leases(self) -> RunLeases:
+        return RunLeases(self.redis, self.settings.es.index_prefix)
 
     @cached_property
     def chat_buffer(self) -> ChatBuffer:
