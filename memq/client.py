@@ -48,6 +48,7 @@ from memq.types import (
     Readiness,
     SearchHit,
 )
+from pipeline.jobs import TERMINAL_STATUSES
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -68,7 +69,6 @@ __all__ = [
     "error_from",
 ]
 
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "dead"})
 _SERVER_WAIT_MAX_S = 300.0  # the API refuses a longer ``wait_s``
 
 # The SDK's own environment variables. MEMQ_CLIENT_* names no section of the server's

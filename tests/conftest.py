@@ -86,7 +86,6 @@ def test_env(stack_settings: Settings, test_id: str, fake_llm: FakeLLMServer) ->
         "MEMQ_LLM_MODEL": "scripted",
         "MEMQ_LLM_TIMEOUT_S": "2",
         "MEMQ_LLM_MAX_RETRIES": "2",
-        "MEMQ_WORKER_MAX_RETRIES": "2",
         "MEMQ_WORKER_RETRY_BACKOFF_S": "1",
         "MEMQ_WORKER_RETRY_BACKOFF_MAX_S": "2",
         "MEMQ_WORKER_TASK_SOFT_TIME_LIMIT_S": "20",

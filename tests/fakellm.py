@@ -8,6 +8,10 @@ timeouts, retries, error translation) runs for real against it.
 - ``POST /v1/embeddings``: deterministic unit vectors derived from a hash of each input text.
   They stand in for an embedding model only; similar texts do NOT get similar vectors.
 - ``GET /v1/models``: one model, so health checks pass.
+- A provider model (``provider=ProviderModel(...)``, or ``--latency-median-s`` and friends as a
+  process) makes chat answers behave as a hosted model under load: each takes a lognormal time
+  (median and p95 given), and a request beyond the concurrency limit is refused ``429`` with
+  ``Retry-After``. Refused requests are counted in ``refused``, not recorded in ``requests``.
 - Admin (not recorded): ``POST /_script`` ``{"chat": [step...], "embeddings": [step...],
   "default": "reply text", "refuse_json_schema": true}``, ``GET /_requests``, ``POST /_reset``.
 - ``refuse_json_schema``: act as a server without structured outputs (older vLLM, llama.cpp
@@ -31,6 +35,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import random
 import signal
 import sys
@@ -84,6 +89,32 @@ class Delay:
 
 
 Step = str | Fail | Delay | Garbage | Normal
+
+Z95 = 1.6448536269514722  # the standard normal's 95th percentile
+
+
+@dataclass(frozen=True)
+class ProviderModel:
+    """A hosted model's behaviour under load: answer latency lognormal with this median and p95,
+    at most ``limit`` requests in flight, the rest refused 429 with ``Retry-After``."""
+
+    median_s: float = 1.0
+    p95_s: float = 3.0
+    limit: int = 16
+    retry_after_s: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.median_s <= self.p95_s or self.limit < 1 or self.retry_after_s < 0:
+            raise ValueError(f"inconsistent provider model {self}")
+
+    def latency(self, rng: random.Random) -> float:
+        """One answer's latency: ln(latency) is normal with mean ln(median) and a spread that
+        puts p95 where it was asked for."""
+        sigma = math.log(self.p95_s / self.median_s) / Z95
+        return rng.lognormvariate(math.log(self.median_s), sigma)
+
+
 Responder = Callable[[dict[str, Any]], str]
 
 
@@ -162,6 +193,27 @@ class _State:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.responder: Responder = lambda _request: DEFAULT_REPLY
         self.refuse_json_schema = False
+        self.provider: ProviderModel | None = None
+        self.rng = random.Random(0)
+        self.in_flight = 0
+        self.refused = 0
+
+    def admit(self) -> float | None:
+        """Under a provider model: the latency of an admitted chat request, or None when it is
+        refused (the limit is reached). Without one: 0. Call ``done`` after an admitted one."""
+        with self.lock:
+            if self.provider is None:
+                return 0.0
+            if self.in_flight >= self.provider.limit:
+                self.refused += 1
+                return None
+            self.in_flight += 1
+            return self.provider.latency(self.rng)
+
+    def done(self) -> None:
+        """An admitted request was answered (whether or not the model is still on)."""
+        with self.lock:
+            self.in_flight -= 1
 
     def next_step(self, path: str, body: dict[str, Any]) -> Step:
         """Record the request and pop the next step of its script (``Normal()`` when empty)."""
@@ -181,6 +233,8 @@ class _State:
             self.requests.clear()
             self.responder = lambda _request: DEFAULT_REPLY
             self.refuse_json_schema = False
+            self.provider = None
+            self.refused = 0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -210,7 +264,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/v1/chat/completions" and self._refused(body):
             self.server.state.record("/refused", body)  # the script is kept for the retry
             self._send_json(400, {"error": REFUSED_JSON_SCHEMA})
-        elif self.path in ("/v1/chat/completions", "/v1/embeddings"):
+        elif self.path == "/v1/chat/completions":
+            self._chat(body)
+        elif self.path == "/v1/embeddings":
             self._answer(self.server.state.next_step(self.path, body), body)
         elif self.path.startswith("/_"):
             self._admin(body)
@@ -232,6 +288,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": {"message": str(exc)}})
         else:
             self._send_json(200, {"ok": True})
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        """A chat completion, through the provider model when there is one."""
+        state = self.server.state
+        latency = state.admit()
+        if latency is None:
+            assert state.provider is not None
+            error = {"message": "rate limit reached", "type": "requests", "code": "rate_limit"}
+            headers = {"Retry-After": str(state.provider.retry_after_s)}
+            self._send(429, json.dumps({"error": error}).encode(), "application/json", headers)
+            return
+        try:
+            state.stopping.wait(latency)
+            self._answer(state.next_step(self.path, body), body)
+        finally:
+            if latency:
+                state.done()
 
     def _answer(self, step: Step, request: dict[str, Any]) -> None:
         while isinstance(step, Delay):
@@ -273,9 +346,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, body: dict[str, Any]) -> None:
         self._send(status, json.dumps(body).encode(), "application/json")
 
-    def _send(self, status: int, payload: bytes, content_type: str) -> None:
+    def _send(
+        self, status: int, payload: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         try:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -342,6 +419,23 @@ class FakeLLMServer:
     def requests(self) -> list[tuple[str, dict[str, Any]]]:
         with self._state.lock:
             return list(self._state.requests)
+
+    @property
+    def provider(self) -> ProviderModel | None:
+        return self._state.provider
+
+    @provider.setter
+    def provider(self, provider: ProviderModel | None) -> None:
+        """Behave as ``provider`` from now on (None: answer at once, never refuse)."""
+        with self._state.lock:
+            self._state.provider = provider
+            self._state.rng = random.Random(provider.seed if provider else 0)
+
+    @property
+    def refused(self) -> int:
+        """Chat requests refused 429 by the provider model so far."""
+        with self._state.lock:
+            return self._state.refused
 
     def chat_requests(self) -> list[dict[str, Any]]:
         """The bodies of the chat completion requests, in order."""
@@ -412,9 +506,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--replies-file", type=Path)
     parser.add_argument("--refuse-json-schema", action="store_true")
+    parser.add_argument("--latency-median-s", type=float, help="behave as a provider under load")
+    parser.add_argument("--latency-p95-s", type=float, default=3.0)
+    parser.add_argument("--concurrency-limit", type=int, default=16)
+    parser.add_argument("--retry-after-s", type=int, default=1)
     args = parser.parse_args(argv)
     server = FakeLLMServer(port=args.port, dims=args.dims, host=args.host)
     server.refuse_json_schema(args.refuse_json_schema)
+    if args.latency_median_s is not None:
+        server.provider = ProviderModel(
+            args.latency_median_s, args.latency_p95_s, args.concurrency_limit, args.retry_after_s
+        )
     if args.replies_file is not None:
         server.script_chat(*read_replies(args.replies_file))
     # SIGTERM ends serve_forever through SystemExit, so the socket is closed on the way out.

@@ -37,14 +37,17 @@ def create_celery(settings: Settings) -> MemqCelery:
 def connect_warm_up(app: MemqCelery) -> None:
     """Load models and open clients when a worker starts, not on its first job: in each prefork
     child after the fork (never in the parent: model sessions do not survive a fork), and in the
-    main process of a threads pool."""
+    main process of a threads pool. The lease keeper (and with it the reaper) starts there too,
+    in the processes that run tasks, so it dies with them."""
 
     def in_child(**_: Any) -> None:
         app.runtime.warm_up()
+        app.keeper.start()
 
     def in_threads_worker(sender: Any = None, **_: Any) -> None:
         if "thread" in str(getattr(sender, "pool_cls", "")).lower():
             app.runtime.warm_up()
+            app.keeper.start()
 
     worker_process_init.connect(in_child, weak=False)
     worker_init.connect(in_threads_worker, weak=False)

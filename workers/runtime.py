@@ -32,8 +32,17 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.chat_buffer import ChatBuffer
+from workers.keeper import Keeper
+from workers.leases import RunLeases
 from workers.metrics import WorkerMetrics
-from workers.names import CHAT_FLUSH_TASK, GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
+from workers.names import (
+    CHAT_FLUSH_TASK,
+    GATHER_TASK,
+    HEALTH_TASK,
+    RECORD_TASK,
+    WAIT_TASK,
+    phase_task_name,
+)
 from workers.state_store import RedisStateStore
 
 log = logging.getLogger("memq.worker")
@@ -46,6 +55,8 @@ class MemqCelery(Celery):
         super().__init__("memq", set_as_current=False)
         self.runtime = Runtime(settings)
         self.conf.update(celery_config(settings))
+        # the reaper is set where the tasks are registered (workers.tasks): it sends them
+        self.keeper = Keeper(lambda: self.runtime.leases, settings.worker, reap=lambda: None)
 
 
 class Runtime:
@@ -66,6 +77,10 @@ class Runtime:
     @cached_property
     def states(self) -> RedisStateStore:
         return RedisStateStore(self.redis, self.settings.es.index_prefix)
+
+    @cached_property
+    def leases(self) -> RunLeases:
+        return RunLeases(self.redis, self.settings.es.index_prefix)
 
     @cached_property
     def chat_buffer(self) -> ChatBuffer:
@@ -198,6 +213,7 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
         WAIT_TASK: {"queue": queues.io},
         GATHER_TASK: {"queue": queues.io},
         CHAT_FLUSH_TASK: {"queue": queues.io},
+        RECORD_TASK: {"queue": queues.io},
     }
     for spec in PHASES:
         routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}

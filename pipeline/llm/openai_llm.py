@@ -1,6 +1,8 @@
 """The LLM adapter: the official ``openai`` SDK against any OpenAI-compatible base URL.
 
-Retries live here and only here (the SDK's own are off): a ``TransientError`` is retried with
+Retries of a server that answers live here and only here (the SDK's own are off); one that
+cannot be reached raises ``UnreachableError`` at once, for the task layer to retry against its
+deadline. An answered ``TransientError`` is retried with
 exponential backoff and full jitter, ``config.max_retries`` times, never sooner than a 429's
 ``Retry-After``; then ``RetriesExhaustedError`` tells the task layer not to retry again. Calls in
 flight are bounded per process by an ``AdaptiveLimit`` (``config.max_concurrency`` at most,
@@ -28,7 +30,7 @@ from typing import Any, Literal, cast
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from pydantic import BaseModel, SecretStr
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_base, wait_random_exponential
 
 from pipeline.config import LLMConfig
@@ -37,6 +39,7 @@ from pipeline.errors import (
     PermanentError,
     RetriesExhaustedError,
     TransientError,
+    UnreachableError,
 )
 from pipeline.llm.limiter import AdaptiveLimit
 from pipeline.protocols import ChatMessage, TokenUsage
@@ -92,7 +95,8 @@ class OpenAILLM:
     """``LLM`` over chat completions. Safe to share between threads; ``close()`` when done.
 
     Raises ``PermanentError`` when the request is refused (4xx other than 408/409/429),
-    ``RetriesExhaustedError`` when transient failures (timeouts, connection errors, 429, 5xx,
+    ``UnreachableError`` at once when the server cannot be reached (connection refused or
+    reset), ``RetriesExhaustedError`` when the other transient failures (timeouts, 429, 5xx,
     empty or malformed replies) outlast ``config.max_retries`` retries, and
     ``ConfigurationError`` at construction when neither a key nor a base URL is given.
     """
@@ -206,10 +210,12 @@ class OpenAILLM:
         self._observer(LLMCall(time.perf_counter() - started, prompt, completion, outcome))
 
     def _with_retries(self, call: Callable[[], str]) -> str:
-        """``call()``, retrying only ``TransientError``; then ``RetriesExhaustedError``."""
+        """``call()``, retrying a ``TransientError`` from a server that answered; then
+        ``RetriesExhaustedError``. An ``UnreachableError`` is raised at once: the task layer
+        retries it against its deadline (one layer per failure)."""
         attempts = self._config.max_retries + 1
         retrying = Retrying(
-            retry=retry_if_exception_type(TransientError),
+            retry=retry_if_exception(_answered_transient),
             stop=stop_after_attempt(attempts),
             wait=_not_before_retry_after(self._backoff.wait()),
             before_sleep=_log_retry,
@@ -217,6 +223,8 @@ class OpenAILLM:
         )
         try:
             return retrying(call)
+        except UnreachableError:
+            raise
         except TransientError as exc:
             reason = f"LLM call failed after {attempts} attempt(s); last error: {exc.reason}"
             raise RetriesExhaustedError(reason) from exc
@@ -252,6 +260,10 @@ def _tokens(completion: object) -> tuple[int, int]:
     if usage is None:
         return 0, 0
     return usage.prompt_tokens or 0, usage.completion_tokens or 0
+
+
+def _answered_transient(error: BaseException) -> bool:
+    return isinstance(error, TransientError) and not isinstance(error, UnreachableError)
 
 
 def _not_before_retry_after(backoff: wait_base) -> Callable[[RetryCallState], float]:
@@ -304,8 +316,10 @@ def openai_errors(what: str) -> Iterator[None]:
     """The one place the SDK's exceptions become memq's (``raise ... from exc``)."""
     try:
         yield
-    except openai.APIConnectionError as exc:  # includes APITimeoutError
+    except openai.APITimeoutError as exc:  # reached, but slow: worth a quick retry at the call
         raise TransientError(f"{what}: {type(exc).__name__}: {exc.message}") from exc
+    except openai.APIConnectionError as exc:
+        raise UnreachableError(f"{what}: {type(exc).__name__}: {exc.message}") from exc
     except openai.APIStatusError as exc:
         raise _status_error(what, exc) from exc
     except json.JSONDecodeError as exc:  # a 200 whose JSON body is broken

@@ -49,12 +49,11 @@ def extract_facts(state: JobState, deps: Deps) -> JobState:
 def facts_of(state: JobState, deps: Deps, usage: TokenUsage) -> list[Fact]:
     request = state.request
     turns = turns_of(request, deps, usage)
-    if not request.infer and request.memory_type is not MemoryType.PROCEDURAL:
-        return verbatim_facts(request, turns)
-    llm = require_llm(deps)
+    if request.extracts_facts():
+        return inferred_facts(require_llm(deps), state, turns, usage)
     if request.memory_type is MemoryType.PROCEDURAL:
-        return procedural_facts(llm, request, turns, state, usage)
-    return inferred_facts(llm, state, turns, usage)
+        return procedural_facts(require_llm(deps), request, turns, state, usage)
+    return verbatim_facts(request, turns)
 
 
 def with_usage(counts: dict[str, int], usage: TokenUsage) -> dict[str, int]:

@@ -17,7 +17,12 @@ import pytest
 from pydantic import SecretStr
 
 from pipeline.config import LLMConfig
-from pipeline.errors import ConfigurationError, PermanentError, RetriesExhaustedError
+from pipeline.errors import (
+    ConfigurationError,
+    PermanentError,
+    RetriesExhaustedError,
+    UnreachableError,
+)
 from pipeline.llm.openai_llm import (
     DEFAULT_BACKOFF,
     NO_BACKOFF,
@@ -134,15 +139,14 @@ def test_no_retries_configured_means_one_attempt(server: FakeLLMServer, make_llm
     assert len(server.chat_requests()) == 1
 
 
-def test_an_unreachable_server_is_transient_then_exhausted() -> None:
+def test_an_unreachable_server_is_left_to_the_task_layer_at_once() -> None:
     with FakeLLMServer() as gone:
         base_url = gone.base_url
-    config = LLMConfig(base_url=base_url, timeout_s=1.0, max_retries=1)
+    config = LLMConfig(base_url=base_url, timeout_s=1.0, max_retries=3)
 
-    with OpenAILLM(config, None, NO_BACKOFF) as llm, pytest.raises(RetriesExhaustedError) as caught:
+    with OpenAILLM(config, None, NO_BACKOFF) as llm, pytest.raises(UnreachableError) as caught:
         llm.complete_json(MESSAGES)
 
-    assert "2 attempt(s)" in caught.value.reason
     assert "APIConnectionError" in caught.value.reason
 
 

@@ -23,6 +23,7 @@ from memq import (
     UnavailableError,
     ValidationError,
 )
+from pipeline.jobs import JobStatus
 
 Handler = Callable[[httpx.Request], httpx.Response]
 BASE_URL = "http://memq.test"
@@ -220,16 +221,16 @@ def job_answering(*statuses: str) -> tuple[Handler, list[str]]:
 
 
 def test_wait_for_polls_until_the_job_ends_and_returns_a_failed_job() -> None:
-    handler, seen = job_answering("queued", "running", "failed")
+    handler, seen = job_answering(JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED)
     with sync_client(handler) as client:
         job = client.wait_for({"job_id": "j1"}, timeout_s=5.0, poll_s=0.01)
 
-    assert job["status"] == "failed"
+    assert job["status"] == JobStatus.FAILED
     assert seen == ["/v1/jobs/j1"] * 3
 
 
 def test_wait_for_times_out_with_the_last_job() -> None:
-    handler, _ = job_answering("running")
+    handler, _ = job_answering(JobStatus.RUNNING)
     with sync_client(handler) as client, pytest.raises(MemqTimeoutError) as raised:
         client.wait_for("j1", timeout_s=0.0)
 
@@ -239,7 +240,7 @@ def test_wait_for_times_out_with_the_last_job() -> None:
 
 
 def test_async_wait_for_times_out() -> None:
-    handler, _ = job_answering("queued")
+    handler, _ = job_answering(JobStatus.QUEUED)
 
     async def scenario() -> None:
         async with AsyncClient(BASE_URL, "k", transport=httpx.MockTransport(handler)) as sdk:
@@ -286,7 +287,7 @@ def test_add_with_wait_asks_the_server_to_wait_within_the_http_timeout() -> None
     with Client(BASE_URL, "k", timeout_s=10.0, transport=transport) as client:
         job = client.add("hi", user_id="u1", wait=True)
 
-    assert job["status"] == "succeeded"
+    assert job["status"] == JobStatus.SUCCEEDED
     assert dict(requests[0].url.params) == {"wait": "true", "wait_s": "5.0"}
 
 
