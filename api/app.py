@@ -19,6 +19,7 @@ from api.metrics import Metrics
 from api.routes import admin, export, health, jobs, mem0, memories, webhooks
 from api.schemas import ERROR_RESPONSES
 from pipeline.config import Settings
+from pipeline.telemetry import configure_tracing
 from workers.app import MemqCelery, create_celery
 
 log = logging.getLogger("memq.api")
@@ -126,6 +127,20 @@ def replay(body: bytes, receive: Receive) -> Receive:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return replayed
+
+
+def instrument(app: FastAPI, settings: Settings) -> bool:
+    """Trace the API's requests, and the tasks it sends, when an OTLP endpoint is configured
+    (``pipeline.telemetry``); returns whether tracing is on. Each task message carries the
+    request's trace context, which the workers continue."""
+    if not configure_tracing(settings, "memq-api"):
+        return False
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
+    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
+    return True
 
 
 def create_app(settings: Settings | None = None, celery: MemqCelery | None = None) -> FastAPI:

@@ -11,9 +11,9 @@ from pydantic import TypeAdapter, ValidationError
 from api.errors import location, most_specific
 from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
 from pipeline.errors import InvalidInputError
+from pipeline.jobs import JobRecord, public_results
 from pipeline.keys import Principal
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.store.protocol import JobRecord
 
 _MESSAGES = TypeAdapter(list[MessageIn])
 SCOPE_KEYS = ("user_id", "agent_id", "run_id")
@@ -109,10 +109,7 @@ def from_unix(seconds: int) -> datetime:
 
 
 def job_public(record: JobRecord) -> JobPublic:
-    results = [
-        MemoryEvent(id=r["id"], memory=r["text"], event=r.get("event", "ADD"))
-        for r in record.results
-    ]
+    results = [MemoryEvent.model_validate(r) for r in public_results(record.results)]
     return JobPublic(
         **record.model_dump(exclude={"results", "request", "tenant", "session_key"}),
         results=results,

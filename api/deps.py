@@ -37,7 +37,8 @@ def keys_of(app: FastAPI) -> KeyStore:
     keys: KeyStore | None = getattr(app.state, "keys", None)
     if keys is None:
         runtime: Runtime = app.state.celery.runtime
-        keys = app.state.keys = KeyStore(runtime.es, runtime.store.names)
+        cache_s = runtime.settings.api.key_cache_s
+        keys = app.state.keys = KeyStore(runtime.es, runtime.store.names, cache_s)
     return keys
 
 

@@ -42,19 +42,18 @@ from pipeline.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from pipeline.jobs import JobRecord
 from pipeline.keys import KeyStore, Principal
 from pipeline.listing import list_memories
 from pipeline.models import Identifier, MemoryType
 from pipeline.models import Scope as MemoryScope
 from pipeline.search import SearchQuery
-from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
 from workers.intake import Accepted, submit
 
 log = logging.getLogger("memq.mcp")
 T = TypeVar("T")
 PrincipalOf = Callable[[Context], Principal]
-TERMINAL = ("succeeded", "failed", "dead")
 PRINCIPAL_STATE = "memq_principal"
 
 INSTRUCTIONS = (
@@ -162,11 +161,11 @@ class MemqTools:
         deadline = time.monotonic() + timeout_s
         store = self.runtime.store
         job_id = record.job_id
-        while record.status not in TERMINAL and time.monotonic() < deadline:
+        while not record.ended and time.monotonic() < deadline:
             await anyio.sleep(0.1)
             latest: JobRecord | None = await self.call(lambda: store.get_job(job_id))
             record = latest or record
-        if record.status in TERMINAL:
+        if record.ended:
             await self.call(store.make_visible)
         return record
 

@@ -15,7 +15,6 @@ from prometheus_client import (
 )
 
 from pipeline.errors import MemqError
-from pipeline.store.client import es_errors
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -56,12 +55,6 @@ def render_metrics(runtime: Runtime, metrics: Metrics) -> tuple[bytes, str]:
 
 def job_counts(runtime: Runtime) -> dict[str, int]:
     try:
-        with es_errors("count jobs"):
-            body = runtime.es.search(
-                index=runtime.store.names.jobs,
-                size=0,
-                aggs={"status": {"terms": {"field": "status", "size": 10}}},
-            ).body
+        return runtime.store.job_counts()
     except MemqError:
         return {}
-    return {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}

@@ -1,7 +1,7 @@
 """memq: a self-hosted memory layer for AI agents.
 
-The HTTP SDK (``Client``, ``AsyncClient`` and their errors) is imported on first use, so
-``import memq`` stays cheap for the command line."""
+The HTTP SDK (``Client``, ``AsyncClient``, their errors and the answer models of
+``memq.types``) is imported on first use, so ``import memq`` stays cheap for the command line."""
 
 from __future__ import annotations
 
@@ -20,14 +20,45 @@ if TYPE_CHECKING:
         UnavailableError,
         ValidationError,
     )
+    from memq.types import (
+        Batch,
+        BatchAccepted,
+        HistoryEntry,
+        Job,
+        JobAccepted,
+        Memory,
+        MemoryPage,
+        SearchHit,
+    )
+
+_TYPES = frozenset(
+    {
+        "Batch",
+        "BatchAccepted",
+        "HistoryEntry",
+        "Job",
+        "JobAccepted",
+        "Memory",
+        "MemoryPage",
+        "SearchHit",
+    }
+)
 
 __all__ = [
     "AsyncClient",
     "AuthenticationError",
+    "Batch",
+    "BatchAccepted",
     "Client",
+    "HistoryEntry",
+    "Job",
+    "JobAccepted",
+    "Memory",
+    "MemoryPage",
     "MemqAPIError",
     "MemqTimeoutError",
     "NotFoundError",
+    "SearchHit",
     "UnavailableError",
     "ValidationError",
     "__version__",
@@ -35,7 +66,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The SDK names, loaded from ``memq.client`` when first asked for."""
+    """The SDK names, loaded from ``memq.client`` / ``memq.types`` when first asked for."""
+    if name in _TYPES:
+        from memq import types
+
+        return getattr(types, name)
     if name in __all__ and name != "__version__":
         from memq import client
 

@@ -7,12 +7,16 @@ can act on are printed as one line on stderr with exit status 2 (bad input) or 1
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
@@ -25,7 +29,10 @@ Handler = Callable[[Settings, argparse.Namespace], int]
 
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
-    from workers.app import create_celery
+    settings = with_metrics_port(settings, args.metrics_port)
+    # before anything imports prometheus_client, which reads the directory at import time
+    metrics_dir = prepare_metrics_dir() if settings.worker.metrics_port else None
+    from workers.app import connect_metrics_server, create_celery
 
     queues = settings.queues
     role = {
@@ -52,7 +59,50 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     # broker instead of failing: Celery turns a failed publish of a retry into a reject without
     # requeue, which would drop the job's message. Workers only: the API answers 503 at once.
     app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY
+    if metrics_dir is not None:
+        connect_metrics_server(app, metrics_dir, (args.queues or ",".join(names)).split(","))
     app.worker_main(argv)
+
+
+def with_metrics_port(settings: Settings, port: int | None) -> Settings:
+    """``--metrics-port`` over ``MEMQ_WORKER_METRICS_PORT`` (two workers on one host need
+    two ports)."""
+    if port is None:
+        return settings
+    if not 0 <= port <= 65535:
+        raise SystemExit(f"memq: --metrics-port {port}: expected 0..65535")
+    worker = settings.worker.model_copy(update={"metrics_port": port})
+    return settings.model_copy(update={"worker": worker})
+
+
+def prepare_metrics_dir() -> str:
+    """A fresh, empty directory for the worker's Prometheus multiprocess files, exported in
+    ``PROMETHEUS_MULTIPROC_DIR`` for its pool's processes and removed when the worker exits
+    (fresh: files of an earlier run would be added to this run's counts). Its name carries the
+    worker's pid, so the directory of a worker that was killed (no exit handler ran) is
+    removed by the next worker that starts."""
+    remove_stale_metrics_dirs()
+    path = tempfile.mkdtemp(prefix=f"memq-metrics-{os.getpid()}-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def remove_stale_metrics_dirs() -> None:
+    for stale in Path(tempfile.gettempdir()).glob("memq-metrics-*-*"):
+        pid = stale.name.split("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
 
 
 # Up to about 8 minutes of broker outage: 0 s, 1 s, 2 s ... then every 5 s, 100 tries.
@@ -97,12 +147,12 @@ def _flower(settings: Settings, args: argparse.Namespace) -> int:
 def _api(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.app import create_app
+    from api.app import create_app, instrument
 
+    app = create_app(settings)
+    instrument(app, settings)
     # log_config=None: uvicorn's lines go through the logging memq configured at start
-    uvicorn.run(
-        create_app(settings), host=settings.api.host, port=settings.api.port, log_config=None
-    )
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None)
     return 0
 
 
@@ -274,6 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--hostname", help="default: memq-<role>@%%h")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (default: MEMQ_WORKER_METRICS_PORT; 0: off)",
+    )
     worker.set_defaults(handler=_worker)
 
     sub.add_parser("flower", help="run the Flower dashboard").set_defaults(handler=_flower)

@@ -4,32 +4,63 @@
 coroutines (over ``httpx.AsyncClient``). Both build their requests with the same module-level
 functions and decode answers in the same place, so they cannot drift apart.
 
-Every method returns the decoded JSON of a 2xx answer, or raises a ``MemqAPIError``:
+Every method returns a pydantic model of the answer (``memq.types``: ``Job``, ``Memory``,
+``SearchHit``, ``MemoryPage``, ``Batch``...), or raises a ``MemqAPIError``:
 ``AuthenticationError`` (401, 403), ``NotFoundError`` (404), ``ValidationError`` (400, 413, 422),
 ``UnavailableError`` (502, 503, 504, and transport failures: connection refused, timeouts) or
 the base class for anything else. ``wait_for`` raises ``MemqTimeoutError``. No httpx exception
 ever escapes: ``error_from`` is the one place they, and error bodies, are translated.
+
+``Client()`` with no arguments reads ``MEMQ_CLIENT_URL`` (default ``http://127.0.0.1:8000``)
+and ``MEMQ_CLIENT_API_KEY``. The prefix is the SDK's own: the server's settings ignore it, so a
+client key set on a machine that also runs memq changes nothing for the server or its CLI.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, TypeAdapter
+from pydantic import ValidationError as _SchemaError
+
+from memq.types import (
+    Batch,
+    BatchAccepted,
+    Deleted,
+    Health,
+    HistoryEntry,
+    Job,
+    JobAccepted,
+    KeyCreated,
+    Memory,
+    MemoryPage,
+    Message,
+    Readiness,
+    SearchHit,
+)
+from pipeline.jobs import TERMINAL_STATUSES
 
 __all__ = [
+    "DEFAULT_BASE_URL",
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "ENV_TIMEOUT_S",
     "TERMINAL_STATUSES",
     "AsyncClient",
+    "AsyncMemoryPager",
     "AuthenticationError",
     "Client",
+    "MemoryPager",
     "MemqAPIError",
     "MemqTimeoutError",
     "NotFoundError",
@@ -38,11 +69,18 @@ __all__ = [
     "error_from",
 ]
 
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "dead"})
 _SERVER_WAIT_MAX_S = 300.0  # the API refuses a longer ``wait_s``
 
+# The SDK's own environment variables. MEMQ_CLIENT_* names no section of the server's
+# settings (which ignore unknown MEMQ_* names), so they never collide with MEMQ_API_* & co.
+ENV_BASE_URL = "MEMQ_CLIENT_URL"
+ENV_API_KEY = "MEMQ_CLIENT_API_KEY"
+ENV_TIMEOUT_S = "MEMQ_CLIENT_TIMEOUT_S"
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+
 Messages = str | Mapping[str, Any] | Sequence[Mapping[str, Any]]
-JobRef = str | Mapping[str, Any]
+JobRef = str | Mapping[str, Any] | JobAccepted | Job
+M = TypeVar("M", bound=BaseModel)
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -86,9 +124,9 @@ class UnavailableError(MemqAPIError):
 class MemqTimeoutError(MemqAPIError):
     """``wait_for`` gave up: the job was still not finished. ``job`` is the last state seen."""
 
-    def __init__(self, message: str, job: Mapping[str, Any] | None = None):
+    def __init__(self, message: str, job: Job | None = None):
         super().__init__(None, "timeout", message)
-        self.job = dict(job) if job is not None else None
+        self.job = job
 
 
 _ERROR_BY_STATUS: dict[int, type[MemqAPIError]] = {
@@ -204,7 +242,11 @@ def _list_call(scope: dict[str, Any], filters: Any, page_size: int, cursor: str 
 
 
 def _job_id(job_or_id: JobRef) -> str:
-    return job_or_id if isinstance(job_or_id, str) else str(job_or_id["job_id"])
+    if isinstance(job_or_id, str):
+        return job_or_id
+    if isinstance(job_or_id, JobAccepted | Job):
+        return job_or_id.job_id
+    return str(job_or_id["job_id"])
 
 
 def _server_wait_s(wait_timeout_s: float, http_timeout_s: float) -> float | None:
@@ -214,16 +256,42 @@ def _server_wait_s(wait_timeout_s: float, http_timeout_s: float) -> float | None
     return wait_s if wait_s >= 0.1 else None
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise MemqAPIError(None, "invalid_response", f"expected a JSON object, got {value!r:.200}")
-    return value
+def _parse(model: type[M], value: Any) -> M:
+    """``value`` (decoded JSON) as ``model``; an answer of another shape is an
+    ``invalid_response`` error, never a pydantic exception."""
+    try:
+        return model.model_validate(value)
+    except _SchemaError as exc:
+        raise _invalid(model.__name__, value, exc) from exc
 
 
-def _as_list(value: Any) -> list[Any]:
-    if not isinstance(value, list):
-        raise MemqAPIError(None, "invalid_response", f"expected a JSON array, got {value!r:.200}")
-    return value
+def _parse_list(model: type[M], value: Any) -> list[M]:
+    """``value`` as a list of ``model``, with the same error contract as ``_parse``."""
+    try:
+        return TypeAdapter(list[model]).validate_python(value)  # type: ignore[valid-type]
+    except _SchemaError as exc:
+        raise _invalid(f"list of {model.__name__}", value, exc) from exc
+
+
+def _invalid(what: str, value: Any, exc: _SchemaError) -> MemqAPIError:
+    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+    return MemqAPIError(
+        None, "invalid_response", f"expected {what}, got {value!r:.200} ({problems})"
+    )
+
+
+def _results(value: Any) -> Any:
+    """The ``results`` member of an answer object (search, batch search)."""
+    if not isinstance(value, dict) or "results" not in value:
+        raise MemqAPIError(None, "invalid_response", f"expected results, got {value!r:.200}")
+    return value["results"]
+
+
+def _accepted_or_job(value: Any) -> JobAccepted | Job:
+    """An add's answer: the finished job when the server waited for it, else the acceptance."""
+    if isinstance(value, dict) and "created" not in value and "attempts" in value:
+        return _parse(Job, value)
+    return _parse(JobAccepted, value)
 
 
 def _decode(response: httpx.Response) -> Any:
@@ -236,12 +304,8 @@ def _decode(response: httpx.Response) -> Any:
         raise error_from(response) from exc
 
 
-def _finished(job: dict[str, Any]) -> bool:
-    return job.get("status") in TERMINAL_STATUSES
-
-
-def _timed_out(job_id: str, timeout_s: float, job: dict[str, Any] | None) -> MemqTimeoutError:
-    status = job.get("status") if job else "unknown"
+def _timed_out(job_id: str, timeout_s: float, job: Job | None) -> MemqTimeoutError:
+    status = job.status if job else "unknown"
     return MemqTimeoutError(f"job {job_id} still {status} after {timeout_s:g}s", job)
 
 
@@ -251,26 +315,124 @@ def _headers(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}", "User-Agent": f"memq-python/{__version__}"}
 
 
+@dataclass(frozen=True)
+class _Connection:
+    """Where and how to reach the API, from the arguments or else the environment."""
+
+    base_url: str
+    api_key: str
+    timeout_s: float
+
+
+def _connection(base_url: str | None, api_key: str | None, timeout_s: float | None) -> _Connection:
+    """Explicit arguments win; else ``MEMQ_CLIENT_URL``, ``MEMQ_CLIENT_API_KEY`` and
+    ``MEMQ_CLIENT_TIMEOUT_S``. No key anywhere is a ``MemqAPIError`` of type
+    ``configuration`` (raised at construction, not at the first call)."""
+    key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
+    if not key:
+        raise MemqAPIError(
+            None, "configuration", f"no API key: pass api_key=... or set {ENV_API_KEY}"
+        )
+    return _Connection(
+        base_url=base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL,
+        api_key=key,
+        timeout_s=timeout_s if timeout_s is not None else _env_timeout_s(),
+    )
+
+
+def _env_timeout_s() -> float:
+    raw = os.environ.get(ENV_TIMEOUT_S)
+    if not raw:
+        return 30.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise MemqAPIError(
+            None, "configuration", f"{ENV_TIMEOUT_S}={raw!r}: expected seconds, a number > 0"
+        )
+    return value
+
+
+# -- paging ----------------------------------------------------------------------------------
+
+
+class MemoryPager:
+    """Every memory of a listing, fetched page by page as it is consumed: iterate it for
+    ``Memory`` objects, or call ``pages()`` for the ``MemoryPage`` objects themselves. Each
+    iteration starts again from the first page; errors are raised during iteration."""
+
+    def __init__(self, fetch: Callable[[str | None], MemoryPage]) -> None:
+        self._fetch = fetch
+
+    def pages(self) -> Iterator[MemoryPage]:
+        """The pages in order, until one has no ``next_cursor`` (or no results)."""
+        cursor: str | None = None
+        while True:
+            page = self._fetch(cursor)
+            yield page
+            cursor = page.next_cursor
+            if not cursor or not page.results:
+                return
+
+    def __iter__(self) -> Iterator[Memory]:
+        for page in self.pages():
+            yield from page.results
+
+
+class AsyncMemoryPager:
+    """``MemoryPager`` for ``AsyncClient``: ``async for memory in pager``, or
+    ``async for page in pager.pages()``."""
+
+    def __init__(self, fetch: Callable[[str | None], Awaitable[MemoryPage]]) -> None:
+        self._fetch = fetch
+
+    async def pages(self) -> AsyncIterator[MemoryPage]:
+        """See ``MemoryPager.pages``."""
+        cursor: str | None = None
+        while True:
+            page = await self._fetch(cursor)
+            yield page
+            cursor = page.next_cursor
+            if not cursor or not page.results:
+                return
+
+    async def _memories(self) -> AsyncIterator[Memory]:
+        async for page in self.pages():
+            for memory in page.results:
+                yield memory
+
+    def __aiter__(self) -> AsyncIterator[Memory]:
+        return self._memories()
+
+
 # -- the synchronous client ------------------------------------------------------------------
 
 
 class Client:
     """memq over HTTP, synchronously. Use as a context manager, or call ``close()``.
 
-    ``timeout_s`` bounds each HTTP request; ``transport`` replaces the network (tests pass an
-    ``httpx.MockTransport``).
+    ``base_url``, ``api_key`` and ``timeout_s`` default to ``MEMQ_CLIENT_URL``,
+    ``MEMQ_CLIENT_API_KEY`` and ``MEMQ_CLIENT_TIMEOUT_S`` (30 s). ``timeout_s`` bounds each
+    HTTP request; ``transport`` replaces the network (tests pass an ``httpx.MockTransport``).
     """
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str,
-        timeout_s: float = 30.0,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._timeout_s = timeout_s
+        conn = _connection(base_url, api_key, timeout_s)
+        self.base_url = conn.base_url
+        self._timeout_s = conn.timeout_s
         self._http = httpx.Client(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+            base_url=conn.base_url,
+            headers=_headers(conn.api_key),
+            timeout=conn.timeout_s,
+            transport=transport,
         )
 
     def __enter__(self) -> Self:
@@ -314,11 +476,11 @@ class Client:
         idempotency_key: str | None = None,
         wait: bool = False,
         wait_timeout_s: float = 60.0,
-    ) -> dict[str, Any]:
-        """Queue a conversation (POST /v1/memories). Returns the JobAccepted answer
-        (``job_id``, ``status``, ``status_url``, ``created``); with ``wait``, the finished
-        JobPublic instead (whatever its status), or ``MemqTimeoutError`` after
-        ``wait_timeout_s``. The same ``idempotency_key`` always answers with the same job."""
+    ) -> JobAccepted | Job:
+        """Queue a conversation (POST /v1/memories). Returns a ``JobAccepted`` (``job_id``,
+        ``status``, ``status_url``, ``created``); with ``wait``, the finished ``Job`` instead
+        (whatever its status), or ``MemqTimeoutError`` after ``wait_timeout_s``. The same
+        ``idempotency_key`` always answers with the same job."""
         body = {
             **_scope(user_id, agent_id, run_id),
             "messages": messages,
@@ -332,22 +494,21 @@ class Client:
         }
         deadline = time.monotonic() + wait_timeout_s
         wait_s = _server_wait_s(wait_timeout_s, self._timeout_s) if wait else None
-        job = _as_dict(self._send(_add_call(body, idempotency_key, wait_s)))
-        if not wait or _finished(job):
+        job = _accepted_or_job(self._send(_add_call(body, idempotency_key, wait_s)))
+        if not wait or (isinstance(job, Job) and job.finished):
             return job
         return self.wait_for(job, timeout_s=max(deadline - time.monotonic(), 0.0))
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        """The job (GET /v1/jobs/{id}): status, phase, counts, timings, results, errors."""
-        return _as_dict(self._send(_Call("GET", f"/v1/jobs/{_segment(job_id)}")))
+    def job(self, job_id: str) -> Job:
+        """The job (GET /v1/jobs/{id}): status, phase, counts (with LLM tokens), timings,
+        results, errors."""
+        return _parse(Job, self._send(_Call("GET", f"/v1/jobs/{_segment(job_id)}")))
 
-    def retry(self, job_id: str) -> dict[str, Any]:
+    def retry(self, job_id: str) -> Job:
         """Replay a failed or dead job from its recorded request; returns the job."""
-        return _as_dict(self._send(_Call("POST", f"/v1/jobs/{_segment(job_id)}/retry")))
+        return _parse(Job, self._send(_Call("POST", f"/v1/jobs/{_segment(job_id)}/retry")))
 
-    def wait_for(
-        self, job_or_id: JobRef, timeout_s: float = 60.0, poll_s: float = 0.2
-    ) -> dict[str, Any]:
+    def wait_for(self, job_or_id: JobRef, timeout_s: float = 60.0, poll_s: float = 0.2) -> Job:
         """Poll the job until it is succeeded, failed or dead and return it (a failed job is
         returned, not raised: read ``status``). ``MemqTimeoutError`` after ``timeout_s``."""
         job_id = _job_id(job_or_id)
@@ -355,20 +516,22 @@ class Client:
         while True:
             job = self.job(job_id)
             remaining = deadline - time.monotonic()
-            if _finished(job):
+            if job.finished:
                 return job
             if remaining <= 0:
                 raise _timed_out(job_id, timeout_s, job)
             time.sleep(min(poll_s, remaining))
 
-    def add_batch(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def add_batch(self, items: Sequence[Mapping[str, Any]]) -> BatchAccepted:
         """Queue many conversations (POST /v1/batches), each item an ``add`` body; returns
         ``batch_id``, ``status_url`` and the accepted ``jobs``. A bad item queues nothing."""
-        return _as_dict(self._send(_Call("POST", "/v1/batches", body={"items": items})))
+        return _parse(
+            BatchAccepted, self._send(_Call("POST", "/v1/batches", body={"items": items}))
+        )
 
-    def batch(self, batch_id: str) -> dict[str, Any]:
+    def batch(self, batch_id: str) -> Batch:
         """Counts of the batch's jobs per status: ``batch_id``, ``total``, ``counts``."""
-        return _as_dict(self._send(_Call("GET", f"/v1/batches/{_segment(batch_id)}")))
+        return _parse(Batch, self._send(_Call("GET", f"/v1/batches/{_segment(batch_id)}")))
 
     # memories
 
@@ -386,7 +549,7 @@ class Client:
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[SearchHit]:
         """Hybrid search in a scope (at least one id); hits best first. ``reference_time`` is
         the moment relative times in the query ("last week") are read against (default: the
         server's now)."""
@@ -401,16 +564,34 @@ class Client:
             "reference_time": reference_time,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
-        return _as_list(_as_dict(self._send(call))["results"])
+        return _parse_list(SearchHit, _results(self._send(call)))
 
-    def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
+    def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[list[SearchHit]]:
         """Several searches (each a ``search`` body with ``query``), answered in order."""
         call = _Call("POST", "/v1/memories/search/batch", body={"queries": queries})
-        return _as_list(_as_dict(self._send(call))["results"])
+        answers = _results(self._send(call))
+        if not isinstance(answers, list):
+            raise MemqAPIError(None, "invalid_response", f"expected lists, got {answers!r:.200}")
+        return [_parse_list(SearchHit, hits) for hits in answers]
 
-    def get(self, memory_id: str) -> dict[str, Any]:
+    def get(self, memory_id: str) -> Memory:
         """One memory; ``NotFoundError`` when it does not exist (or was deleted)."""
-        return _as_dict(self._send(_Call("GET", f"/v1/memories/{_segment(memory_id)}")))
+        return _parse(Memory, self._send(_Call("GET", f"/v1/memories/{_segment(memory_id)}")))
+
+    def page(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        page_size: int = 100,
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        """One page of the scope's memories, oldest first (GET /v1/memories); pass the
+        page's ``next_cursor`` for the next one."""
+        call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor)
+        return _parse(MemoryPage, self._send(call))
 
     def get_all(
         self,
@@ -420,78 +601,91 @@ class Client:
         run_id: str | None = None,
         filters: Mapping[str, Any] | None = None,
         page_size: int = 100,
-    ) -> Iterator[dict[str, Any]]:
-        """Every memory of the scope, oldest first, fetched page by page as the iterator is
-        consumed (errors are raised during iteration)."""
-        cursor: str | None = None
-        while True:
-            call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor)
-            page = _as_dict(self._send(call))
-            yield from page["results"]
-            cursor = page.get("next_cursor")
-            if not cursor or not page["results"]:
-                return
+    ) -> MemoryPager:
+        """Every memory of the scope, oldest first, as a ``MemoryPager``: iterate it for
+        ``Memory`` objects (pages are fetched as it is consumed) or walk ``.pages()``."""
+
+        def fetch(cursor: str | None) -> MemoryPage:
+            return self.page(
+                user_id=user_id,
+                agent_id=agent_id,
+                run_id=run_id,
+                filters=filters,
+                page_size=page_size,
+                cursor=cursor,
+            )
+
+        return MemoryPager(fetch)
 
     def update(
         self, memory_id: str, *, text: str | None = None, metadata: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
+    ) -> Memory:
         """New text (re-embedded) and/or metadata; returns the updated memory."""
         body = _without_none({"text": text, "metadata": metadata})
-        return _as_dict(self._send(_Call("PUT", f"/v1/memories/{_segment(memory_id)}", body=body)))
+        call = _Call("PUT", f"/v1/memories/{_segment(memory_id)}", body=body)
+        return _parse(Memory, self._send(call))
 
-    def delete(self, memory_id: str) -> dict[str, Any]:
+    def delete(self, memory_id: str) -> Message:
         """Delete one memory (its history keeps a DELETE row)."""
-        return _as_dict(self._send(_Call("DELETE", f"/v1/memories/{_segment(memory_id)}")))
+        return _parse(Message, self._send(_Call("DELETE", f"/v1/memories/{_segment(memory_id)}")))
 
     def delete_all(
         self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Deleted:
         """Delete every memory of a scope (at least one id); ``deleted`` is the count."""
         call = _Call("DELETE", "/v1/memories", params=_scope(user_id, agent_id, run_id))
-        return _as_dict(self._send(call))
+        return _parse(Deleted, self._send(call))
 
-    def history(self, memory_id: str) -> list[dict[str, Any]]:
+    def history(self, memory_id: str) -> list[HistoryEntry]:
         """ADD, UPDATE and DELETE events of a memory, oldest first."""
-        return _as_list(self._send(_Call("GET", f"/v1/memories/{_segment(memory_id)}/history")))
+        call = _Call("GET", f"/v1/memories/{_segment(memory_id)}/history")
+        return _parse_list(HistoryEntry, self._send(call))
 
     # admin and health
 
-    def create_key(self, tenant: str, name: str = "", admin: bool = False) -> dict[str, Any]:
+    def create_key(self, tenant: str, name: str = "", admin: bool = False) -> KeyCreated:
         """A new API key for ``tenant`` (needs an admin key): ``id``, ``tenant``, ``key``."""
         body = {"tenant": tenant, "name": name, "admin": admin}
-        return _as_dict(self._send(_Call("POST", "/v1/admin/keys", body=body)))
+        return _parse(KeyCreated, self._send(_Call("POST", "/v1/admin/keys", body=body)))
 
-    def revoke_key(self, key_id: str) -> dict[str, Any]:
+    def revoke_key(self, key_id: str) -> Message:
         """Revoke a key by its id (needs an admin key)."""
-        return _as_dict(self._send(_Call("DELETE", f"/v1/admin/keys/{_segment(key_id)}")))
+        call = _Call("DELETE", f"/v1/admin/keys/{_segment(key_id)}")
+        return _parse(Message, self._send(call))
 
-    def healthz(self) -> dict[str, Any]:
-        """The API process is up: ``{"status": "ok"}``."""
-        return _as_dict(self._send(_Call("GET", "/healthz")))
+    def healthz(self) -> Health:
+        """The API process is up: ``status`` is ``ok``."""
+        return _parse(Health, self._send(_Call("GET", "/healthz")))
 
-    def readyz(self) -> dict[str, Any]:
+    def readyz(self) -> Readiness:
         """Elasticsearch and Redis reachable; ``UnavailableError`` (the answer as its message)
         when one is not."""
-        return _as_dict(self._send(_Call("GET", "/readyz")))
+        return _parse(Readiness, self._send(_Call("GET", "/readyz")))
 
 
 # -- the asynchronous client -----------------------------------------------------------------
 
 
 class AsyncClient:
-    """memq over HTTP with ``async`` methods; the same API and contracts as ``Client``.
-    Use as an async context manager, or ``await aclose()`` (``close()`` is an alias)."""
+    """memq over HTTP with ``async`` methods; the same API, contracts and environment
+    variables as ``Client``. Use as an async context manager, or ``await aclose()``
+    (``close()`` is an alias)."""
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str,
-        timeout_s: float = 30.0,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._timeout_s = timeout_s
+        conn = _connection(base_url, api_key, timeout_s)
+        self.base_url = conn.base_url
+        self._timeout_s = conn.timeout_s
         self._http = httpx.AsyncClient(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+            base_url=conn.base_url,
+            headers=_headers(conn.api_key),
+            timeout=conn.timeout_s,
+            transport=transport,
         )
 
     async def __aenter__(self) -> Self:
@@ -537,7 +731,7 @@ class AsyncClient:
         idempotency_key: str | None = None,
         wait: bool = False,
         wait_timeout_s: float = 60.0,
-    ) -> dict[str, Any]:
+    ) -> JobAccepted | Job:
         """See ``Client.add``."""
         body = {
             **_scope(user_id, agent_id, run_id),
@@ -552,41 +746,43 @@ class AsyncClient:
         }
         deadline = time.monotonic() + wait_timeout_s
         wait_s = _server_wait_s(wait_timeout_s, self._timeout_s) if wait else None
-        job = _as_dict(await self._send(_add_call(body, idempotency_key, wait_s)))
-        if not wait or _finished(job):
+        job = _accepted_or_job(await self._send(_add_call(body, idempotency_key, wait_s)))
+        if not wait or (isinstance(job, Job) and job.finished):
             return job
         return await self.wait_for(job, timeout_s=max(deadline - time.monotonic(), 0.0))
 
-    async def job(self, job_id: str) -> dict[str, Any]:
+    async def job(self, job_id: str) -> Job:
         """See ``Client.job``."""
-        return _as_dict(await self._send(_Call("GET", f"/v1/jobs/{_segment(job_id)}")))
+        return _parse(Job, await self._send(_Call("GET", f"/v1/jobs/{_segment(job_id)}")))
 
-    async def retry(self, job_id: str) -> dict[str, Any]:
+    async def retry(self, job_id: str) -> Job:
         """See ``Client.retry``."""
-        return _as_dict(await self._send(_Call("POST", f"/v1/jobs/{_segment(job_id)}/retry")))
+        call = _Call("POST", f"/v1/jobs/{_segment(job_id)}/retry")
+        return _parse(Job, await self._send(call))
 
     async def wait_for(
         self, job_or_id: JobRef, timeout_s: float = 60.0, poll_s: float = 0.2
-    ) -> dict[str, Any]:
+    ) -> Job:
         """See ``Client.wait_for``."""
         job_id = _job_id(job_or_id)
         deadline = time.monotonic() + timeout_s
         while True:
             job = await self.job(job_id)
             remaining = deadline - time.monotonic()
-            if _finished(job):
+            if job.finished:
                 return job
             if remaining <= 0:
                 raise _timed_out(job_id, timeout_s, job)
             await asyncio.sleep(min(poll_s, remaining))
 
-    async def add_batch(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    async def add_batch(self, items: Sequence[Mapping[str, Any]]) -> BatchAccepted:
         """See ``Client.add_batch``."""
-        return _as_dict(await self._send(_Call("POST", "/v1/batches", body={"items": items})))
+        call = _Call("POST", "/v1/batches", body={"items": items})
+        return _parse(BatchAccepted, await self._send(call))
 
-    async def batch(self, batch_id: str) -> dict[str, Any]:
+    async def batch(self, batch_id: str) -> Batch:
         """See ``Client.batch``."""
-        return _as_dict(await self._send(_Call("GET", f"/v1/batches/{_segment(batch_id)}")))
+        return _parse(Batch, await self._send(_Call("GET", f"/v1/batches/{_segment(batch_id)}")))
 
     # memories
 
@@ -604,7 +800,7 @@ class AsyncClient:
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[SearchHit]:
         """See ``Client.search``."""
         options = {
             **_scope(user_id, agent_id, run_id),
@@ -617,18 +813,22 @@ class AsyncClient:
             "reference_time": reference_time,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
-        return _as_list(_as_dict(await self._send(call))["results"])
+        return _parse_list(SearchHit, _results(await self._send(call)))
 
-    async def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
+    async def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[list[SearchHit]]:
         """See ``Client.search_many``."""
         call = _Call("POST", "/v1/memories/search/batch", body={"queries": queries})
-        return _as_list(_as_dict(await self._send(call))["results"])
+        answers = _results(await self._send(call))
+        if not isinstance(answers, list):
+            raise MemqAPIError(None, "invalid_response", f"expected lists, got {answers!r:.200}")
+        return [_parse_list(SearchHit, hits) for hits in answers]
 
-    async def get(self, memory_id: str) -> dict[str, Any]:
+    async def get(self, memory_id: str) -> Memory:
         """See ``Client.get``."""
-        return _as_dict(await self._send(_Call("GET", f"/v1/memories/{_segment(memory_id)}")))
+        call = _Call("GET", f"/v1/memories/{_segment(memory_id)}")
+        return _parse(Memory, await self._send(call))
 
-    async def get_all(
+    async def page(
         self,
         *,
         user_id: str | None = None,
@@ -636,57 +836,76 @@ class AsyncClient:
         run_id: str | None = None,
         filters: Mapping[str, Any] | None = None,
         page_size: int = 100,
-    ) -> AsyncIterator[dict[str, Any]]:
-        """See ``Client.get_all``; iterate with ``async for``."""
-        cursor: str | None = None
-        while True:
-            call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor)
-            page = _as_dict(await self._send(call))
-            for item in page["results"]:
-                yield item
-            cursor = page.get("next_cursor")
-            if not cursor or not page["results"]:
-                return
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        """See ``Client.page``."""
+        call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor)
+        return _parse(MemoryPage, await self._send(call))
+
+    def get_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        page_size: int = 100,
+    ) -> AsyncMemoryPager:
+        """See ``Client.get_all``; iterate with ``async for`` (not awaited itself)."""
+
+        async def fetch(cursor: str | None) -> MemoryPage:
+            return await self.page(
+                user_id=user_id,
+                agent_id=agent_id,
+                run_id=run_id,
+                filters=filters,
+                page_size=page_size,
+                cursor=cursor,
+            )
+
+        return AsyncMemoryPager(fetch)
 
     async def update(
         self, memory_id: str, *, text: str | None = None, metadata: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
+    ) -> Memory:
         """See ``Client.update``."""
         body = _without_none({"text": text, "metadata": metadata})
         call = _Call("PUT", f"/v1/memories/{_segment(memory_id)}", body=body)
-        return _as_dict(await self._send(call))
+        return _parse(Memory, await self._send(call))
 
-    async def delete(self, memory_id: str) -> dict[str, Any]:
+    async def delete(self, memory_id: str) -> Message:
         """See ``Client.delete``."""
-        return _as_dict(await self._send(_Call("DELETE", f"/v1/memories/{_segment(memory_id)}")))
+        call = _Call("DELETE", f"/v1/memories/{_segment(memory_id)}")
+        return _parse(Message, await self._send(call))
 
     async def delete_all(
         self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Deleted:
         """See ``Client.delete_all``."""
         call = _Call("DELETE", "/v1/memories", params=_scope(user_id, agent_id, run_id))
-        return _as_dict(await self._send(call))
+        return _parse(Deleted, await self._send(call))
 
-    async def history(self, memory_id: str) -> list[dict[str, Any]]:
+    async def history(self, memory_id: str) -> list[HistoryEntry]:
         """See ``Client.history``."""
         call = _Call("GET", f"/v1/memories/{_segment(memory_id)}/history")
-        return _as_list(await self._send(call))
+        return _parse_list(HistoryEntry, await self._send(call))
 
     # admin and health
 
-    async def create_key(self, tenant: str, name: str = "", admin: bool = False) -> dict[str, Any]:
+    async def create_key(self, tenant: str, name: str = "", admin: bool = False) -> KeyCreated:
         """See ``Client.create_key``."""
         body = {"tenant": tenant, "name": name, "admin": admin}
-        return _as_dict(await self._send(_Call("POST", "/v1/admin/keys", body=body)))
+        return _parse(KeyCreated, await self._send(_Call("POST", "/v1/admin/keys", body=body)))
 
-    async def revoke_key(self, key_id: str) -> dict[str, Any]:
+    async def revoke_key(self, key_id: str) -> Message:
         """See ``Client.revoke_key``."""
-        return _as_dict(await self._send(_Call("DELETE", f"/v1/admin/keys/{_segment(key_id)}")))
+        call = _Call("DELETE", f"/v1/admin/keys/{_segment(key_id)}")
+        return _parse(Message, await self._send(call))
 
-    async def healthz(self) -> dict[str, Any]:
+    async def healthz(self) -> Health:
         """See ``Client.healthz``."""
-        return _as_dict(await self._send(_Call("GET", "/healthz")))
+        return _parse(Health, await self._send(_Call("GET", "/healthz")))
 
-    async def readyz(self) -> dict[str, Any]:
+    async def readyz(self) -> Readiness:
         """See ``Client.readyz``."""
-        return _as_dict(await self._send(_Call("GET", "/readyz")))
+        return _parse(Readiness, await self._send(_Call("GET", "/readyz")))

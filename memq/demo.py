@@ -11,9 +11,9 @@ import time
 from datetime import UTC, datetime
 
 from pipeline.config import Settings
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.search import SearchQuery
-from pipeline.store.protocol import JobRecord
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
 from workers.intake import submit
 
@@ -43,12 +43,12 @@ def run_demo(settings: Settings, timeout_s: float) -> int:
             "OpenAI-compatible server): storing the raw turns (infer=false)"
         )
     record = ingest(app, infer, timeout_s)
-    if record.status != "succeeded":
+    if record.status != JobStatus.SUCCEEDED:
         print(f"demo: job {record.job_id} {record.status}: {record.reason}")
         return 1
     print(f"demo: job {record.job_id} succeeded; {len(record.results)} memories:")
     for memory in record.results:
-        print(f"  - {memory['text']}")
+        print(f"  - {memory.text}")
     show_search(app)
     return 0
 
@@ -61,18 +61,18 @@ def ingest(app: MemqCelery, infer: bool, timeout_s: float) -> JobRecord:
         timestamp=datetime(2026, 5, 4, 18, 30, tzinfo=UTC),
     )
     accepted = submit(app, request)
-    verb = "queued" if accepted.created else "already known as"
+    verb = JobStatus.QUEUED if accepted.created else "already known as"
     print(f"demo: conversation {verb} job {accepted.record.job_id}")
     deadline = time.monotonic() + timeout_s
     record = accepted.record
-    while record.status not in ("succeeded", "failed", "dead") and time.monotonic() < deadline:
+    while not record.ended and time.monotonic() < deadline:
         time.sleep(0.2)
         record = app.runtime.store.get_job(record.job_id) or record
     return record
 
 
 def show_search(app: MemqCelery) -> None:
-    app.runtime.es.indices.refresh(index=app.runtime.store.names.memories)
+    app.runtime.store.make_visible()
     hits = app.runtime.searcher.search(
         SearchQuery(query=QUESTION, scope=SCOPE, top_k=3, explain=True)
     )

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.store.client import es_errors
+from pipeline.jobs import JobStatus
 from workers.app import MemqCelery, create_celery
 
 DEAD_SHOWN = 10
@@ -16,17 +16,8 @@ def collect(app: MemqCelery) -> dict[str, Any]:
     runtime = app.runtime
     queues = runtime.settings.queues
     depths = {q: int(runtime.redis.llen(q)) for q in (queues.io, queues.cpu, queues.backfill)}
-    with es_errors("read job counts"):
-        body = runtime.es.search(
-            index=runtime.store.names.jobs,
-            size=DEAD_SHOWN,
-            post_filter={"term": {"status": "dead"}},
-            sort=[{"updated_at": "desc"}],
-            source_includes=["job_id", "reason", "updated_at"],
-            aggs={"status": {"terms": {"field": "status", "size": 10}}},
-        ).body
-    jobs = {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
-    dead = [h["_source"] for h in body["hits"]["hits"]]
+    jobs = runtime.store.job_counts()
+    dead = runtime.store.jobs_in_status(JobStatus.DEAD, DEAD_SHOWN)
     workers = sorted(name for reply in app.control.ping(timeout=1.0) or [] for name in reply)
     stats = app.control.inspect(timeout=1.0).stats() or {}
     uptimes = {name: int(stats[name].get("uptime", 0)) for name in workers if name in stats}

@@ -2,7 +2,8 @@
 
 Every value comes from an environment variable with the prefix ``MEMQ_`` followed by the
 section and the field, e.g. ``MEMQ_ES_URL``, ``MEMQ_LLM_BASE_URL``, ``MEMQ_API_PORT``.
-Nothing in memq reads the environment anywhere else.
+Nothing in memq reads the environment anywhere else. ``MEMQ_CLIENT_*`` belongs to the HTTP
+SDK (``memq.Client``): no section may be named ``client``, and these settings ignore it.
 """
 
 from __future__ import annotations
@@ -174,9 +175,8 @@ class WorkerConfig(_Section):
     io_concurrency: int = Field(default=8, ge=1, le=512)
     task_time_limit_s: int = Field(default=600, ge=1)
     task_soft_time_limit_s: int = Field(default=540, ge=1)
-    max_retries: int = Field(default=5, ge=0, le=50)
     retry_backoff_s: int = Field(default=2, ge=1)
-    retry_backoff_max_s: int = Field(default=120, ge=1)
+    retry_backoff_max_s: int = Field(default=60, ge=1)
     visibility_timeout_s: int = Field(default=900, ge=5)
     # a micro-batch: up to batch_max_jobs ready jobs, or those ready within batch_wait_ms
     # (waited for only while jobs keep arriving; a lone job starts at once); at most
@@ -184,6 +184,20 @@ class WorkerConfig(_Section):
     batch_max_jobs: int = Field(default=32, ge=1, le=1024)
     batch_wait_ms: int = Field(default=20, ge=0, le=10_000)
     batches_in_flight: int = Field(default=2, ge=1, le=1024)
+    # a transient fault (Elasticsearch, Redis, an unreachable LLM) is retried with capped
+    # exponential backoff for this long from its first failure, then the job ends ``dead``
+    retry_deadline_s: int = Field(default=900, ge=1, le=86_400)
+    # Ownership: a running phase task holds a lease on its batch, renewed every lease_s / 3; a
+    # lease that lapses (its worker died, or the call overran task_time_limit_s) is taken by the
+    # reaper, which one worker runs every reaper_interval_s under a Redis lock, and the batch's
+    # jobs are sent on alone from that phase. A job whose worker died max_deliveries times ends
+    # ``dead``. See docs/ARCHITECTURE.md, "Ownership leases".
+    lease_s: float = Field(default=15.0, ge=1, le=600)
+    reaper_interval_s: float = Field(default=5.0, ge=0.5, le=600)
+    max_deliveries: int = Field(default=4, ge=1, le=100)
+    # Prometheus: the worker's main process serves its processes' metrics here (0: off)
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerConfig:
@@ -226,6 +240,9 @@ class ApiConfig(_Section):
     open_cursors_per_tenant: int = Field(default=20, ge=0, le=10_000)
     # How many memories mem0's page-number listing may skip to reach a page (it walks to it).
     page_walk_max: int = Field(default=10_000, ge=100, le=1_000_000)
+    # How long an API process trusts a tenant key it has read (0: read it on every request).
+    # A revocation is seen at once by the process that made it, within this by the others.
+    key_cache_s: float = Field(default=5.0, ge=0, le=300)
 
     @field_validator("admin_key")
     @classmethod
@@ -313,6 +330,13 @@ class Settings(BaseSettings):
     webhook: WebhookConfig = WebhookConfig()
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "MEMQ_OPENAI_API_KEY")
+    )
+    # OpenTelemetry's own variable: traces are exported only when it is set
+    otel_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
     )
 
     def llm_api_key(self) -> SecretStr | None:

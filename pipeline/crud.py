@@ -12,13 +12,12 @@ from pipeline.filters import metadata_pairs
 from pipeline.models import Scope, check_metadata, history_id, md5_hex
 from pipeline.nlp.lemmatize import normalize_for_hash
 from pipeline.nlp.speaker import embedding_text
-from pipeline.store.elastic import ElasticStore
-from pipeline.store.protocol import HistoryDoc
+from pipeline.store.protocol import HistoryDoc, ServingStore
 
 MAX_TEXT_CHARS = 20_000
 
 
-def get_memory(store: ElasticStore, tenant: str, memory_id: str) -> dict[str, Any]:
+def get_memory(store: ServingStore, tenant: str, memory_id: str) -> dict[str, Any]:
     """The memory as ``{"id", **fields}``; ``NotFoundError`` if it is not this tenant's."""
     source = store.get_memory(memory_id)
     if source is None or source.get("tenant") != tenant:
@@ -27,7 +26,7 @@ def get_memory(store: ElasticStore, tenant: str, memory_id: str) -> dict[str, An
 
 
 def update_memory(
-    store: ElasticStore,
+    store: ServingStore,
     deps: Deps,
     tenant: str,
     memory_id: str,
@@ -81,13 +80,13 @@ def text_fields(deps: Deps, text: str, speaker: str | None = None) -> dict[str, 
     }
 
 
-def delete_memory(store: ElasticStore, tenant: str, memory_id: str, now: datetime) -> None:
+def delete_memory(store: ServingStore, tenant: str, memory_id: str, now: datetime) -> None:
     current = get_memory(store, tenant, memory_id)
     store.delete_memories([memory_id])
     store.write_history([history_row(current, "DELETE", now, old=current["text"])])
 
 
-def memory_history(store: ElasticStore, tenant: str, memory_id: str) -> list[dict[str, Any]]:
+def memory_history(store: ServingStore, tenant: str, memory_id: str) -> list[dict[str, Any]]:
     """The memory's history rows, oldest first (kept after the memory is deleted)."""
     rows = store.memory_history(memory_id)
     if not rows:

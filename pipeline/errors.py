@@ -32,6 +32,12 @@ class TransientError(MemqError):
         self.throttled = throttled
 
 
+class UnreachableError(TransientError):
+    """The service could not be reached at all (connection refused or reset). Not
+    retried at the call: the task layer retries it against the deadline, so an outage of
+    minutes costs a wait, not the job."""
+
+
 class PermanentError(MemqError):
     """A failure that will not pass by retrying: fail the job with ``reason``."""
 
@@ -56,3 +62,9 @@ class RetriesExhaustedError(MemqError):
     """A transient failure that was already retried at the call layer (e.g. the LLM adapter's
     own backoff) and still failed. Not retried again by the task layer: the job ends ``dead``,
     listed for replay, with ``reason``."""
+
+
+class WorkerLostError(RetriesExhaustedError):
+    """The job's worker died (killed, out of memory, over its time limit) every time it ran
+    one of its phases, ``max_deliveries`` times: the job ends ``dead`` with ``reason`` rather
+    than taking more workers down with it."""

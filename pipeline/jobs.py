@@ -1,12 +1,82 @@
-"""Job records: what a caller can read about a job at any time, and how a state becomes one."""
+"""The job as a caller sees it: its statuses, its record, and its results in the public shape.
+
+Everything that reads or writes a job's status uses ``JobStatus`` and the sets below; the
+record's results are the ``StoredMemory`` items the job stored, shown to callers by
+``public_results`` as ``{"id", "memory", "event"}``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-from pipeline.state import JobState, JobStatus
-from pipeline.store.protocol import JobRecord
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from pipeline.state import JobState
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD})
+"""A job in one of these has ended: nothing runs it any more (a dead one may be replayed)."""
+
+ACTIVE_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
+"""A job in one of these is waiting for a worker or held by one."""
+
+
+class StoredMemory(BaseModel):
+    """A memory a job stored: its id, its text, and what the job did (``ADD``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    text: str
+    event: str = "ADD"
+    speaker: str | None = None
+
+
+class JobRecord(BaseModel):
+    """The readable record of a job, kept in the ``jobs`` index."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    tenant: str
+    status: JobStatus
+    phase: str | None = None
+    session_key: str | None = None
+    batch_id: str | None = None
+    attempts: int = 0
+    backfill: bool = False
+    counts: dict[str, int] = Field(default_factory=dict)
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    reason: str | None = None
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    results: list[StoredMemory] = Field(default_factory=list)
+    request: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the job is in a terminal status."""
+        return self.status in TERMINAL_STATUSES
+
+
+def public_results(memories: Sequence[StoredMemory]) -> list[dict[str, str]]:
+    """A job's stored memories as callers see them (memq's API, mem0's, the facade): the one
+    remap to ``{"id", "memory", "event"}``."""
+    return [{"id": m.id, "memory": m.text, "event": m.event} for m in memories]
 
 
 def job_record(
@@ -18,11 +88,10 @@ def job_record(
     reason: str | None = None,
 ) -> JobRecord:
     """The record of ``state`` in ``status``; finished statuses carry ``finished_at``."""
-    finished = status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD)
     return JobRecord(
         job_id=state.job_id,
         tenant=state.request.scope.tenant,
-        status=status.value,
+        status=status,
         phase=phase,
         session_key=state.request.scope.key,
         batch_id=state.batch_id,
@@ -32,11 +101,11 @@ def job_record(
         timings_ms=state.timings_ms,
         reason=reason,
         errors=[error.model_dump(mode="json", exclude_none=True) for error in state.errors],
-        results=[memory.model_dump(mode="json") for memory in state.stored],
+        results=list(state.stored),
         request=request_summary(state),
         created_at=state.received_at,
         updated_at=now,
-        finished_at=now if finished else None,
+        finished_at=now if status in TERMINAL_STATUSES else None,
     )
 
 

@@ -3,6 +3,12 @@
 Each key belongs to one tenant. The bootstrap admin key comes from Settings
 (``MEMQ_API_ADMIN_KEY``); admins create and revoke tenant keys. A revoked or unknown key and a
 wrong secret all fail the same way.
+
+Authentication reads the key's document once per ``cache_s`` seconds per process (a request
+otherwise pays an Elasticsearch read before its work). Only keys that exist are cached, so the
+cache holds at most one entry per real key whatever callers send. A revocation is seen at once
+by the process that made it and within ``cache_s`` by the others. A dict and the monotonic clock
+do it; a caching library would be one more dependency for these few lines.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import hashlib
 import hmac
 import re
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,9 +48,12 @@ def _digest(secret: str) -> str:
 
 
 class KeyStore:
-    def __init__(self, client: Elasticsearch, names: IndexNames) -> None:
+    def __init__(self, client: Elasticsearch, names: IndexNames, cache_s: float = 0.0) -> None:
         self.client = client
         self.index = names.keys
+        self.cache_s = cache_s
+        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
 
     def create(self, tenant: str, name: str, now: datetime, admin: bool = False) -> tuple[str, str]:
         """A new key for ``tenant``: returns (key id, the full token — shown once)."""
@@ -67,7 +78,7 @@ class KeyStore:
         match = _TOKEN.match(token)
         if match is None:
             return None
-        stored = self._get(match.group("id"))
+        stored = self._cached(match.group("id"))
         if stored is None or stored.get("revoked_at"):
             return None
         if not hmac.compare_digest(_digest(match.group("secret")), stored["secret_sha256"]):
@@ -77,6 +88,8 @@ class KeyStore:
         )
 
     def revoke(self, key_id: str, now: datetime) -> None:
+        with self._lock:
+            self._cache.pop(key_id, None)
         if self._get(key_id) is None:
             raise MemqNotFoundError(f"no API key {key_id}")
         with es_errors("revoke an API key"):
@@ -95,6 +108,19 @@ class KeyStore:
                 source_excludes=["secret_sha256"],
             ).body["hits"]["hits"]
         return [{"id": h["_id"], **h["_source"]} for h in hits]
+
+    def _cached(self, key_id: str) -> dict[str, Any] | None:
+        """The key's document, read at most once per ``cache_s`` (only keys that exist)."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(key_id)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        stored = self._get(key_id)
+        if stored is not None and self.cache_s > 0:
+            with self._lock:
+                self._cache[key_id] = (now + self.cache_s, stored)
+        return stored
 
     def _get(self, key_id: str) -> dict[str, Any] | None:
         with es_errors("read an API key"):

@@ -17,15 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from elasticsearch import NotFoundError
-
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
 from pipeline.models import VIEW_SOURCE_FIELDS, Scope, history_id
-from pipeline.search import not_expired
-from pipeline.store.client import es_errors
-from pipeline.store.elastic import ElasticStore, scope_filter
-from pipeline.store.protocol import HistoryDoc
+from pipeline.store.elastic import scope_filter
+from pipeline.store.protocol import HistoryDoc, ServingStore
+from pipeline.store.queries import not_expired
 
 PIT_KEEP_ALIVE_S = 300
 PIT_KEEP_ALIVE = f"{PIT_KEEP_ALIVE_S}s"
@@ -39,7 +36,7 @@ class Page:
 
 
 def list_memories(
-    store: ElasticStore,
+    store: ServingStore,
     scope: Scope,
     filters: Mapping[str, Any] | None = None,
     *,
@@ -64,7 +61,7 @@ def list_memories(
 
 
 def iter_pages(
-    store: ElasticStore, scope: Scope, filters: Mapping[str, Any] | None = None
+    store: ServingStore, scope: Scope, filters: Mapping[str, Any] | None = None
 ) -> Iterator[Page]:
     """Every page of the scope's memories, the largest page size at a time."""
     cursor: str | None = None
@@ -77,7 +74,7 @@ def iter_pages(
 
 
 def delete_all(
-    store: ElasticStore, scope: Scope, filters: Mapping[str, Any] | None, now: datetime
+    store: ServingStore, scope: Scope, filters: Mapping[str, Any] | None, now: datetime
 ) -> int:
     """Delete every memory of the scope (matching ``filters``), page by page from one point in
     time, each with a DELETE history row; returns how many were deleted."""
@@ -103,27 +100,22 @@ def deletion_row(item: dict[str, Any], scope: Scope, now: datetime) -> HistoryDo
     )
 
 
-def open_pit(store: ElasticStore) -> str:
-    with es_errors("open a point in time"):
-        pit: str = store.client.open_point_in_time(
-            index=store.names.memories, keep_alive=PIT_KEEP_ALIVE
-        )["id"]
-    return pit
+def open_pit(store: ServingStore) -> str:
+    return store.open_memories_cursor(PIT_KEEP_ALIVE)
 
 
-def close_cursor(store: ElasticStore, cursor: str) -> None:
+def close_cursor(store: ServingStore, cursor: str) -> None:
     """Give back the point in time of a listing left before its last page."""
     pit, _ = decode_cursor(cursor)
     close_pit(store, pit)
 
 
-def close_pit(store: ElasticStore, pit: str) -> None:
-    with es_errors("close a point in time"):
-        store.client.options(ignore_status=404).close_point_in_time(id=pit)
+def close_pit(store: ServingStore, pit: str) -> None:
+    store.close_cursor(pit)
 
 
 def page_of(
-    store: ElasticStore, clauses: list[dict[str, Any]], pit: str, after: list[Any] | None, size: int
+    store: ServingStore, clauses: list[dict[str, Any]], pit: str, after: list[Any] | None, size: int
 ) -> list[dict[str, Any]]:
     body: dict[str, Any] = {
         "size": size,
@@ -135,13 +127,9 @@ def page_of(
     }
     if after is not None:
         body["search_after"] = after
-    with es_errors("list memories"):
-        try:
-            hits: list[dict[str, Any]] = store.client.search(**body)["hits"]["hits"]
-        except NotFoundError as exc:
-            raise InvalidInputError(
-                "the cursor has expired; start again without it", field="cursor"
-            ) from exc
+    hits = store.page(body)
+    if hits is None:
+        raise InvalidInputError("the cursor has expired; start again without it", field="cursor")
     return hits
 
 

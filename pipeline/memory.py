@@ -1,28 +1,84 @@
-"""``Memory``: the in-process facade. It runs the same phase functions as the workers,
-synchronously, over whatever ``Deps`` it is given (the SDK's local mode, and unit tests)."""
+"""``Memory``: the in-process facade, with mem0's method set (add, search, get, get_all, update,
+delete, delete_all, history). ``add`` runs the same phase functions as the workers,
+synchronously, with no queue, over whatever ``Deps`` it is given; reading and editing need a
+store that serves them (``ServingStore``: ``ElasticStore``), ``add`` and ``job`` any ``Store``.
+
+Whose memories: the facade's ``tenant`` and, per call, ``user_id`` / ``agent_id`` / ``run_id``
+(at least one), as with mem0. Failures raise ``MemqError`` (``InvalidInputError`` for bad input,
+``NotFoundError`` for a memory that is not the tenant's, ``TransientError`` when a service is
+down); invalid ids or messages raise pydantic's ``ValidationError`` (a ``ValueError``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pipeline import crud
+from pipeline.config import SearchConfig
 from pipeline.deps import Deps
-from pipeline.errors import MemqError, RetriesExhaustedError, TransientError
-from pipeline.jobs import job_record
-from pipeline.models import AddRequest
+from pipeline.errors import ConfigurationError, MemqError, RetriesExhaustedError, TransientError
+from pipeline.jobs import JobRecord, JobStatus, job_record, public_results
+from pipeline.listing import close_cursor, delete_all, list_memories
+from pipeline.models import AddRequest, MemoryType, MemoryView, MessageIn, Role, Scope
 from pipeline.phases import PHASES, run_phase
-from pipeline.state import JobState, JobStatus
-from pipeline.store.protocol import JobRecord
+from pipeline.search import Reranker, Searcher, SearchQuery
+from pipeline.state import JobState
+from pipeline.store.protocol import ServingStore
+
+Messages = AddRequest | str | Sequence[Mapping[str, Any]]
 
 
 class Memory:
-    """add() a conversation and get its memories back in the same call."""
+    """add() a conversation and get its memories back in the same call; search, read, change
+    and delete them."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        *,
+        tenant: str = "default",
+        search: SearchConfig | None = None,
+        reranker: Reranker | None = None,
+    ) -> None:
         self.deps = deps
+        self.tenant = tenant
+        self.search_config = search or SearchConfig()
+        self.reranker = reranker
 
-    def add(self, request: AddRequest, job_id: str | None = None) -> dict[str, Any]:
-        """Run every phase for ``request``. Returns ``{"job_id", "results": [{"id", "memory",
-        "event"}]}``. The job is recorded either way; a failure re-raises the ``MemqError``."""
+    def add(
+        self,
+        messages: Messages,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        infer: bool = True,
+        memory_type: MemoryType | None = None,
+        prompt: str | None = None,
+        job_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Run every phase for the conversation (a string is one user message; an
+        ``AddRequest`` is taken as it is). Returns ``{"job_id", "results": [{"id", "memory",
+        "event"}]}``, the memories searchable at once. The job is recorded either way; a
+        failure re-raises the ``MemqError``."""
+        if isinstance(messages, AddRequest):
+            request = messages
+        else:
+            request = AddRequest(
+                scope=self._scope(user_id, agent_id, run_id),
+                messages=messages_in(messages),
+                metadata=metadata or {},
+                infer=infer,
+                memory_type=memory_type,
+                prompt=prompt,
+            )
+        result = self._add(request, job_id)
+        if isinstance(self.deps.store, ServingStore):
+            self.deps.store.make_visible()
+        return result
+
+    def _add(self, request: AddRequest, job_id: str | None) -> dict[str, Any]:
         state = JobState(
             job_id=job_id or request.job_id(), request=request, received_at=self.deps.clock()
         )
@@ -30,10 +86,110 @@ class Memory:
         if existing is not None and existing.status == JobStatus.SUCCEEDED:
             return result_of(existing)
         state = self._run(state)
-        return {
-            "job_id": state.job_id,
-            "results": [{"id": m.id, "memory": m.text, "event": m.event} for m in state.stored],
-        }
+        return {"job_id": state.job_id, "results": public_results(state.stored)}
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 20,
+        filters: dict[str, Any] | None = None,
+        threshold: float | None = None,
+        rerank: bool = False,
+    ) -> dict[str, Any]:
+        """The scope's memories best matching ``query``: ``{"results": [memory + "score"]}``,
+        best first (the same hybrid search as the API's)."""
+        searcher = Searcher(
+            store=self._serving(),
+            embedder=self.deps.embedder,
+            lemmatizer=self.deps.lemmatizer,
+            entities=self.deps.entities,
+            config=self.search_config,
+            entity_similarity=self.deps.limits.entity_merge_similarity,
+            reranker=self.reranker,
+            clock=self.deps.clock,
+        )
+        hits = searcher.search(
+            SearchQuery(
+                query=query,
+                scope=self._scope(user_id, agent_id, run_id),
+                top_k=limit,
+                filters=filters,
+                threshold=threshold,
+                rerank=rerank,
+            )
+        )
+        return {"results": [hit.model_dump(mode="json", exclude_none=True) for hit in hits]}
+
+    def get(self, memory_id: str) -> dict[str, Any]:
+        """One memory of the tenant; ``NotFoundError`` otherwise."""
+        source = crud.get_memory(self._serving(), self.tenant, memory_id)
+        return view(source)
+
+    def get_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
+        limit: int = 100,
+    ) -> dict[str, Any]:
+        """The scope's first ``limit`` memories, oldest first: ``{"results": [...]}``."""
+        store = self._serving()
+        page = list_memories(
+            store, self._scope(user_id, agent_id, run_id), filters, page_size=limit
+        )
+        if page.cursor is not None:
+            close_cursor(store, page.cursor)
+        return {"results": [view(item) for item in page.items]}
+
+    def update(
+        self, memory_id: str, data: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Change a memory's text (``data``) and/or metadata, keeping its id; the memory as it
+        is now."""
+        store = self._serving()
+        changed = crud.update_memory(
+            store, self.deps, self.tenant, memory_id, text=data, metadata=metadata
+        )
+        return view(changed)
+
+    def delete(self, memory_id: str) -> dict[str, str]:
+        crud.delete_memory(self._serving(), self.tenant, memory_id, self.deps.clock())
+        return {"message": "Memory deleted successfully!"}
+
+    def delete_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Delete every memory of the scope (matching ``filters``), each with a history row."""
+        scope = self._scope(user_id, agent_id, run_id)
+        deleted = delete_all(self._serving(), scope, filters, self.deps.clock())
+        return {"message": "Memories deleted successfully!", "deleted": deleted}
+
+    def history(self, memory_id: str) -> list[dict[str, Any]]:
+        """The memory's ADD, UPDATE and DELETE events, oldest first (kept after a delete)."""
+        return crud.memory_history(self._serving(), self.tenant, memory_id)
+
+    def _scope(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> Scope:
+        return Scope(tenant=self.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+    def _serving(self) -> ServingStore:
+        store = self.deps.store
+        if not isinstance(store, ServingStore):
+            raise ConfigurationError(
+                f"{type(store).__name__} only runs jobs: search, get, update and delete need "
+                "Elasticsearch (ElasticStore)"
+            )
+        return store
 
     def _run(self, state: JobState) -> JobState:
         for spec in PHASES:
@@ -54,11 +210,68 @@ class Memory:
         return self.deps.store.get_job(job_id)
 
 
+def messages_in(messages: str | Sequence[Mapping[str, Any]]) -> list[MessageIn]:
+    """A string as one user message; mappings as messages (``role``, ``content``, ``name``)."""
+    if isinstance(messages, str):
+        return [MessageIn(role=Role.USER, content=messages)]
+    return [MessageIn.model_validate(dict(m)) for m in messages]
+
+
+def view(source: dict[str, Any]) -> dict[str, Any]:
+    """A memory (``{"id", **fields}``) as the API shows it."""
+    fields = {k: v for k, v in source.items() if k != "id"}
+    return MemoryView.from_source(source["id"], fields).model_dump(mode="json", exclude_none=True)
+
+
 def result_of(record: JobRecord) -> dict[str, Any]:
-    return {
-        "job_id": record.job_id,
-        "results": [
-            {"id": r["id"], "memory": r["text"], "event": r.get("event", "ADD")}
-            for r in record.results
-        ],
-    }
+    return {"job_id": record.job_id, "results": public_results(record.results)}
+
+
+class AsyncMemory:
+    """``Memory`` for ``await``: the same methods, phases and store, run inline in the calling
+    coroutine (no thread, no queue). Each call holds the event loop while it runs, as long as
+    the same call on ``Memory`` takes: the way to use memq from a notebook or an async test
+    suite; a server answering many callers queues jobs for the workers instead."""
+
+    def __init__(
+        self,
+        deps: Deps,
+        *,
+        tenant: str = "default",
+        search: SearchConfig | None = None,
+        reranker: Reranker | None = None,
+    ) -> None:
+        self.sync = Memory(deps, tenant=tenant, search=search, reranker=reranker)
+
+    async def add(self, messages: Messages, **kw: Any) -> dict[str, Any]:
+        """See ``Memory.add``."""
+        return self.sync.add(messages, **kw)
+
+    async def search(self, query: str, **kw: Any) -> dict[str, Any]:
+        """See ``Memory.search``."""
+        return self.sync.search(query, **kw)
+
+    async def get(self, memory_id: str) -> dict[str, Any]:
+        return self.sync.get(memory_id)
+
+    async def get_all(self, **kw: Any) -> dict[str, Any]:
+        """See ``Memory.get_all``."""
+        return self.sync.get_all(**kw)
+
+    async def update(
+        self, memory_id: str, data: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return self.sync.update(memory_id, data, metadata)
+
+    async def delete(self, memory_id: str) -> dict[str, str]:
+        return self.sync.delete(memory_id)
+
+    async def delete_all(self, **kw: Any) -> dict[str, Any]:
+        """See ``Memory.delete_all``."""
+        return self.sync.delete_all(**kw)
+
+    async def history(self, memory_id: str) -> list[dict[str, Any]]:
+        return self.sync.history(memory_id)
+
+    async def job(self, job_id: str) -> JobRecord | None:
+        return self.sync.job(job_id)

@@ -162,6 +162,13 @@ class AddRequest(_Model):
         check_metadata(value)
         return {k: v for k, v in value.items() if k not in _IDENTITY_KEYS}
 
+    def extracts_facts(self) -> bool:
+        """Whether an LLM extracts facts from this conversation: ``infer`` on and any memory
+        type but procedural (semantic and episodic ones too). Those jobs, and only those, are
+        shown the scope's existing memories; procedural ones are one summary, infer=False ones
+        are stored verbatim."""
+        return self.infer and self.memory_type is not MemoryType.PROCEDURAL
+
     def job_id(self) -> str:
         """Deterministic job id: the same conversation posted twice is the same job."""
         payload = self.model_dump_json(

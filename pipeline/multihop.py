@@ -75,40 +75,37 @@ class HopPlan:
     first round already has (left out of the hop's retrieval) and how many new ones to get."""
 
     people: list[frozenset[str]]
-    index: str
     question: dict[str, Any]
     pool: list[str]
     size: int
 
-    def searches(self, clauses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Header and body of one search: the question's best matches among what the named
-        people said, outside the pool, with their fields, vector and named BM25 score."""
+    def search(self, clauses: list[dict[str, Any]]) -> dict[str, Any]:
+        """The body of one search over the memories: the question's best matches among what
+        the named people said, outside the pool, with their fields, vector and named BM25
+        score."""
         question = {k: v for k, v in self.question.items() if k != "filter"}
-        return [
-            {"index": self.index},
-            {
-                "size": self.size,
-                "_source": {
-                    "includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized", "embedding"],
-                    "exclude_vectors": False,
-                },
-                "query": {
-                    "bool": {
-                        "must": [{"bool": {**question, "_name": QUERY_NAME}}],
-                        "filter": [
-                            *clauses,
-                            {
-                                "bool": {
-                                    "should": [speaker_clause(p) for p in self.people],
-                                    "minimum_should_match": 1,
-                                }
-                            },
-                        ],
-                        "must_not": [{"ids": {"values": self.pool}}],
-                    }
-                },
+        return {
+            "size": self.size,
+            "_source": {
+                "includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized", "embedding"],
+                "exclude_vectors": False,
             },
-        ]
+            "query": {
+                "bool": {
+                    "must": [{"bool": {**question, "_name": QUERY_NAME}}],
+                    "filter": [
+                        *clauses,
+                        {
+                            "bool": {
+                                "should": [speaker_clause(p) for p in self.people],
+                                "minimum_should_match": 1,
+                            }
+                        },
+                    ],
+                    "must_not": [{"ids": {"values": self.pool}}],
+                }
+            },
+        }
 
 
 @dataclass
@@ -135,7 +132,6 @@ def read_hop(hits: Sequence[Mapping[str, Any]]) -> HopResult:
 
 
 def plan_hop(
-    index: str,
     entities: Sequence[str],
     question: dict[str, Any],
     pool: list[str],
@@ -147,7 +143,7 @@ def plan_hop(
     named = people_named(entities, people)
     if not named:
         return None
-    return HopPlan(named, index, question, pool, size)
+    return HopPlan(named, question, pool, size)
 
 
 def mixed(score: float, signal: float, weight: float) -> float:

@@ -21,85 +21,43 @@ trip.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from pipeline.config import SearchConfig
-from pipeline.errors import InvalidInputError, TransientError
+from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
-from pipeline.models import VIEW_SOURCE_FIELDS, AwareDatetime, MemoryView, Scope, utcnow
+from pipeline.fusion import Candidates, Timing, add_feedback, cosines
+from pipeline.models import Scope, utcnow
 from pipeline.multihop import HopPlan, mixed, plan_hop, read_hop, said_by
 from pipeline.nlp.feedback import expansion_terms, feedback
 from pipeline.nlp.stopwords import without_stopwords
-from pipeline.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
+from pipeline.nlp.timeexpr import asks_when, periods
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
-from pipeline.store.client import error_reason, es_errors
-from pipeline.store.elastic import ElasticStore, cosine_from_score, scope_filter
+from pipeline.search_models import Explain, SearchHit, SearchOptions, SearchQuery
+from pipeline.store.elastic import cosine_from_score, scope_filter
+from pipeline.store.protocol import ServingStore
+from pipeline.store.queries import (
+    docs_body,
+    hits_of,
+    knn_body,
+    not_expired,
+    read_hits,
+    vectors_body,
+    without_possessives,
+)
 
-
-class SearchOptions(BaseModel):
-    """What a search asks, whoever's memories it searches."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    query: str = Field(min_length=1, max_length=4000)
-    filters: dict[str, Any] | None = None
-    top_k: int = Field(default=20, ge=1, le=1000)
-    threshold: float | None = Field(default=None, ge=0, le=1)
-    rerank: bool = False
-    explain: bool = False
-    show_expired: bool = False
-    reference_time: AwareDatetime | None = Field(
-        default=None,
-        description="the moment relative times in the query are read against (default: now)",
-    )
-    hop: bool = Field(
-        default=True,
-        description="a second hop to what the people the query names said (when configured)",
-    )
-
-    @field_validator("query")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("query is empty")
-        return value
-
-
-class SearchQuery(SearchOptions):
-    """One search. ``scope`` names whose memories; ``filters`` narrows them further."""
-
-    scope: Scope
-
-
-class Explain(BaseModel):
-    semantic: float
-    bm25: float
-    bm25_raw: float
-    entity: float
-    time: float | None = None
-    dated: float | None = None
-    feedback: float | None = None
-    hop: float | None = None
-    fused: float
-    rerank: float | None = None
-    rank_semantic: int | None = None
-    rank_bm25: int | None = None
-    rank_entity: int | None = None
-
-
-class SearchHit(MemoryView):
-    """A memory found by a search, with its fused ``score`` (and, when asked, its ``explain``)."""
-
-    score: float
-    explain: Explain | None = None
+__all__ = [
+    "Explain",
+    "Reranker",
+    "SearchHit",
+    "SearchOptions",
+    "SearchQuery",
+    "Searcher",
+]
 
 
 class Reranker(Protocol):
@@ -108,44 +66,11 @@ class Reranker(Protocol):
     def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
 
 
-@dataclass
-class Candidates:
-    """What the first round found for one query: ranks per signal, raw scores, entity weights."""
-
-    semantic: dict[str, float] = field(default_factory=dict)
-    bm25: dict[str, float] = field(default_factory=dict)
-    entity: dict[str, float] = field(default_factory=dict)
-    rank_semantic: dict[str, int] = field(default_factory=dict)
-    rank_bm25: dict[str, int] = field(default_factory=dict)
-    rank_entity: dict[str, int] = field(default_factory=dict)
-    hop: dict[str, float] = field(default_factory=dict)
-
-    def ids(self) -> list[str]:
-        return list(dict.fromkeys([*self.semantic, *self.bm25, *self.entity, *self.hop]))
-
-
-@dataclass(frozen=True)
-class Timing:
-    """What a query says about time: the periods it names, and whether it asks "when"."""
-
-    periods: list[Period]
-    when: bool
-
-    def signals(self, source: Mapping[str, Any]) -> tuple[float | None, float | None]:
-        """(time, dated) of a memory: how near its ``observed_at`` is to the query's periods,
-        and whether its text carries a time; None for a signal the query does not ask for."""
-        time = None
-        if self.periods:
-            time = closeness(observed_at(source), self.periods)
-        dated = float(mentions_time(str(source.get("text", "")))) if self.when else None
-        return time, dated
-
-
 @dataclass(frozen=True)
 class Searcher:
-    """Runs hybrid searches over an ``ElasticStore`` with the given models."""
+    """Runs hybrid searches over a ``ServingStore`` with the given models."""
 
-    store: ElasticStore
+    store: ServingStore
     embedder: Embedder
     lemmatizer: Lemmatizer
     entities: EntityExtractor
@@ -205,12 +130,11 @@ class Searcher:
         searches: list[dict[str, Any]] = []
         for query, vector, clauses in zip(queries, vectors, filters, strict=True):
             size = self._fetch(query)
-            searches += [{"index": self.store.names.memories}, knn_body(vector, clauses, size)]
             searches += [
-                {"index": self.store.names.memories},
+                knn_body(vector, clauses, size),
                 self._bm25_body(query.query, clauses, size),
             ]
-        responses = self._msearch(searches, "hybrid search")
+        responses = self.store.search_memories(searches, "hybrid search")
         found = []
         for i, query in enumerate(queries):
             candidates = Candidates()
@@ -296,12 +220,11 @@ class Searcher:
             bm25 = self._bm25_body(
                 query.query, [*clauses, {"ids": {"values": no_bm25}}], len(no_bm25) or 1
             )
-            for body in (docs_body(ids, clauses), vectors_body(unscored, clauses), bm25):
-                searches += [{"index": self.store.names.memories}, body]
+            searches += [docs_body(ids, clauses), vectors_body(unscored, clauses), bm25]
         for hop, clauses in zip(hops, filters, strict=True):
-            searches += hop.searches(clauses) if hop else []
+            searches += [hop.search(clauses)] if hop else []
         named = any(hops)  # a hop reads the question's BM25 score of its matches
-        responses = self._msearch(searches, "hybrid search (scoring)", named=named)
+        responses = self.store.search_memories(searches, "hybrid search (scoring)", named=named)
         hop_responses = iter(responses[3 * len(found) :])
         docs, bm25_scores = [], []
         for i, (candidates, hop) in enumerate(zip(found, hops, strict=True)):
@@ -327,25 +250,12 @@ class Searcher:
         if not query.hop or self.config.weight_hop <= 0:
             return None
         return plan_hop(
-            self.store.names.memories,
             [e.text for e in self.entities.extract([query.query])[0]],
             self._bm25_body(query.query, [], 1)["query"]["bool"],
             candidates.ids(),
             people=self.config.hop_people,
             size=self.config.hop_candidates,
         )
-
-    def _msearch(
-        self, searches: list[dict[str, Any]], what: str, named: bool = False
-    ) -> list[dict[str, Any]]:
-        with es_errors(what):
-            responses: list[dict[str, Any]] = self.store.client.msearch(
-                searches=searches, include_named_queries_score=named or None
-            ).body["responses"]
-        for response in responses:
-            if "error" in response:
-                raise TransientError(f"{what}: {error_reason(response['error'])}")
-        return responses
 
     # -- fusion ---------------------------------------------------------------------------------
 
@@ -485,102 +395,3 @@ class Searcher:
             )
             for h, s in zip(hits, scores, strict=True)
         ]
-
-
-def observed_at(source: Mapping[str, Any]) -> datetime | None:
-    """A memory's ``observed_at`` as an aware datetime (UTC when stored without a zone)."""
-    value = source.get("observed_at")
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-_POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b", re.IGNORECASE)
-
-
-def without_possessives(text: str) -> str:
-    """ "Maria's dog" → "Maria dog": a name in the possessive still matches the speaker."""
-    return _POSSESSIVE.sub("", text)
-
-
-def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:
-    """Mix ``hit``'s fused score with the feedback ``signal`` (the score weighs 1), in place."""
-    hit.score = round((hit.score + weight * signal) / (1 + weight), 6)
-    if hit.explain is not None:
-        hit.explain.feedback = round(signal, 6)
-        hit.explain.fused = hit.score
-
-
-def not_expired() -> dict[str, Any]:
-    """Memories without an expiration date, or whose date is still ahead."""
-    return {
-        "bool": {
-            "should": [
-                {"bool": {"must_not": {"exists": {"field": "expiration_date"}}}},
-                {"range": {"expiration_date": {"gt": "now"}}},
-            ],
-            "minimum_should_match": 1,
-        }
-    }
-
-
-def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
-    return {
-        "size": size,
-        "_source": False,
-        "knn": {
-            "field": "embedding",
-            "query_vector": list(vector),
-            "k": size,
-            "num_candidates": min(10_000, max(100, 4 * size)),
-            "filter": clauses,
-        },
-    }
-
-
-def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "size": len(ids) or 1,
-        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized"]},
-        "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
-    }
-
-
-def vectors_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
-    """The stored vectors of ``ids`` (only these: a vector is 384 floats of JSON)."""
-    return {
-        "size": len(ids) or 1,
-        "_source": {"includes": ["embedding"], "exclude_vectors": False},
-        "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
-    }
-
-
-def hits_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:
-    hits: list[dict[str, Any]] = response["hits"]["hits"]
-    return hits
-
-
-def read_hits(
-    response: Mapping[str, Any], scores: dict[str, float], ranks: dict[str, int], convert: Any
-) -> None:
-    for rank, hit in enumerate(hits_of(response), start=1):
-        scores[hit["_id"]] = convert(hit["_score"])
-        ranks[hit["_id"]] = rank
-
-
-def cosines(vector: Sequence[float], others: Sequence[Sequence[float] | None]) -> list[float]:
-    """Cosine of ``vector`` with each of ``others`` (0 where a vector is missing), clipped at 0."""
-    query = np.asarray(vector, dtype=np.float32)
-    query = query / max(float(np.linalg.norm(query)), 1e-12)
-    result = []
-    for other in others:
-        if not other:
-            result.append(0.0)
-            continue
-        array = np.asarray(other, dtype=np.float32)
-        result.append(max(0.0, float(query @ array) / max(float(np.linalg.norm(array)), 1e-12)))
-    return result

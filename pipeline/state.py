@@ -21,7 +21,20 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
+from pipeline.jobs import JobStatus, StoredMemory
 from pipeline.models import AddRequest, ContextMessage, ExistingMemory, Fact
+
+# JobStatus and StoredMemory live in pipeline.jobs, and stay importable from here
+__all__ = [
+    "ItemError",
+    "JobState",
+    "JobStatus",
+    "Phase",
+    "StoredMemory",
+    "Vectors",
+    "decode_vectors",
+    "encode_vectors",
+]
 
 
 def encode_vectors(vectors: list[list[float] | None]) -> list[str | None]:
@@ -61,14 +74,6 @@ class Phase(StrEnum):
     FINALIZE = "finalize"
 
 
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    DEAD = "dead"
-
-
 class ItemError(BaseModel):
     """Something that went wrong with one item, reported in the job (never dropped silently)."""
 
@@ -78,15 +83,6 @@ class ItemError(BaseModel):
     reason: str
     text: str | None = None
     raw: str | None = None
-
-
-class StoredMemory(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    text: str
-    event: str = "ADD"
-    speaker: str | None = None
 
 
 class JobState(BaseModel):

@@ -86,7 +86,6 @@ def test_env(stack_settings: Settings, test_id: str, fake_llm: FakeLLMServer) ->
         "MEMQ_LLM_MODEL": "scripted",
         "MEMQ_LLM_TIMEOUT_S": "2",
         "MEMQ_LLM_MAX_RETRIES": "2",
-        "MEMQ_WORKER_MAX_RETRIES": "2",
         "MEMQ_WORKER_RETRY_BACKOFF_S": "1",
         "MEMQ_WORKER_RETRY_BACKOFF_MAX_S": "2",
         "MEMQ_WORKER_TASK_SOFT_TIME_LIMIT_S": "20",
@@ -156,8 +155,10 @@ def worker(
     indices: IndexNames,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WorkerProcess]:
-    """A real ``memq worker`` process consuming the test queues over the real Redis."""
-    process = WorkerProcess(test_env, tmp_path_factory.mktemp("worker") / "worker.log")
+    """A real ``memq worker`` process consuming the test queues over the real Redis; its
+    Prometheus metrics are served on ``MEMQ_WORKER_METRICS_PORT`` of its ``env``."""
+    env = {**test_env, "MEMQ_WORKER_METRICS_PORT": str(free_port())}
+    process = WorkerProcess(env, tmp_path_factory.mktemp("worker") / "worker.log")
     with running(process, lambda: process.wait_ready(celery_app)):
         yield process
 

@@ -7,8 +7,10 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
+from pydantic import BaseModel
+
 from pipeline.errors import PermanentError, TransientError
-from pipeline.protocols import ChatMessage
+from pipeline.protocols import ChatMessage, TokenUsage
 
 
 class HashEmbedder:
@@ -51,15 +53,24 @@ class ScriptedLLM:
         self.default = default
         self.calls: list[list[ChatMessage]] = []
         self.images: list[str] = []
+        self.reply_models: list[type[BaseModel] | None] = []
 
-    def complete_json(self, messages: Sequence[ChatMessage]) -> str:
+    def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        reply_model: type[BaseModel] | None = None,
+        usage: TokenUsage | None = None,
+    ) -> str:
         self.calls.append(list(messages))
+        self.reply_models.append(reply_model)
         reply = self.replies.pop(0) if self.replies else self.default
         if isinstance(reply, Exception):
             raise reply
+        if usage is not None:  # tokens as words, like tests.fakellm
+            usage.add(sum(len(m.content.split()) for m in messages), len(reply.split()))
         return reply
 
-    def describe_image(self, image_url: str, prompt: str) -> str:
+    def describe_image(self, image_url: str, prompt: str, usage: TokenUsage | None = None) -> str:
         self.images.append(image_url)
         return f"a photo at {image_url.rsplit('/', 1)[-1]}"
 

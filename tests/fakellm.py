@@ -8,8 +8,17 @@ timeouts, retries, error translation) runs for real against it.
 - ``POST /v1/embeddings``: deterministic unit vectors derived from a hash of each input text.
   They stand in for an embedding model only; similar texts do NOT get similar vectors.
 - ``GET /v1/models``: one model, so health checks pass.
+- A provider model (``provider=ProviderModel(...)``, or ``--latency-median-s`` and friends as a
+  process) makes chat answers behave as a hosted model under load: each takes a lognormal time
+  (median and p95 given), and a request beyond the concurrency limit is refused ``429`` with
+  ``Retry-After``. Refused requests are counted in ``refused``, not recorded in ``requests``.
 - Admin (not recorded): ``POST /_script`` ``{"chat": [step...], "embeddings": [step...],
-  "default": "reply text"}``, ``GET /_requests``, ``POST /_reset``.
+  "default": "reply text", "refuse_json_schema": true}``, ``GET /_requests``, ``POST /_reset``.
+- ``refuse_json_schema``: act as a server without structured outputs (older vLLM, llama.cpp
+  builds, some gateways): a chat request whose ``response_format`` is of type ``json_schema``
+  gets a 400 naming ``response_format``; ``json_object`` and plain requests are served.
+- Every chat reply reports ``usage``: prompt tokens = words in the request's messages,
+  completion tokens = words in the reply (a stand-in for a tokenizer, deterministic).
 
 A step is a reply text, ``Fail(status, message)``, ``Delay(seconds, then)``, ``Garbage()`` or
 ``Normal()`` (answer as if unscripted). As JSON: ``{"reply": "..."}``, ``{"fail": 500,
@@ -26,6 +35,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import random
 import signal
 import sys
@@ -40,6 +50,14 @@ from typing import Any
 
 DEFAULT_REPLY = '{"memory": []}'
 MODEL_NAME = "fake-llm"
+# What a server without structured outputs answers (vLLM's and llama.cpp's wording differ;
+# all name the parameter).
+REFUSED_JSON_SCHEMA = {
+    "message": "response_format of type json_schema is not supported by this server",
+    "type": "invalid_request_error",
+    "param": "response_format",
+    "code": None,
+}
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,32 @@ class Delay:
 
 
 Step = str | Fail | Delay | Garbage | Normal
+
+Z95 = 1.6448536269514722  # the standard normal's 95th percentile
+
+
+@dataclass(frozen=True)
+class ProviderModel:
+    """A hosted model's behaviour under load: answer latency lognormal with this median and p95,
+    at most ``limit`` requests in flight, the rest refused 429 with ``Retry-After``."""
+
+    median_s: float = 1.0
+    p95_s: float = 3.0
+    limit: int = 16
+    retry_after_s: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.median_s <= self.p95_s or self.limit < 1 or self.retry_after_s < 0:
+            raise ValueError(f"inconsistent provider model {self}")
+
+    def latency(self, rng: random.Random) -> float:
+        """One answer's latency: ln(latency) is normal with mean ln(median) and a spread that
+        puts p95 where it was asked for."""
+        sigma = math.log(self.p95_s / self.median_s) / Z95
+        return rng.lognormvariate(math.log(self.median_s), sigma)
+
+
 Responder = Callable[[dict[str, Any]], str]
 
 
@@ -102,8 +146,25 @@ def fake_embedding(text: str, dims: int) -> list[float]:
     return [x / norm for x in vector]
 
 
-def chat_body(text: str, model: str) -> dict[str, Any]:
+def words(value: Any) -> int:
+    """Whitespace-separated words in every string inside ``value`` (the fake's tokens)."""
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, dict):
+        return sum(words(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(words(v) for v in value)
+    return 0
+
+
+def chat_body(text: str, model: str, prompt_tokens: int = 0) -> dict[str, Any]:
     """An OpenAI chat.completion object whose one choice says ``text``."""
+    completion_tokens = words(text)
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
     return {
         "id": f"chatcmpl-fake-{time.monotonic_ns()}",
         "object": "chat.completion",
@@ -116,7 +177,7 @@ def chat_body(text: str, model: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": usage,
     }
 
 
@@ -131,6 +192,28 @@ class _State:
         self.embeddings: deque[Step] = deque()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.responder: Responder = lambda _request: DEFAULT_REPLY
+        self.refuse_json_schema = False
+        self.provider: ProviderModel | None = None
+        self.rng = random.Random(0)
+        self.in_flight = 0
+        self.refused = 0
+
+    def admit(self) -> float | None:
+        """Under a provider model: the latency of an admitted chat request, or None when it is
+        refused (the limit is reached). Without one: 0. Call ``done`` after an admitted one."""
+        with self.lock:
+            if self.provider is None:
+                return 0.0
+            if self.in_flight >= self.provider.limit:
+                self.refused += 1
+                return None
+            self.in_flight += 1
+            return self.provider.latency(self.rng)
+
+    def done(self) -> None:
+        """An admitted request was answered (whether or not the model is still on)."""
+        with self.lock:
+            self.in_flight -= 1
 
     def next_step(self, path: str, body: dict[str, Any]) -> Step:
         """Record the request and pop the next step of its script (``Normal()`` when empty)."""
@@ -139,12 +222,19 @@ class _State:
             queue = self.chat if path.endswith("/chat/completions") else self.embeddings
             return queue.popleft() if queue else Normal()
 
+    def record(self, path: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.requests.append((path, body))
+
     def reset(self) -> None:
         with self.lock:
             self.chat.clear()
             self.embeddings.clear()
             self.requests.clear()
             self.responder = lambda _request: DEFAULT_REPLY
+            self.refuse_json_schema = False
+            self.provider = None
+            self.refused = 0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -171,12 +261,25 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_json()
         if body is None:
             self._send_json(400, {"error": {"message": "request body is not a JSON object"}})
-        elif self.path in ("/v1/chat/completions", "/v1/embeddings"):
+        elif self.path == "/v1/chat/completions" and self._refused(body):
+            self.server.state.record("/refused", body)  # the script is kept for the retry
+            self._send_json(400, {"error": REFUSED_JSON_SCHEMA})
+        elif self.path == "/v1/chat/completions":
+            self._chat(body)
+        elif self.path == "/v1/embeddings":
             self._answer(self.server.state.next_step(self.path, body), body)
         elif self.path.startswith("/_"):
             self._admin(body)
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _refused(self, body: dict[str, Any]) -> bool:
+        response_format = body.get("response_format")
+        return (
+            self.server.state.refuse_json_schema
+            and isinstance(response_format, dict)
+            and response_format.get("type") == "json_schema"
+        )
 
     def _admin(self, body: dict[str, Any]) -> None:
         try:
@@ -185,6 +288,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": {"message": str(exc)}})
         else:
             self._send_json(200, {"ok": True})
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        """A chat completion, through the provider model when there is one."""
+        state = self.server.state
+        latency = state.admit()
+        if latency is None:
+            assert state.provider is not None
+            error = {"message": "rate limit reached", "type": "requests", "code": "rate_limit"}
+            headers = {"Retry-After": str(state.provider.retry_after_s)}
+            self._send(429, json.dumps({"error": error}).encode(), "application/json", headers)
+            return
+        try:
+            state.stopping.wait(latency)
+            self._answer(state.next_step(self.path, body), body)
+        finally:
+            if latency:
+                state.done()
 
     def _answer(self, step: Step, request: dict[str, Any]) -> None:
         while isinstance(step, Delay):
@@ -200,7 +320,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, self._embeddings(request))
         else:
             text = step if isinstance(step, str) else self.server.state.responder(request)
-            self._send_json(200, chat_body(text, str(request.get("model", MODEL_NAME))))
+            model = str(request.get("model", MODEL_NAME))
+            self._send_json(200, chat_body(text, model, words(request.get("messages", []))))
 
     def _embeddings(self, request: dict[str, Any]) -> dict[str, Any]:
         texts = request.get("input", [])
@@ -225,9 +346,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, body: dict[str, Any]) -> None:
         self._send(status, json.dumps(body).encode(), "application/json")
 
-    def _send(self, status: int, payload: bytes, content_type: str) -> None:
+    def _send(
+        self, status: int, payload: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         try:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -257,6 +382,8 @@ class _Server(ThreadingHTTPServer):
         with self.state.lock:
             self.state.chat.extend(chat)
             self.state.embeddings.extend(embeddings)
+            if "refuse_json_schema" in body:
+                self.state.refuse_json_schema = bool(body["refuse_json_schema"])
             if "default" in body:
                 default = str(body["default"])
                 self.state.responder = lambda _request: default
@@ -293,9 +420,35 @@ class FakeLLMServer:
         with self._state.lock:
             return list(self._state.requests)
 
+    @property
+    def provider(self) -> ProviderModel | None:
+        return self._state.provider
+
+    @provider.setter
+    def provider(self, provider: ProviderModel | None) -> None:
+        """Behave as ``provider`` from now on (None: answer at once, never refuse)."""
+        with self._state.lock:
+            self._state.provider = provider
+            self._state.rng = random.Random(provider.seed if provider else 0)
+
+    @property
+    def refused(self) -> int:
+        """Chat requests refused 429 by the provider model so far."""
+        with self._state.lock:
+            return self._state.refused
+
     def chat_requests(self) -> list[dict[str, Any]]:
         """The bodies of the chat completion requests, in order."""
         return [body for path, body in self.requests if path.endswith("/chat/completions")]
+
+    def refuse_json_schema(self, refuse: bool = True) -> None:
+        """Answer ``response_format: json_schema`` requests with a 400 (see the module doc)."""
+        with self._state.lock:
+            self._state.refuse_json_schema = refuse
+
+    def refused_requests(self) -> list[dict[str, Any]]:
+        """The bodies of the chat requests refused for asking ``json_schema``."""
+        return [body for path, body in self.requests if path == "/refused"]
 
     def script_chat(self, *steps: Step) -> None:
         with self._state.lock:
@@ -352,8 +505,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--replies-file", type=Path)
+    parser.add_argument("--refuse-json-schema", action="store_true")
+    parser.add_argument("--latency-median-s", type=float, help="behave as a provider under load")
+    parser.add_argument("--latency-p95-s", type=float, default=3.0)
+    parser.add_argument("--concurrency-limit", type=int, default=16)
+    parser.add_argument("--retry-after-s", type=int, default=1)
     args = parser.parse_args(argv)
     server = FakeLLMServer(port=args.port, dims=args.dims, host=args.host)
+    server.refuse_json_schema(args.refuse_json_schema)
+    if args.latency_median_s is not None:
+        server.provider = ProviderModel(
+            args.latency_median_s, args.latency_p95_s, args.concurrency_limit, args.retry_after_s
+        )
     if args.replies_file is not None:
         server.script_chat(*read_replies(args.replies_file))
     # SIGTERM ends serve_forever through SystemExit, so the socket is closed on the way out.

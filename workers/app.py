@@ -4,15 +4,22 @@ import this module; the app class itself lives in ``workers.runtime``."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init
+import redis
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 from pipeline.config import Settings
+from pipeline.telemetry import configure_tracing
 from workers.chat import register_chat_tasks
+from workers.metrics import scrape_registry, serve_metrics
 from workers.names import HEALTH_TASK
 from workers.runtime import MemqCelery, celery_config
 from workers.tasks import register_tasks
+
+log = logging.getLogger("memq.worker")
 
 __all__ = ["HEALTH_TASK", "MemqCelery", "celery_config", "create_celery"]
 
@@ -23,20 +30,66 @@ def create_celery(settings: Settings) -> MemqCelery:
     register_tasks(app)
     register_chat_tasks(app)
     connect_warm_up(app)
+    connect_tracing(app)
     return app
 
 
 def connect_warm_up(app: MemqCelery) -> None:
     """Load models and open clients when a worker starts, not on its first job: in each prefork
     child after the fork (never in the parent: model sessions do not survive a fork), and in the
-    main process of a threads pool."""
+    main process of a threads pool. The lease keeper (and with it the reaper) starts there too,
+    in the processes that run tasks, so it dies with them."""
 
     def in_child(**_: Any) -> None:
         app.runtime.warm_up()
+        app.keeper.start()
 
     def in_threads_worker(sender: Any = None, **_: Any) -> None:
         if "thread" in str(getattr(sender, "pool_cls", "")).lower():
             app.runtime.warm_up()
+            app.keeper.start()
 
     worker_process_init.connect(in_child, weak=False)
+    worker_init.connect(in_threads_worker, weak=False)
+
+
+def connect_metrics_server(app: MemqCelery, path: str, queues: Sequence[str]) -> None:
+    """Serve the worker's metrics (every process's files under ``path``, and the depths of
+    ``queues``) from its main process once the pool is up, on ``MEMQ_WORKER_METRICS_PORT``."""
+    config = app.runtime.settings.worker
+
+    def start(**_: Any) -> None:
+        client = redis.Redis.from_url(app.runtime.settings.redis.url)
+        registry = scrape_registry(path, client, queues)
+        try:
+            serve_metrics(config.metrics_host, config.metrics_port, registry)
+        except OSError as exc:  # the worker still runs; its metrics are missing, and said so
+            log.error(
+                "worker metrics: cannot listen on %s:%d (%s); set another port with "
+                "--metrics-port or MEMQ_WORKER_METRICS_PORT",
+                config.metrics_host,
+                config.metrics_port,
+                exc,
+            )
+
+    worker_ready.connect(start, weak=False)
+
+
+def connect_tracing(app: MemqCelery) -> None:
+    """Trace tasks when an OTLP endpoint is configured (``pipeline.telemetry``): in each
+    prefork child after the fork, or in the main process of a threads pool. The Celery
+    instrumentation continues the trace a message carries (the API request, or the task that
+    sent it), so one job is one trace from the API through every task to Elasticsearch."""
+
+    def start(**_: Any) -> None:
+        if configure_tracing(app.runtime.settings, "memq-worker"):
+            from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+            CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
+
+    def in_threads_worker(sender: Any = None, **_: Any) -> None:
+        if "thread" in str(getattr(sender, "pool_cls", "")).lower():
+            start()
+
+    worker_process_init.connect(start, weak=False)
     worker_init.connect(in_threads_worker, weak=False)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 
 from kombu.exceptions import OperationalError
 
 from pipeline.errors import TransientError
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.phases import Workload
-from pipeline.state import JobState, JobStatus, Phase
+from pipeline.state import JobState, Phase
 from workers.chain import batch_chain
 from workers.names import GATHER_TASK, WAIT_TASK
 from workers.runtime import MemqCelery, queue_for
@@ -63,9 +64,10 @@ def wait_for_turn(app: MemqCelery, job_id: str, backfill: bool) -> None:
     app.send_task(WAIT_TASK, args=(job_id,), queue=queue)
 
 
-def gather(app: MemqCelery, batch_id: str, lane: str) -> list[str]:
+def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
     """Take a batch of ready jobs, mark them running and send their chain; returns the ids of
-    the jobs it runs (none when another gather took them first)."""
+    the jobs it runs (none when another gather took them first). ``token`` owns the batch's
+    run (``workers.leases``) and hands it on to the first phase."""
     runtime = app.runtime
     taken = take(app, batch_id, lane)
     if taken is None:  # delivered again after its chain was sent
@@ -88,7 +90,12 @@ def gather(app: MemqCelery, batch_id: str, lane: str) -> list[str]:
     mark_running(app, jobs)
     ids = [job.job_id for job in jobs]
     chain = batch_chain(app, batch_id, ids, runtime.settings.queues, backfill=lane == BACKFILL)
+    # the run waits for its first phase, leased until the message is in the broker: a worker
+    # dying in between leaves a lapse for the reaper, never a run nobody sends
+    context = Phase.CONTEXT.value
+    runtime.leases.hand_on(batch_id, token, context, jobs=ids, expires=app.keeper.expiry())
     chain.apply_async()
+    runtime.leases.sent(batch_id, context)
     runtime.states.launched(batch_id)
     log.info("batch %s: %d job(s)", batch_id, len(ids))
     return ids
@@ -166,12 +173,41 @@ def mark_running(app: MemqCelery, jobs: list[JobState]) -> None:
         log.warning("could not mark %d job(s) running: %s", len(records), exc)
 
 
-def send_alone(app: MemqCelery, state: JobState, phase: Phase, countdown: float) -> None:
-    """Run one job on by itself from ``phase`` (it failed there while its batch-mates went on),
-    after ``countdown`` seconds."""
+def send_alone(
+    app: MemqCelery,
+    state: JobState,
+    phase: Phase,
+    countdown: float,
+    fault_since: float | None = None,
+    *,
+    retry: bool = True,
+) -> None:
+    """Run one job on by itself from ``phase`` after ``countdown`` seconds: it failed there
+    while its batch-mates went on (``retry``: one more of its retries; its first task carries
+    ``fault_since``, when the fault began, so the deadline holds), or its batch's worker died
+    (the reaper splits the batch)."""
     runtime = app.runtime
-    solo = f"{state.job_id}.a{state.attempts}.r{state.retries + 1}"
-    runtime.states.save(state.with_(run=solo, batch_size=1, retries=state.retries + 1))
+    if retry:
+        solo = f"{state.job_id}.a{state.attempts}.r{state.retries + 1}"
+        state = state.with_(run=solo, batch_size=1, retries=state.retries + 1)
+    else:
+        solo = f"{state.job_id}.a{state.attempts}.l{uuid.uuid4().hex[:8]}"
+        state = state.with_(run=solo, batch_size=1)
+    # the run first, leased until its message is safe in the broker or for as long as it is
+    # held back; then the state that names it (a state never names a run that does not exist)
+    expires = app.keeper.expiry() + countdown
+    runtime.leases.schedule(solo, phase.value, [state.job_id], lane_of(state.backfill), expires)
+    runtime.states.save(state)
     queues = runtime.settings.queues
-    chain = batch_chain(app, solo, [state.job_id], queues, backfill=state.backfill, start=phase)
+    chain = batch_chain(
+        app,
+        solo,
+        [state.job_id],
+        queues,
+        backfill=state.backfill,
+        start=phase,
+        fault_since=fault_since,
+    )
     chain.apply_async(countdown=countdown)
+    if countdown <= 0:
+        runtime.leases.sent(solo, phase.value)

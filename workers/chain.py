@@ -19,19 +19,22 @@ def batch_chain(
     *,
     backfill: bool = False,
     start: Phase = Phase.CONTEXT,
+    fault_since: float | None = None,
 ) -> chain:
     """context → retrieve → … → finalize from ``start`` on, each task given the batch id and
-    its job ids (what Flower shows as the task's arguments)."""
+    its job ids (what Flower shows as the task's arguments). ``fault_since`` goes to the first
+    task only: a job sent on alone after a fault keeps the deadline of that fault."""
     phases = [spec.phase for spec in PHASES]
     return chain(
         *[
             app.signature(
                 phase_task_name(spec.phase),
                 args=(batch_id, job_ids),
+                kwargs={"fault_since": fault_since} if fault_since and i == 0 else {},
                 immutable=True,
                 queue=queue_for(spec.workload, queues, backfill),
             )
-            for spec in PHASES[phases.index(start) :]
+            for i, spec in enumerate(PHASES[phases.index(start) :])
         ],
         app=app,
     )

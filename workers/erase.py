@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pipeline.erase import erase_user
+from pipeline.jobs import ACTIVE_STATUSES
 
 if TYPE_CHECKING:
     from workers.app import MemqCelery
 
-ACTIVE = ("queued", "running")
+ACTIVE = ACTIVE_STATUSES
 
 
 def erase_user_everywhere(

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from kombu.exceptions import OperationalError
 
 from pipeline.errors import InvalidInputError, TransientError
-from pipeline.jobs import job_record
+from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import NAMESPACE, AddRequest
-from pipeline.state import JobState, JobStatus
-from pipeline.store.protocol import JobRecord
+from pipeline.state import JobState
 from workers.batches import make_ready, wait_for_turn
 from workers.runtime import MemqCelery
 

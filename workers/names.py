@@ -8,6 +8,7 @@ HEALTH_TASK = "memq.health"
 WAIT_TASK = "memq.job.wait_turn"
 GATHER_TASK = "memq.batch.gather"
 CHAT_FLUSH_TASK = "memq.chat.flush"
+RECORD_TASK = "memq.job.record_end"
 
 
 def phase_task_name(phase: Phase) -> str:

@@ -21,7 +21,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import QueueConfig, Settings
 from pipeline.deps import Deps, Limits
 from pipeline.embedding import make_embedder
-from pipeline.llm.openai_llm import OpenAILLM
+from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
 from pipeline.models import utcnow
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer
@@ -32,7 +32,17 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.chat_buffer import ChatBuffer
-from workers.names import CHAT_FLUSH_TASK, GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
+from workers.keeper import Keeper
+from workers.leases import RunLeases
+from workers.metrics import WorkerMetrics
+from workers.names import (
+    CHAT_FLUSH_TASK,
+    GATHER_TASK,
+    HEALTH_TASK,
+    RECORD_TASK,
+    WAIT_TASK,
+    phase_task_name,
+)
 from workers.state_store import RedisStateStore
 
 log = logging.getLogger("memq.worker")
@@ -45,6 +55,8 @@ class MemqCelery(Celery):
         super().__init__("memq", set_as_current=False)
         self.runtime = Runtime(settings)
         self.conf.update(celery_config(settings))
+        # the reaper is set where the tasks are registered (workers.tasks): it sends them
+        self.keeper = Keeper(lambda: self.runtime.leases, settings.worker, reap=lambda: None)
 
 
 class Runtime:
@@ -67,6 +79,10 @@ class Runtime:
         return RedisStateStore(self.redis, self.settings.es.index_prefix)
 
     @cached_property
+    def leases(self) -> RunLeases:
+        return RunLeases(self.redis, self.settings.es.index_prefix)
+
+    @cached_property
     def chat_buffer(self) -> ChatBuffer:
         return ChatBuffer(self.redis, self.settings.es.index_prefix)
 
@@ -76,8 +92,12 @@ class Runtime:
         return ElasticStore(self.es, names)
 
     @cached_property
+    def metrics(self) -> WorkerMetrics:
+        return WorkerMetrics()
+
+    @cached_property
     def deps(self) -> Deps:
-        return build_deps(self.settings, self.store, self.clock)
+        return build_deps(self.settings, self.store, self.clock, self.metrics.llm_call)
 
     def warm_up(self) -> None:
         """Build the clients and load the models now (a worker's first job is then as fast as
@@ -113,10 +133,20 @@ def make_reranker(settings: Settings) -> Reranker | None:
     return HttpReranker(settings.rerank)
 
 
-def build_deps(settings: Settings, store: ElasticStore, clock: Callable[[], datetime]) -> Deps:
+def build_deps(
+    settings: Settings,
+    store: ElasticStore,
+    clock: Callable[[], datetime],
+    llm_observer: LLMObserver | None = None,
+) -> Deps:
     """The phases' dependencies for ``settings``: the configured embedder and LLM (None when
-    no LLM is configured), the lemmatizer and the entity extractor."""
-    llm = OpenAILLM(settings.llm, settings.llm_api_key()) if settings.llm_configured() else None
+    no LLM is configured; ``llm_observer`` sees each of its requests), the lemmatizer and the
+    entity extractor."""
+    llm = (
+        OpenAILLM(settings.llm, settings.llm_api_key(), observer=llm_observer)
+        if settings.llm_configured()
+        else None
+    )
     return Deps(
         store=store,
         embedder=make_embedder(settings),
@@ -183,6 +213,7 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
         WAIT_TASK: {"queue": queues.io},
         GATHER_TASK: {"queue": queues.io},
         CHAT_FLUSH_TASK: {"queue": queues.io},
+        RECORD_TASK: {"queue": queues.io},
     }
     for spec in PHASES:
         routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}

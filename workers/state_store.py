@@ -22,7 +22,6 @@ from pipeline.state import JobState
 log = logging.getLogger("memq.worker")
 
 STATE_TTL_S = 7 * 86_400
-STALE_HEAD_S = 3_600  # longer than any job's retries last: a head this old is not running
 CLAIM_TTL_S = 120
 BATCH_TTL_S = 86_400
 # Take up to ARGV[1] ready jobs into the batch KEYS[1] (kept, so a redelivered gather finds the
@@ -54,7 +53,9 @@ return members
 """
 LEAVE_LINE = """
 redis.call('LREM', KEYS[1], 0, ARGV[1])
-return redis.call('LINDEX', KEYS[1], 0)
+local head = redis.call('LINDEX', KEYS[1], 0)
+if not head then redis.call('SREM', KEYS[2], KEYS[1]) end
+return head
 """
 
 
@@ -207,8 +208,9 @@ class RedisStateStore:
         """The job has ended (its record says so): drop its state, its claim and its markers in
         the line (acceptance time, the attempt's turn); nothing of it outlives it in Redis."""
         keys = (self._state(job_id), self._claim(job_id), self._accepted(job_id))
+        deliveries = f"{self.prefix}:job:{job_id}:deliveries"
         with redis_errors("forget a finished job"):
-            self.client.delete(*keys, self._turn(job_id, attempt))
+            self.client.delete(*keys, self._turn(job_id, attempt), deliveries)
 
     def claim(self, job_id: str) -> bool:
         """True for the first caller only: makes accepting a job atomic across API processes.
@@ -231,6 +233,7 @@ class RedisStateStore:
             pipe.rpush(key, job_id)
             pipe.expire(key, STATE_TTL_S)
             pipe.set(self._accepted(job_id), now.timestamp(), ex=STATE_TTL_S)
+            pipe.sadd(self._lines, key)
             length = pipe.execute()[1]
         return bool(length == 1)
 
@@ -246,23 +249,20 @@ class RedisStateStore:
         return isinstance(taken, bytes) and taken.decode() == owner
 
     def my_turn(self, session_key: str, job_id: str, now: datetime) -> bool:
-        """True when ``job_id`` heads its session's line. A head that cannot be running any more
-        is removed, so one lost job cannot block a session: its state is gone (it ended or
-        expired without leaving the line), or it was accepted over ``STALE_HEAD_S`` ago."""
+        """True when ``job_id`` heads its session's line. A head whose state is gone (it ended
+        or expired without leaving the line) is removed, so one lost job cannot block a
+        session. A head that still has its state keeps its place however long it has waited or
+        run: while it runs, its batch's lease says it is alive (``workers.leases``), and when
+        that lease lapses the reaper sends it on or ends it, which frees the line. Age alone
+        says nothing under a long backlog."""
         key = self._session(session_key)
         with redis_errors("check the session line"):
             head = self._head(key)
-            while head is not None and head != job_id and self._lost(head, now):
+            while head is not None and head != job_id and not self.exists(head):
                 log.warning("job %s blocked its session line and was removed from it", head)
                 self.client.lrem(key, 1, head)
                 head = self._head(key)
         return head is None or head == job_id
-
-    def _lost(self, job_id: str, now: datetime) -> bool:
-        if not self.exists(job_id):
-            return True
-        accepted = self.client.get(self._accepted(job_id))
-        return accepted is not None and now.timestamp() - float(accepted) > STALE_HEAD_S
 
     def _claim(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:claimed"
@@ -281,8 +281,47 @@ class RedisStateStore:
         """Leave the line; returns the job now at its head, read in the same atomic step (a job
         joining meanwhile is either seen here or finds itself at the head)."""
         with redis_errors("leave the session line"):
-            head = self._leave(keys=[self._session(session_key)], args=[job_id])
+            head = self._leave(keys=[self._session(session_key), self._lines], args=[job_id])
         return head.decode() if isinstance(head, bytes) else None
+
+    @property
+    def _lines(self) -> str:
+        """The set of session lines that have jobs (the reaper walks it)."""
+        return f"{self.prefix}:lines"
+
+    def line_heads(self, count: int) -> list[tuple[str, str]]:
+        """Up to about ``count`` session lines and the job heading each, walking the set of
+        lines a slice per call (the cursor is kept in Redis, as each call may be another
+        process's); a line found empty leaves the set."""
+        cursor_key = f"{self._lines}:cursor"
+        with redis_errors("walk the session lines"):
+            cursor = int(self.client.get(cursor_key) or 0)
+            cursor, lines = self.client.sscan(self._lines, cursor, count=count)
+            self.client.set(cursor_key, cursor, ex=STATE_TTL_S)
+            keys = [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in lines]
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.lindex(key, 0)
+            heads = pipe.execute()
+            empty = [key for key, head in zip(keys, heads, strict=True) if head is None]
+            if empty:
+                self.client.srem(self._lines, *empty)
+        return [(k, h.decode()) for k, h in zip(keys, heads, strict=True) if h is not None]
+
+    def leave_line_at(self, line: str, job_id: str) -> str | None:
+        """``leave_line`` for a line known by its key (as ``line_heads`` names it)."""
+        with redis_errors("leave the session line"):
+            head = self._leave(keys=[line, self._lines], args=[job_id])
+        return head.decode() if isinstance(head, bytes) else None
+
+    def accepted_at(self, job_id: str) -> float | None:
+        with redis_errors("read a job's acceptance time"):
+            raw = self.client.get(self._accepted(job_id))
+        return float(raw) if raw is not None else None
+
+    def ready_count(self, lane: str) -> int:
+        with redis_errors("count ready jobs"):
+            return int(self.client.llen(self._ready(lane)))
 
 
 class redis_errors:  # noqa: N801 - used as a context manager, like contextlib's

@@ -1,37 +1,50 @@
 """The task registry: every memq task, with its explicit name, registered on one app.
 
-Each phase task is a thin adapter over a batch: load the states of its jobs from Redis (one
-round trip), run the phase function from ``pipeline.phases`` over them, save them (one round
-trip), and let the chain call the next task. A job the phase could not finish leaves the
-batch: a permanent failure ends it ``failed``; a transient one sends it on alone, to retry that
-phase with backoff, while its batch-mates go on; a failure of every job at once (Elasticsearch
-down) retries the batch task itself. Retry policy is data (``retry_policy``); the LLM adapter
-retries its own calls and raises ``RetriesExhaustedError``, which is not retried again.
+Each phase task is a thin adapter over a batch: claim the batch's run (``workers.leases``: one
+owner at a time, its lease renewed by the process's keeper while the task runs), load the
+states of its jobs from Redis (one round trip), run the phase function from ``pipeline.phases``
+over them, save them (one round trip), hand the run on to the next phase, and let the chain call
+the next task. A job the phase could not finish leaves the batch: a permanent failure ends it
+``failed``; a transient one sends it on alone, to retry that phase with backoff, while its
+batch-mates go on; a failure of every job at once (Elasticsearch down) retries the batch task
+itself. Transient faults are retried against a deadline, not a count (``workers.retry``); the
+LLM adapter retries its own calls to a server that answers, and raises
+``RetriesExhaustedError``, which is not retried again. A job's final record that cannot be
+written is written by a task of its own, retried against the same deadline. A run whose owner
+died is recovered by the reaper (``reap``), which the keepers take turns to run.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import socket
 import time
+import uuid
 from typing import Any, cast
 
 from celery import Task
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from kombu.exceptions import OperationalError
 
 from pipeline.batch import BatchResult
-from pipeline.config import WorkerConfig
-from pipeline.errors import MemqError, PermanentError, RetriesExhaustedError, TransientError
+from pipeline.errors import (
+    MemqError,
+    PermanentError,
+    RetriesExhaustedError,
+    TransientError,
+    WorkerLostError,
+)
 from pipeline.health import elasticsearch_health
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.logs import log_context
-from pipeline.phases import PHASES, PhaseSpec, run_batch
-from pipeline.state import JobState, JobStatus, Phase
-from pipeline.store.protocol import JobRecord
-from workers.batches import batch_ended, gather, make_ready, send_alone
-from workers.names import GATHER_TASK, HEALTH_TASK, WAIT_TASK, phase_task_name
-from workers.runtime import MemqCelery, Runtime
+from pipeline.phases import PHASES, PhaseSpec, Workload, run_batch
+from pipeline.state import JobState, Phase
+from workers.batches import BACKFILL, LIVE, batch_ended, gather, make_ready, send_alone
+from workers.keeper import Held
+from workers.leases import GATHERING, Claim, RunRecord
+from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phase_task_name
+from workers.retry import RetryPolicy, retried
+from workers.runtime import MemqCelery, Runtime, queue_for
 from workers.turns import check_delay, hand_on
 
 log = logging.getLogger("memq.worker")
@@ -46,11 +59,33 @@ class JobTask(Task):  # type: ignore[type-arg]
     runtime: Runtime
     ignore_result = True  # a job's outcome is its record; nothing reads task results
 
+    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
+        """The next phase's message is in the broker now (Celery sent it before calling this):
+        the run waiting for it needs no lease any more."""
+        app = cast("MemqCelery", self.app)
+        held = app.keeper.release(task_id)
+        if held is not None and held.phase != GATHERING:
+            following = next_phase(Phase(held.phase))
+            if following is not None:
+                app.runtime.leases.sent(held.run_id, following.value)
+
+    def on_retry(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """The retry's message is held back in some worker's memory: the run stays leased,
+        ownerless, for the longest backoff, so a worker lost with it costs a lapse, no more."""
+        app = cast("MemqCelery", self.app)
+        held = app.keeper.release(task_id)
+        if held is not None:
+            policy = app.runtime.settings.worker
+            expires = app.keeper.expiry() + policy.retry_backoff_max_s
+            app.runtime.leases.hand_on(held.run_id, held.token, held.phase, expires=expires)
+
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         app = cast("MemqCelery", self.app)
+        held = app.keeper.release(task_id)
         if self.name == GATHER_TASK:  # its jobs go back to the ready list for another gather
             app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
             batch_ended(app, task_id)
+            release_run(app, held, unfinished=False)
             return
         if self.name == WAIT_TASK:
             job_id = args[0] if args else kwargs.get("job_id")
@@ -58,87 +93,96 @@ class JobTask(Task):  # type: ignore[type-arg]
                 record_failure(app, job_id, exc)
             return
         batch_id, job_ids = (args[0], args[1]) if len(args) >= 2 else (None, [])
+        unfinished = False
         for state in app.runtime.states.load_many(list(job_ids)):
             if state is not None and state.run == batch_id:
-                record_failure(app, state.job_id, exc)
+                unfinished |= not record_failure(app, state.job_id, exc)
         if batch_id is not None:
             batch_ended(app, batch_id)
+        release_run(app, held, unfinished=unfinished)
 
 
-RECORD_ATTEMPTS = 3
+RECORD_AGAIN_S = 60.0
 
 
-def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> None:
-    """Write the job's final record, then free its state and hand the session line on —
-    unless the record cannot be written (the state stays for an operator, the line head goes
-    stale) or the job was replayed meanwhile (the new run owns the state)."""
+def release_run(app: MemqCelery, held: Held | None, *, unfinished: bool) -> None:
+    """A task failed for good: its run ends, unless a job's failure could not be recorded (the
+    store is down). That run stays leased, ownerless, for RECORD_AGAIN_S: the reaper then runs
+    the phase again, so the job is swept later instead of stranded."""
+    if held is None:
+        return
+    leases = app.runtime.leases
+    if unfinished:
+        expires = app.keeper.expiry() + RECORD_AGAIN_S
+        leases.hand_on(held.run_id, held.token, held.phase, expires=expires)
+    else:
+        leases.close(held.run_id, held.token)
+
+
+def next_phase(phase: Phase) -> Phase | None:
+    phases = [spec.phase for spec in PHASES]
+    index = phases.index(phase) + 1
+    return phases[index] if index < len(phases) else None
+
+
+def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> bool:
+    """Write the job's final record, then free its state and hand the session line on. A
+    record that cannot be written now (Elasticsearch down) is left to ``record_end``, retried
+    against the deadline; until it is written the state stays, so nothing is lost. False when
+    even that cannot be sent (the broker is gone too): the state stays, and the run's lease
+    brings the job back later. A job replayed meanwhile is left alone (the new run owns it)."""
     runtime = app.runtime
     state = runtime.states.load(job_id)
     if state is None:
         log.error("job %s failed after its state was gone: %s", job_id, exc)
-        return
+        return True
     dead = isinstance(exc, TransientError | RetriesExhaustedError)
     status = JobStatus.DEAD if dead else JobStatus.FAILED
     reason = getattr(exc, "reason", None) or f"internal error: {exc.__class__.__name__}: {exc}"
     phase = next((s.phase.value for s in PHASES if not state.is_done(s.phase)), None)
-    if not save_record(
-        runtime, job_record(state, status, runtime.clock(), phase=phase, reason=reason)
-    ):
-        return
+    try:
+        end_job(app, state, status, phase, reason)
+    except TransientError as error:
+        log.error("job %s: cannot record %s yet, retrying: %s", job_id, status.value, error)
+        queue = queue_for(Workload.IO, runtime.settings.queues, state.backfill)
+        end = {"job_id": job_id, "attempts": state.attempts, "status": status.value}
+        try:
+            app.send_task(
+                RECORD_TASK, kwargs={**end, "phase": phase, "reason": reason}, queue=queue
+            )
+        except OperationalError as lost:  # the broker is gone too: the state stays
+            log.error("job %s: cannot schedule its record either: %s", job_id, lost)
+            return False
+    return True
+
+
+def end_job(
+    app: MemqCelery, state: JobState, status: JobStatus, phase: str | None, reason: str
+) -> None:
+    """Record the job ``status`` with ``reason``, then free its state and hand the line on
+    (unless it was replayed meanwhile). Raises ``TransientError`` when the record cannot be
+    written; nothing else has happened then."""
+    runtime = app.runtime
+    runtime.store.save_job(job_record(state, status, runtime.clock(), phase=phase, reason=reason))
+    runtime.metrics.jobs_ended(status.value)
     log.warning(
         "job %s %s in phase %s: %s",
-        job_id,
+        state.job_id,
         status.value,
         phase,
         reason,
-        extra={"job_id": job_id, "tenant": state.request.scope.tenant, "phase": phase},
+        extra={"job_id": state.job_id, "tenant": state.request.scope.tenant, "phase": phase},
     )
-    current = runtime.states.load(job_id)
+    current = runtime.states.load(state.job_id)
     if current is not None and current.attempts == state.attempts:
-        runtime.states.forget(job_id, state.attempts)
-        hand_on(app, state.request.scope.key, job_id)
-
-
-def save_record(runtime: Runtime, record: JobRecord) -> bool:
-    """The failure record is written outside any Celery retry, so it gets its own few tries."""
-    for attempt in range(1, RECORD_ATTEMPTS + 1):
-        try:
-            runtime.store.save_job(record)
-            return True
-        except MemqError as error:
-            log.error(
-                "job %s: cannot record %s (try %d): %s",
-                record.job_id,
-                record.status,
-                attempt,
-                error,
-            )
-            time.sleep(attempt)
-    return False
-
-
-def retry_policy(policy: WorkerConfig) -> dict[str, Any]:
-    """Celery's retry options for job tasks: transient failures only, exponential backoff with
-    full jitter, capped, at most ``max_retries`` times."""
-    return {
-        "autoretry_for": (TransientError,),
-        "dont_autoretry_for": (PermanentError, RetriesExhaustedError),
-        "retry_backoff": policy.retry_backoff_s,
-        "retry_backoff_max": policy.retry_backoff_max_s,
-        "retry_jitter": True,
-        "max_retries": policy.max_retries,
-    }
-
-
-def backoff_s(policy: WorkerConfig, retries: int) -> float:
-    """The same backoff as ``retry_policy``, for a job sent on alone: full jitter, capped."""
-    return random.uniform(0, min(policy.retry_backoff_max_s, policy.retry_backoff_s * 2**retries))
+        runtime.states.forget(state.job_id, state.attempts)
+        hand_on(app, state.request.scope.key, state.job_id)
 
 
 def register_tasks(app: MemqCelery) -> None:
     """Register memq's tasks on ``app``; each is a thin adapter over a pipeline function."""
     runtime = app.runtime
-    retry = retry_policy(runtime.settings.worker)
+    policy = RetryPolicy.of(runtime.settings.worker)
 
     @app.task(name=HEALTH_TASK, acks_late=False, shared=False)
     def health() -> dict[str, Any]:
@@ -148,63 +192,231 @@ def register_tasks(app: MemqCelery) -> None:
     @app.task(
         name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
     )
-    def wait_turn(self: JobTask, job_id: str) -> str:
+    def wait_turn(self: JobTask, job_id: str, fault_since: float | None = None) -> str:
         """Hold the job until every earlier job of its session has ended, then make it ready
-        for a batch; a job that has ended meanwhile is let go."""
-        state = runtime.states.load(job_id)
-        if state is None:
-            raise Ignore()
-        if not runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock()):
-            raise self.retry(countdown=check_delay(self.request.retries), max_retries=None)
-        make_ready(app, job_id, state.backfill)
+        for a batch; a job that has ended meanwhile is let go. A Redis or broker fault is
+        retried against the deadline."""
+        with retried(self, policy):
+            state = runtime.states.load(job_id)
+            if state is None:
+                raise Ignore()
+            turn = runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock())
+            if turn:
+                make_ready(app, job_id, state.backfill)
+        if not turn:  # not a fault: the deadline starts again at the next one
+            delay = check_delay(self.request.retries)
+            raise self.retry(countdown=delay, kwargs={}, max_retries=None)
         return job_id
 
-    @app.task(name=GATHER_TASK, bind=True, base=JobTask, runtime=runtime, shared=False, **retry)
-    def gather_batch(self: JobTask, lane: str) -> list[str]:
+    @app.task(
+        name=GATHER_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
+    )
+    def gather_batch(self: JobTask, lane: str, fault_since: float | None = None) -> list[str]:
         """Take a batch of ready jobs and send it down the phases; returns its job ids (what
         Flower shows as the result)."""
-        return gather(app, str(self.request.id), lane)
+        with retried(self, policy):
+            return gather_run(app, self, lane)
+
+    @app.task(name=RECORD_TASK, bind=True, max_retries=None, shared=False)
+    def record_end(
+        self: Task,  # type: ignore[type-arg]
+        *,
+        job_id: str,
+        attempts: int,
+        status: str,
+        phase: str | None,
+        reason: str,
+        fault_since: float | None = None,
+    ) -> None:
+        """Write a job's final record that could not be written when it ended. Past the
+        deadline the job's state stays in Redis, for a sweep to find."""
+        with retried(self, policy):
+            state = runtime.states.load(job_id)
+            if state is not None and state.attempts == attempts:  # else replayed or erased
+                end_job(app, state, JobStatus(status), phase, reason)
 
     for spec in PHASES:
-        register_phase(app, spec, retry)
+        register_phase(app, spec, policy)
+    app.keeper.reap = lambda: reap(app)
 
 
-def register_phase(app: MemqCelery, spec: PhaseSpec, retry: dict[str, Any]) -> None:
+def gather_run(app: MemqCelery, task: JobTask, lane: str) -> list[str]:
+    """The gather task's run: claimed under the task's id, which is the batch's id."""
+    batch_id = str(task.request.id)
+    token = claim_run(app, task, batch_id, GATHERING, lane)
+    if token is None:
+        return []
+    taken = gather(app, batch_id, lane, token)
+    if not taken:
+        app.runtime.leases.close(batch_id, token)
+    return taken
+
+
+def claim_run(
+    app: MemqCelery, task: JobTask, run_id: str, phase: str, lane: str = ""
+) -> str | None:
+    """Own ``phase`` of the run for this execution of ``task`` (its lease then renewed by the
+    keeper); None when this execution must do nothing: the run ended or moved on, another
+    execution owns it, or an earlier delivery of this message died running it (then the run
+    is recovered here at once, as the reaper would)."""
+    task_id = str(task.request.id)
+    token = f"{task_id}:{uuid.uuid4().hex}"
+    leases = app.runtime.leases
+    verdict = leases.claim(
+        run_id, phase, task_id=task_id, token=token, expires=app.keeper.expiry(), lane=lane
+    )
+    if verdict is Claim.OWN:
+        app.keeper.hold(task_id, Held(run_id, token, phase))
+        return token
+    if verdict is Claim.REDELIVERED:
+        log.warning("run %s: redelivered after its worker died in %s", run_id, phase)
+        record = leases.take(run_id, float("inf"))
+        if record is not None:
+            recover_run(app, record)
+    task.request.chain = None  # nothing of this execution goes on down the chain
+    return None
+
+
+LINES_PER_SWEEP = 500
+ORPHAN_AFTER_S = 60.0  # a head not started this long after acceptance, with nothing ready
+
+
+def reap(app: MemqCelery) -> None:
+    """Take every run whose lease lapsed and recover it (``recover_run``), then look at a slice
+    of the session lines for a head that nothing runs (``rescue_head``)."""
+    leases = app.runtime.leases
+    now = app.runtime.clock().timestamp()
+    for run_id in leases.lapsed(now):
+        record = leases.take(run_id, now)
+        if record is not None:
+            log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
+            recover_run(app, record)
+    for line, head in app.runtime.states.line_heads(LINES_PER_SWEEP):
+        rescue_head(app, line, head, now)
+
+
+def rescue_head(app: MemqCelery, line: str, job_id: str, now: float) -> None:
+    """A session's line head with no live owner is run, so nothing waits behind a job that no
+    longer runs: one whose state is gone leaves the line (the next is made ready); one whose
+    run is gone (no record: its batch ended without it, or predates run records) is sent on
+    alone from its first unfinished phase; one never started (intake or hand-on lost) is made
+    ready, once it has waited ORPHAN_AFTER_S with nothing ready in its lane."""
     runtime = app.runtime
+    state = runtime.states.load(job_id)
+    if state is None:
+        following = runtime.states.leave_line_at(line, job_id)
+        if following is not None and (waiting := runtime.states.load(following)) is not None:
+            make_ready(app, following, waiting.backfill)
+        return
+    if state.run is not None:
+        if not runtime.leases.exists(state.run):
+            log.warning("job %s heads its line with no run: sent on", job_id)
+            phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
+            send_alone(app, state, phase, 0, retry=False)
+        return
+    accepted = runtime.states.accepted_at(job_id) or now
+    lane = BACKFILL if state.backfill else LIVE
+    if now - accepted > ORPHAN_AFTER_S and not runtime.states.ready_count(lane):
+        log.warning("job %s heads its line and was never started: made ready", job_id)
+        make_ready(app, job_id, state.backfill)
 
+
+def recover_run(app: MemqCelery, record: RunRecord) -> None:
+    """A run lost its owner. An unlaunched batch: its gather is sent again under the same id
+    (it takes the same jobs). Otherwise each job still in the run is sent on alone from the
+    phase the run was at, so a job that kills its worker takes no batch-mate down again; a job
+    whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
+    runtime = app.runtime
+    if record.phase == GATHERING:
+        queue = queue_for(Workload.IO, runtime.settings.queues, record.lane == BACKFILL)
+        app.send_task(GATHER_TASK, args=(record.lane,), queue=queue, task_id=record.run_id)
+        return
+    phase = Phase(record.phase)
+    limit = runtime.settings.worker.max_deliveries
+    for state in runtime.states.load_many(record.jobs):
+        if state is None or state.run != record.run_id:
+            continue  # ended, or left the batch
+        lost = runtime.leases.delivered(state.job_id) if record.owned else 0
+        if lost >= limit:
+            reason = (
+                f"its worker died {lost} times while running phase {phase.value} (killed, out "
+                f"of memory, or over the {runtime.settings.worker.task_time_limit_s} s time "
+                "limit); not run again"
+            )
+            record_failure(app, state.job_id, WorkerLostError(reason))
+        else:
+            send_alone(app, state, phase, 0, retry=False)
+    batch_ended(app, record.run_id)
+
+
+def register_phase(app: MemqCelery, spec: PhaseSpec, policy: RetryPolicy) -> None:
     @app.task(
         name=phase_task_name(spec.phase),
         bind=True,
         base=JobTask,
-        runtime=runtime,
+        max_retries=None,  # the deadline bounds retries (workers.retry), not a count
+        runtime=app.runtime,
         shared=False,  # this app's alone: a second app in the process must not inherit them
-        **retry,
     )
-    def phase_task(self: JobTask, batch_id: str, job_ids: list[str]) -> list[str]:
-        with log_context(phase=spec.phase.value, batch=batch_id):
-            return run_phase_task(app, spec, batch_id, job_ids)
+    def phase_task(
+        self: JobTask, batch_id: str, job_ids: list[str], fault_since: float | None = None
+    ) -> list[str]:
+        with log_context(phase=spec.phase.value, batch=batch_id), retried(self, policy):
+            token = claim_run(app, self, batch_id, spec.phase.value)
+            if token is None:
+                return []
+            done = run_phase_task(
+                app, spec, batch_id, job_ids, token=token, fault_since=fault_since
+            )
+            if done is None:
+                self.request.chain = None
+                return []
+            return done
 
 
 def run_phase_task(
-    app: MemqCelery, spec: PhaseSpec, batch_id: str, job_ids: list[str]
-) -> list[str]:
-    """One phase over the batch's jobs that are still in it (see the module docstring)."""
+    app: MemqCelery,
+    spec: PhaseSpec,
+    batch_id: str,
+    job_ids: list[str],
+    *,
+    token: str,
+    fault_since: float | None = None,
+) -> list[str] | None:
+    """One phase over the batch's jobs that are still in it (see the module docstring), by the
+    execution that owns the run (``token``). None when the chain stops here: every job left
+    the run, or this execution lost it meanwhile (it overran its time limit and the reaper
+    sent the jobs on), and then nothing it computed is kept."""
     runtime = app.runtime
     states = [s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id]
-    if not states:  # every job ended or left the batch (a redelivered message)
-        if spec.phase is Phase.FINALIZE:
-            batch_ended(app, batch_id)
-        return []
+    if not states:  # every job ended or left the batch
+        runtime.leases.close(batch_id, token)
+        batch_ended(app, batch_id)
+        return None
     todo = [s for s in states if not s.is_done(spec.phase)]
-    result = run_guarded(spec, states, runtime)
+    with runtime.metrics.phase(spec.phase.value):
+        result = run_guarded(spec, states, runtime)
     failed = [result.failures[s.job_id] for s in todo if s.job_id in result.failures]
     if todo and len(failed) == len(todo) and all(isinstance(e, TransientError) for e in failed):
         raise failed[0]  # the whole batch failed alike: retry the batch task
+    if not runtime.leases.owns(batch_id, token):
+        log.error("run %s: %s finished after losing its lease; dropped", batch_id, spec.phase)
+        return None
     finish(app, spec.phase, result.states)
-    settle_failures(app, spec.phase, states, result.failures)
-    if spec.phase is Phase.FINALIZE:  # after the hand-ons: one gather takes what waits
-        batch_ended(app, batch_id)
+    settle_failures(app, spec.phase, states, result.failures, fault_since)
+    hand_on_run(app, spec.phase, batch_id, token)
     return [s.job_id for s in result.states]
+
+
+def hand_on_run(app: MemqCelery, phase: Phase, batch_id: str, token: str) -> None:
+    """The run waits for its next phase, leased until that message is in the broker
+    (``JobTask.on_success`` drops the lease then); after the last phase it ends."""
+    following = next_phase(phase)
+    if following is None:
+        app.runtime.leases.close(batch_id, token)
+        batch_ended(app, batch_id)  # after the hand-ons: one gather takes what waits
+        return
+    app.runtime.leases.hand_on(batch_id, token, following.value, expires=app.keeper.expiry())
 
 
 def run_guarded(spec: PhaseSpec, states: list[JobState], runtime: Runtime) -> BatchResult:
@@ -238,6 +450,7 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
     if phase is not Phase.FINALIZE:
         runtime.states.save_many(states)
         return
+    runtime.metrics.jobs_ended(JobStatus.SUCCEEDED.value, len(states))
     for state in states:
         log.info(
             "job %s succeeded",
@@ -249,17 +462,25 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
 
 
 def settle_failures(
-    app: MemqCelery, phase: Phase, states: list[JobState], failures: dict[str, MemqError]
+    app: MemqCelery,
+    phase: Phase,
+    states: list[JobState],
+    failures: dict[str, MemqError],
+    fault_since: float | None = None,
 ) -> None:
-    """A job that failed alone: ended when retrying cannot help or its retries are spent,
-    otherwise sent on by itself to retry the phase after a backoff."""
-    policy = app.runtime.settings.worker
+    """A job that failed alone: ended when retrying cannot help, otherwise sent on by itself
+    to retry the phase after a backoff, carrying when its fault began (the batch's, if the
+    batch was already retrying) so the deadline holds for it too."""
+    policy = RetryPolicy.of(app.runtime.settings.worker)
+    now = time.time()
+    since = fault_since or now
     for state in states:
         exc = failures.get(state.job_id)
         if exc is None:
             continue
-        if isinstance(exc, TransientError) and state.retries < policy.max_retries:
+        if isinstance(exc, TransientError) and not policy.expired(since, now):
             log.warning("job %s left its batch in %s to retry alone: %s", state.job_id, phase, exc)
-            send_alone(app, state, phase, backoff_s(policy, state.retries))
+            delay = policy.delay_s(state.retries, exc.retry_after_s)
+            send_alone(app, state, phase, delay, since)
         else:
             record_failure(app, state.job_id, exc)

@@ -11,9 +11,8 @@ from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.limits import WriteLimited
 from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
 from pipeline.errors import NotFoundError
+from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
-from pipeline.store.client import es_errors
-from pipeline.store.protocol import JobRecord
 from pipeline.webhook import tenant_signing_key
 from workers.intake import replay, submit
 from workers.runtime import Runtime
@@ -92,7 +91,7 @@ def get_batch(batch_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) ->
     posted are counted in their first batch)."""
     counts = batch_counts(runtime, principal.tenant, batch_id)
     if not counts:  # posted a moment ago: its job records may not be searchable yet
-        runtime.es.indices.refresh(index=runtime.store.names.jobs)
+        runtime.store.refresh_jobs()
         counts = batch_counts(runtime, principal.tenant, batch_id)
     if not counts:
         raise NotFoundError(f"no batch {batch_id}")
@@ -100,12 +99,4 @@ def get_batch(batch_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) ->
 
 
 def batch_counts(runtime: Runtime, tenant: str, batch_id: str) -> dict[str, int]:
-    query = {"bool": {"filter": [{"term": {"batch_id": batch_id}}, {"term": {"tenant": tenant}}]}}
-    with es_errors("count batch jobs"):
-        body = runtime.es.search(
-            index=runtime.store.names.jobs,
-            size=0,
-            query=query,
-            aggs={"status": {"terms": {"field": "status", "size": 10}}},
-        ).body
-    return {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
+    return runtime.store.job_counts(tenant=tenant, batch_id=batch_id)

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from api.convert import SCOPE_KEYS, memory_public, scope_from_filters, scope_of, split_filters
 from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
 from api.limits import LimitsDep, SearchLimited, WriteLimited
-from api.routes.memories import TERMINAL, accept, wait_for
+from api.routes.memories import accept, wait_for
 from api.schemas import (
     Deleted,
     Mem0Added,
@@ -30,10 +30,10 @@ from api.schemas import (
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
+from pipeline.jobs import JobStatus, public_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
-from pipeline.store.elastic import scope_filter
 from workers.erase import erase_user_everywhere
 from workers.runtime import Runtime
 
@@ -108,21 +108,16 @@ async def add(
             "job_id": accepted.job_id,
         }
     record = await wait_for(app, record, app.runtime.settings.api.wait_max_s)
-    if record.status not in TERMINAL:
+    if not record.ended:
         return {
             "results": [],
             "status": "PENDING",
             "event_id": record.job_id,
             "job_id": record.job_id,
         }
-    if record.status != "succeeded":
+    if record.status != JobStatus.SUCCEEDED:
         raise InvalidInputError(f"job {record.job_id} {record.status}: {record.reason}")
-    return {
-        "results": [
-            {"id": r["id"], "memory": r["text"], "event": r.get("event", "ADD")}
-            for r in record.results
-        ]
-    }
+    return {"results": public_results(record.results)}
 
 
 # Documented rather than validated: the page keeps ``next: null`` while its memories, as mem0
@@ -150,9 +145,7 @@ def get_all(
         )
     limits.may_open_cursor(principal.tenant)
     items, cursor = walk_to(runtime, scope, rest, page, page_size)
-    total = runtime.es.count(
-        index=runtime.store.names.memories, query={"bool": {"filter": scope_filter(scope)}}
-    )["count"]
+    total = runtime.store.count_memories(scope)
     return {
         "count": total,
         "next": page + 1 if cursor else None,

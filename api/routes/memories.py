@@ -31,18 +31,16 @@ from api.schemas import (
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
+from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
 from pipeline.search import SearchHit, SearchQuery
-from pipeline.store.indices import Kind, ensure_indices
-from pipeline.store.protocol import JobRecord
 from workers.app import MemqCelery
 from workers.erase import erase_user_everywhere
 from workers.intake import submit
 
 log = logging.getLogger("memq.api")
 router = APIRouter(prefix="/v1", tags=["memories"])
-TERMINAL = ("succeeded", "failed", "dead")
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
@@ -71,11 +69,11 @@ async def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobR
     waited is about to read)."""
     deadline = time.monotonic() + timeout_s
     store = app.runtime.store
-    while record.status not in TERMINAL and time.monotonic() < deadline:
+    while not record.ended and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
         latest: JobRecord | None = await run_in_threadpool(store.get_job, record.job_id)
         record = latest or record
-    if record.status in TERMINAL:
+    if record.ended:
         await run_in_threadpool(store.make_visible)
     return record
 
@@ -105,7 +103,7 @@ async def add_memories(
     if not wait:
         return accepted
     record = await wait_for(app, record, min(wait_s, app.runtime.settings.api.wait_max_s))
-    if record.status in TERMINAL:
+    if record.ended:
         response.status_code = status.HTTP_200_OK
         return job_public(record)
     return accepted
@@ -244,9 +242,5 @@ def history(
 @router.post("/reset", response_model=Message)
 def reset(runtime: RuntimeDep, _admin: AdminDep) -> dict[str, str]:
     """Delete every memory, entity, history row, message and job of every tenant (keys stay)."""
-    names = runtime.store.names
-    for kind in Kind:
-        if kind is not Kind.KEYS:
-            runtime.es.indices.delete(index=names.concrete(kind), ignore_unavailable=True)
-    ensure_indices(runtime.es, runtime.settings.es, runtime.settings.embedder.dims)
+    runtime.store.reset(runtime.settings.es, runtime.settings.embedder.dims)
     return {"message": "memq reset"}

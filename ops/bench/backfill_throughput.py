@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
 
 from pipeline.config import Settings  # noqa: E402
+from pipeline.jobs import JobStatus  # noqa: E402
 from pipeline.store.client import make_client  # noqa: E402
 from pipeline.store.indices import IndexNames, drop_indices  # noqa: E402
 from tests.fakellm import FakeLLMServer  # noqa: E402
@@ -129,7 +130,7 @@ def count(env: dict[str, str], prefix: str) -> tuple[int, int]:
     names = IndexNames(prefix)
     client.indices.refresh(index=[names.memories, names.jobs])
     memories = client.count(index=names.memories)["count"]
-    jobs = client.count(index=names.jobs, query={"term": {"status": "succeeded"}})["count"]
+    jobs = client.count(index=names.jobs, query={"term": {"status": JobStatus.SUCCEEDED}})["count"]
     return int(jobs), int(memories)
 
 

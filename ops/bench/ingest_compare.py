@@ -23,7 +23,16 @@ commit), a "baseline-1w" mode runs that code in the same run: its workers and it
 processes started in DIR with DIR first on PYTHONPATH (same virtualenv, same services, same
 counters), the intake process importing everything before the clock starts.
 
+With ``--model realistic`` the scripted model behaves as a hosted one under load (its
+``ProviderModel``): each answer takes a lognormal time, median 1 s and p95 3 s (mean 1.25 s), and
+a request beyond 16 in flight is answered 429 with ``Retry-After: 1``. The provider's ceiling is
+then 16 / 1.25 s = 12.8 conversations/s; mem0-async runs under a semaphore of 16, and what mem0
+raises to its caller is counted per exception type. ``--via api`` POSTs memq's conversations to a
+memq API process (8 clients at once, as a chat platform's webhooks would) instead of calling
+``intake.submit`` in this process: the users' path, API hop included.
+
     .venv/bin/python ops/bench/ingest_compare.py [--conversations 200] [--rounds 1] [--baseline DIR]
+        [--model instant|realistic] [--via intake|api] [--modes memq-1w,mem0-seq,memq-2w,mem0-async]
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -55,16 +65,18 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import httpx
 from backfill_throughput import start_workers  # also puts the repository root on sys.path
 from elasticsearch import Elasticsearch
 from mem0_compare import Endpoints, handler_for, mem0_config
 
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices
-from tests.fakellm import FakeLLMServer
+from tests.fakellm import FakeLLMServer, ProviderModel
 from workers.app import MemqCelery, create_celery
 from workers.intake import submit
 
@@ -73,7 +85,7 @@ STATS_PATH = "/stats"
 TENANT = "ingestbench"
 MEMQ_MARK = "You maintain the long-term memory"  # pipeline/prompts/extract_user_v1.txt
 MEM0_MARK = "You are a Memory Extractor"  # mem0.configs.prompts.ADDITIVE_EXTRACTION_PROMPT
-TERMINAL = ("succeeded", "failed", "dead")
+TERMINAL = TERMINAL_STATUSES
 MAX_FACTS = 3
 
 # --- conversations ---------------------------------------------------------------------------
@@ -348,9 +360,13 @@ class Bench:
     responder: Responder
     es: Elasticsearch  # direct, not counted: setup, polling, counting, cleanup
     workdir: Path
+    via_api: bool = False  # memq's conversations are POSTed to its API instead of submitted
+    memq_settings: dict[str, str] = field(default_factory=dict)  # MEMQ_* for memq's processes
+    mem0_concurrency: int = 8
 
-    def counters(self) -> tuple[int, int, Counter[str]]:
-        return len(self.llm.chat_requests()), self.embed_calls(), self.es_requests()
+    def counters(self) -> tuple[int, int, Counter[str], int]:
+        llm = self.llm
+        return len(llm.chat_requests()), self.embed_calls(), self.es_requests(), llm.refused
 
 
 @dataclass
@@ -363,6 +379,7 @@ class Result:
     memories: int
     failed: int
     es_kinds: Counter[str]
+    refused: int = 0  # chat requests the provider model answered 429
 
 
 def measure(bench: Bench, mode: str, work: Callable[[], tuple[int, int]]) -> Result:
@@ -373,8 +390,8 @@ def measure(bench: Bench, mode: str, work: Callable[[], tuple[int, int]]) -> Res
     seconds = time.perf_counter() - started
     after = bench.counters()
     kinds = after[2] - before[2]
-    llm, embed = after[0] - before[0], after[1] - before[1]
-    return Result(mode, seconds, llm, embed, kinds.total(), memories, failed, kinds)
+    llm, embed, refused = after[0] - before[0], after[1] - before[1], after[3] - before[3]
+    return Result(mode, seconds, llm, embed, kinds.total(), memories, failed, kinds, refused)
 
 
 # --- memq ------------------------------------------------------------------------------------
@@ -398,6 +415,7 @@ def memq_env(
         **{
             f"MEMQ_QUEUES_{q.upper()}": f"bench-ingest-{run}.{q}" for q in ("io", "cpu", "backfill")
         },
+        **bench.memq_settings,
     }
 
 
@@ -474,7 +492,7 @@ def wait_terminal(
     while time.monotonic() < deadline:
         es.indices.refresh(index=names.jobs)
         if jobs(list(TERMINAL)) >= count:
-            return jobs(["failed", "dead"])
+            return jobs([JobStatus.FAILED, JobStatus.DEAD])
         time.sleep(0.25)
     raise SystemExit(f"ingest_compare: jobs not terminal after {timeout_s:.0f}s")
 
@@ -499,9 +517,12 @@ def memq_app(
     logs = bench.workdir / f"memq-{run}"
     logs.mkdir()
     try:
-        with memq_workers(env, logs, app, run, cpu_workers, baseline=baseline):
+        with (
+            memq_workers(env, logs, app, run, cpu_workers, baseline=baseline),
+            memq_api(env, logs, bench.via_api) as api,
+        ):
             settle(bench)
-            app.conf.update(memq_bench_env=env)
+            app.conf.update(memq_bench_env=env, memq_bench_api=api)
             yield app
     finally:
         if prefix is None:
@@ -509,16 +530,92 @@ def memq_app(
         drop_redis(settings, f"memq:{settings.es.index_prefix}:*", f"*bench-ingest-{run}.*")
 
 
+@contextmanager
+def memq_api(env: dict[str, str], logs: Path, wanted: bool) -> Iterator[tuple[str, str] | None]:
+    """With ``wanted``: memq's API on the run's settings, as ops/ runs it, and a key of the
+    benchmark's tenant; yields (url, key). Otherwise nothing is started."""
+    if not wanted:
+        yield None
+        return
+    port, admin = str(free_port()), uuid.uuid4().hex * 2
+    api_env = {**env, "MEMQ_API_PORT": port, "MEMQ_API_ADMIN_KEY": admin}
+    api = subprocess.Popen(
+        [sys.executable, "-m", "memq.cli", "api"],
+        env=api_env,
+        stdout=(logs / "api.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                httpx.get(f"{url}/healthz", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if api.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"ingest_compare: the API did not start; see {logs}") from None
+                time.sleep(0.5)
+        created = httpx.post(
+            f"{url}/v1/admin/keys",
+            json={"tenant": TENANT, "name": "ingest-bench"},
+            headers={"Authorization": f"Bearer {admin}"},
+            timeout=30,
+        )
+        created.raise_for_status()
+        yield url, str(created.json()["key"])
+    finally:
+        os.killpg(api.pid, signal.SIGTERM)
+        api.wait(timeout=60)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def api_body(conv: Conversation) -> dict[str, Any]:
+    """What a chat platform POSTs to /v1/memories for ``conv``."""
+    return {
+        "messages": conv.messages,
+        "user_id": conv.user,
+        "metadata": {"conversation": conv.id},
+        "timestamp": conv.timestamp.isoformat(),
+    }
+
+
+def post_all(api: tuple[str, str], convs: list[Conversation], clients: int = 8) -> None:
+    """POST every conversation, ``clients`` at a time (a platform's webhook fan-out)."""
+    url, key = api
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as http:
+
+        def post(conv: Conversation) -> None:
+            answer = http.post("/v1/memories", json=api_body(conv), timeout=60)
+            if answer.status_code != 202:
+                raise SystemExit(f"ingest_compare: POST answered {answer.status_code}")
+
+        with ThreadPoolExecutor(max_workers=clients) as pool:
+            list(pool.map(post, convs))
+
+
 def memq_ingest(
     bench: Bench, app: MemqCelery, mode: str, tenant: str = TENANT, batch: str | None = None
 ) -> Result:
-    """Submit every conversation, then wait for every job record to be terminal."""
+    """Submit (or POST) every conversation, then wait for every job record to be terminal."""
     names = app.runtime.store.names
     before = stored(bench.es, names.memories)
+    api = app.conf.get("memq_bench_api")
 
     def work() -> tuple[int, int]:
-        for conv in bench.convs:
-            submit(app, request_for(conv, tenant), batch_id=batch)
+        if api is not None and tenant == TENANT and batch is None:
+            post_all(api, bench.convs)
+        else:
+            for conv in bench.convs:
+                submit(app, request_for(conv, tenant), batch_id=batch)
         failed = wait_terminal(bench.es, names, len(bench.convs), timeout_s=900, batch=batch)
         bench.es.indices.refresh(index=names.memories)
         return stored(bench.es, names.memories) - before, failed
@@ -616,12 +713,17 @@ def mem0_args(conv: Conversation) -> dict[str, Any]:
     return {"messages": conv.messages, "user_id": conv.user, "metadata": metadata}
 
 
-def mem0_finish(bench: Bench, index: str, added: int, before: int = 0) -> tuple[int, int]:
+def mem0_finish(
+    bench: Bench, index: str, added: int, before: int = 0, errors: Counter[str] | None = None
+) -> tuple[int, int]:
+    """Memories stored, and conversations whose add() raised (printed by exception type)."""
     bench.es.indices.refresh(index=index)
     new = stored(bench.es, index) - before
     if new != added:
         print(f"  mem0: add() reported {added} ADD events, the index holds {new} more")
-    return new, 0
+    if errors:
+        print(f"  mem0: add() raised {dict(errors)}")
+    return new, sum((errors or Counter()).values())
 
 
 def drop_replica(bench: Bench, index: str) -> None:
@@ -650,8 +752,14 @@ def mem0_seq(bench: Bench, memory: Any, index: str) -> Result:
     before = stored(bench.es, index)
 
     def work() -> tuple[int, int]:
-        added = sum(len(memory.add(**mem0_args(conv))["results"]) for conv in bench.convs)
-        return mem0_finish(bench, index, added, before)
+        errors: Counter[str] = Counter()
+        added = 0
+        for conv in bench.convs:
+            try:
+                added += len(memory.add(**mem0_args(conv))["results"])
+            except Exception as exc:  # what mem0 raises to its caller is part of the result
+                errors[type(exc).__name__] += 1
+        return mem0_finish(bench, index, added, before, errors)
 
     return measure(bench, "mem0-seq", work)
 
@@ -661,7 +769,7 @@ def mem0_seq_run(bench: Bench) -> Result:
         return mem0_seq(bench, memory, index)
 
 
-def mem0_async_run(bench: Bench, concurrency: int = 8) -> Result:
+def mem0_async_run(bench: Bench) -> Result:
     from mem0 import AsyncMemory
 
     config, index = mem0_setup(bench, uuid.uuid4().hex[:6])
@@ -669,16 +777,22 @@ def mem0_async_run(bench: Bench, concurrency: int = 8) -> Result:
     drop_replica(bench, index)
 
     async def add_all() -> int:
-        gate = asyncio.Semaphore(concurrency)
+        gate = asyncio.Semaphore(bench.mem0_concurrency)
 
         async def add(conv: Conversation) -> int:
             async with gate:
-                return len((await memory.add(**mem0_args(conv)))["results"])
+                try:
+                    return len((await memory.add(**mem0_args(conv)))["results"])
+                except Exception as exc:  # what mem0 raises to its caller is part of the result
+                    errors[type(exc).__name__] += 1
+                    return 0
 
         return sum(await asyncio.gather(*(add(conv) for conv in bench.convs)))
 
+    errors: Counter[str] = Counter()
+
     def work() -> tuple[int, int]:
-        return mem0_finish(bench, index, asyncio.run(add_all()))
+        return mem0_finish(bench, index, asyncio.run(add_all()), 0, errors)
 
     try:
         return measure(bench, "mem0-async", work)
@@ -705,8 +819,8 @@ def per_conversation(conversations: int) -> Callable[[Iterator[int]], str]:
 def table(results: list[Result], conversations: int) -> str:
     lines = [
         "| system / mode | runs | wall s (median) | conversations/s | LLM calls/conv | "
-        "embedding calls/conv | ES requests/conv | memories stored | failed jobs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "embedding calls/conv | ES requests/conv | memories stored | failed jobs | 429s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in dict.fromkeys(r.mode for r in results):
         runs = [r for r in results if r.mode == mode]
@@ -717,7 +831,8 @@ def table(results: list[Result], conversations: int) -> str:
             f"{per_conv(r.llm_calls for r in runs)} | {per_conv(r.embed_calls for r in runs)} | "
             f"{per_conv(r.es_requests for r in runs)} | "
             f"{statistics.median(r.memories for r in runs):.0f} | "
-            f"{statistics.median(r.failed for r in runs):.0f} |"
+            f"{statistics.median(r.failed for r in runs):.0f} | "
+            f"{statistics.median(r.refused for r in runs):.0f} |"
         )
     return "\n".join(lines)
 
@@ -730,16 +845,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--baseline", type=Path, help="source tree of an earlier memq to compare")
+    parser.add_argument(
+        "--model",
+        choices=("instant", "realistic"),
+        default="instant",
+        help="realistic: answers take lognormal time (median 1 s, p95 3 s), and more than 16 "
+        "requests in flight are answered 429 with Retry-After: 1; mem0-async then runs 16 at once",
+    )
+    parser.add_argument(
+        "--via",
+        choices=("intake", "api"),
+        default="intake",
+        help="api: memq's conversations are POSTed to a memq API process (8 clients at once)",
+    )
+    parser.add_argument(
+        "--modes",
+        default="memq-1w,mem0-seq,memq-2w,mem0-async",
+        help="comma-separated subset of memq-1w, memq-2w, mem0-seq, mem0-async (in this order)",
+    )
     return parser.parse_args(argv)
 
 
-def run_rounds(bench: Bench, rounds: int, baseline: Path | None = None) -> list[Result]:
-    modes: list[Callable[[], Result]] = [
-        lambda: memq_run(bench, 1),
-        lambda: mem0_seq_run(bench),
-        lambda: memq_run(bench, 2),
-        lambda: mem0_async_run(bench),
-    ]
+REALISTIC = ProviderModel(median_s=1.0, p95_s=3.0, limit=16, retry_after_s=1)
+
+
+def run_rounds(
+    bench: Bench, rounds: int, baseline: Path | None = None, chosen: str | None = None
+) -> list[Result]:
+    every: dict[str, Callable[[], Result]] = {
+        "memq-1w": lambda: memq_run(bench, 1),
+        "mem0-seq": lambda: mem0_seq_run(bench),
+        "memq-2w": lambda: memq_run(bench, 2),
+        "mem0-async": lambda: mem0_async_run(bench),
+    }
+    names = (chosen or ",".join(every)).split(",")
+    unknown = sorted(set(names) - set(every))
+    if unknown:
+        raise SystemExit(f"ingest_compare: unknown modes {unknown}; choose from {sorted(every)}")
+    modes = [every[name] for name in names]
     if baseline is not None:
         modes.insert(1, lambda: baseline_run(bench, baseline))
     results = []
@@ -773,9 +916,13 @@ def main(argv: list[str] | None = None) -> int:
             responder=responder,
             es=make_client(Settings().es),
             workdir=Path(tmp),
+            via_api=args.via == "api",
+            mem0_concurrency=16 if args.model == "realistic" else 8,
         )
+        if args.model == "realistic":
+            llm.provider = REALISTIC
         try:
-            results = run_rounds(bench, args.rounds, args.baseline)
+            results = run_rounds(bench, args.rounds, args.baseline, args.modes)
         finally:
             proxy.close()
             embeddings.close()

@@ -59,10 +59,10 @@ for i in range(warm + count):
     job = submit(app, request).record.job_id
     while True:
         record = store.get_job(job)
-        if record is not None and record.status in ("succeeded", "failed", "dead"):
+        if record is not None and record.status in TERMINAL_STATUSES:
             break
         time.sleep(0.005)
-    if record.status != "succeeded":
+    if record.status != JobStatus.SUCCEEDED:
         raise SystemExit(f"job {job} {record.status}: {record.reason}")
     if i >= warm:
         took.append(time.perf_counter() - started)

@@ -34,6 +34,7 @@ from typing import Any
 from api_stack import Stack, running_stack
 
 from memq.client import Client
+from pipeline.jobs import JobStatus
 
 PREFIX = "memqbench-locomo"
 MODES: dict[str, dict[str, str]] = {
@@ -83,7 +84,7 @@ def ingest(client: Client, turns: list[dict[str, Any]]) -> float:
     jobs = [client.add(**session_body(s)) for s in sessions(turns)]
     for job in jobs:
         done = client.wait_for(job, timeout_s=600)
-        if done["status"] != "succeeded":
+        if done["status"] != JobStatus.SUCCEEDED:
             raise RuntimeError(f"job {done['job_id']} ended {done['status']}: {done}")
     return len(turns) / (time.perf_counter() - started)
 

@@ -3,6 +3,7 @@ through the same intake as the API. Pure: nothing here imports Celery."""
 
 from __future__ import annotations
 
+from pipeline.backfill import formats  # registers every format's reader
 from pipeline.backfill.readers import (
     READERS,
     Conversation,
@@ -21,6 +22,7 @@ __all__ = [
     "Problem",
     "Reader",
     "ReaderOptions",
+    "formats",
     "reader_for",
     "register",
 ]

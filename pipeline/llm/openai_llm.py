@@ -1,26 +1,36 @@
 """The LLM adapter: the official ``openai`` SDK against any OpenAI-compatible base URL.
 
-Retries live here and only here (the SDK's own are off): a ``TransientError`` is retried with
+Retries of a server that answers live here and only here (the SDK's own are off); one that
+cannot be reached raises ``UnreachableError`` at once, for the task layer to retry against its
+deadline. An answered ``TransientError`` is retried with
 exponential backoff and full jitter, ``config.max_retries`` times, never sooner than a 429's
 ``Retry-After``; then ``RetriesExhaustedError`` tells the task layer not to retry again. Calls in
 flight are bounded per process by an ``AdaptiveLimit`` (``config.max_concurrency`` at most,
 halved on each wave of 429s). The SDK's exceptions become memq's in
 ``openai_errors``, which the embeddings client uses too.
+
+Structured outputs: a call with a ``reply_model`` asks for ``response_format`` of type
+``json_schema`` (the pydantic model's JSON schema, strict). A server that refuses it (a 4xx
+naming ``response_format`` or ``json_schema``: older vLLM, llama.cpp builds, some gateways) is
+asked again in JSON mode, and the adapter remembers the refusal, so each process pays for the
+discovery once; the parser's repair covers what JSON mode lets through.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from functools import lru_cache
+from typing import Any, Literal, cast
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
-from pydantic import SecretStr
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from pydantic import BaseModel, SecretStr
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_base, wait_random_exponential
 
 from pipeline.config import LLMConfig
@@ -29,9 +39,10 @@ from pipeline.errors import (
     PermanentError,
     RetriesExhaustedError,
     TransientError,
+    UnreachableError,
 )
 from pipeline.llm.limiter import AdaptiveLimit
-from pipeline.protocols import ChatMessage
+from pipeline.protocols import ChatMessage, TokenUsage
 
 _LOG = logging.getLogger("memq.llm")
 
@@ -41,6 +52,24 @@ _PLACEHOLDER_KEY = "memq-no-key"
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _MAX_MESSAGE_CHARS = 500
 MAX_RETRY_AFTER_S = 60.0  # a server asking for longer is waited for by the task layer instead
+JSON_MODE: dict[str, Any] = {"type": "json_object"}
+# A refusal of structured outputs is a client error that names the parameter.
+_REFUSAL_STATUS = frozenset({400, 404, 415, 422})
+_REFUSAL_WORDS = ("response_format", "json_schema", "structured output")
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One request to the model, as seen by an observer (metrics): how long it took, what it
+    cost, and whether it answered (``ok``) or failed (``error``)."""
+
+    seconds: float
+    prompt_tokens: int
+    completion_tokens: int
+    outcome: Literal["ok", "error"]
+
+
+LLMObserver = Callable[[LLMCall], None]
 
 
 @dataclass(frozen=True)
@@ -66,7 +95,8 @@ class OpenAILLM:
     """``LLM`` over chat completions. Safe to share between threads; ``close()`` when done.
 
     Raises ``PermanentError`` when the request is refused (4xx other than 408/409/429),
-    ``RetriesExhaustedError`` when transient failures (timeouts, connection errors, 429, 5xx,
+    ``UnreachableError`` at once when the server cannot be reached (connection refused or
+    reset), ``RetriesExhaustedError`` when the other transient failures (timeouts, 429, 5xx,
     empty or malformed replies) outlast ``config.max_retries`` retries, and
     ``ConfigurationError`` at construction when neither a key nor a base URL is given.
     """
@@ -76,9 +106,13 @@ class OpenAILLM:
         config: LLMConfig,
         api_key: SecretStr | None,
         backoff: Backoff = DEFAULT_BACKOFF,
+        observer: LLMObserver | None = None,
     ) -> None:
         self._config = config
         self._backoff = backoff
+        self._observer = observer
+        # None: not known yet; False: the server refused json_schema once (never asked again)
+        self.structured_outputs: bool | None = None
         self.limit = AdaptiveLimit(config.max_concurrency)
         self._client = openai.OpenAI(
             api_key=_resolve_key(config, api_key),
@@ -87,16 +121,43 @@ class OpenAILLM:
             max_retries=0,
         )
 
-    def complete_json(self, messages: Sequence[ChatMessage]) -> str:
-        """The raw text of a JSON-mode reply (temperature 0) to ``messages``; not parsed."""
+    def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        reply_model: type[BaseModel] | None = None,
+        usage: TokenUsage | None = None,
+    ) -> str:
+        """The raw text of a JSON reply (temperature 0) to ``messages``; not parsed. With
+        ``reply_model``: structured outputs, unless this server refused them (see the module
+        docstring); without: JSON mode."""
         wire = [_to_wire(message) for message in messages]
-        return self._with_retries(lambda: self._create(wire, json_mode=True))
+        if reply_model is not None and self.structured_outputs is not False:
+            schema = json_schema_format(reply_model)
+            try:
+                text = self._with_retries(lambda: self._create(wire, schema, usage))
+            except PermanentError as exc:
+                if not refuses_structured_outputs(exc):
+                    raise
+                self._remember_refusal(exc)
+            else:
+                self.structured_outputs = True
+                return text
+        return self._with_retries(lambda: self._create(wire, JSON_MODE, usage))
 
-    def describe_image(self, image_url: str, prompt: str) -> str:
+    def describe_image(self, image_url: str, prompt: str, usage: TokenUsage | None = None) -> str:
         """The model's text answer to ``prompt`` about the image at ``image_url``."""
         message = ChatMessage(role="user", content=prompt, image_url=image_url)
         wire = [_to_wire(message)]
-        return self._with_retries(lambda: self._create(wire, json_mode=False))
+        return self._with_retries(lambda: self._create(wire, None, usage))
+
+    def _remember_refusal(self, exc: PermanentError) -> None:
+        if self.structured_outputs is not False:
+            _LOG.warning(
+                "LLM %s refused structured outputs (%s); using JSON mode from now on",
+                self._config.model,
+                exc.reason,
+            )
+        self.structured_outputs = False
 
     def close(self) -> None:
         """Release the HTTP connection pool."""
@@ -108,10 +169,17 @@ class OpenAILLM:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _create(self, wire: list[ChatCompletionMessageParam], *, json_mode: bool) -> str:
+    def _create(
+        self,
+        wire: list[ChatCompletionMessageParam],
+        response_format: dict[str, Any] | None,
+        usage: TokenUsage | None,
+    ) -> str:
         """One request, no retry, within the concurrency limit: the reply text, or a memq
-        error."""
-        extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if json_mode else {}
+        error. The server's token counts go to ``usage`` and, with the latency, to the
+        observer."""
+        extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
+        started = time.perf_counter()
         with self.limit.slot():
             try:
                 with openai_errors(f"LLM {self._config.model}"):
@@ -121,15 +189,33 @@ class OpenAILLM:
             except TransientError as exc:
                 if exc.throttled:
                     self.limit.throttled()
+                self._observe(started, None, "error")
+                raise
+            except PermanentError:
+                self._observe(started, None, "error")
                 raise
         self.limit.succeeded()
+        tokens = _tokens(completion)
+        if usage is not None:
+            usage.add(*tokens)
+        self._observe(started, tokens, "ok")
         return _reply_text(completion)
 
+    def _observe(
+        self, started: float, tokens: tuple[int, int] | None, outcome: Literal["ok", "error"]
+    ) -> None:
+        if self._observer is None:
+            return
+        prompt, completion = tokens or (0, 0)
+        self._observer(LLMCall(time.perf_counter() - started, prompt, completion, outcome))
+
     def _with_retries(self, call: Callable[[], str]) -> str:
-        """``call()``, retrying only ``TransientError``; then ``RetriesExhaustedError``."""
+        """``call()``, retrying a ``TransientError`` from a server that answered; then
+        ``RetriesExhaustedError``. An ``UnreachableError`` is raised at once: the task layer
+        retries it against its deadline (one layer per failure)."""
         attempts = self._config.max_retries + 1
         retrying = Retrying(
-            retry=retry_if_exception_type(TransientError),
+            retry=retry_if_exception(_answered_transient),
             stop=stop_after_attempt(attempts),
             wait=_not_before_retry_after(self._backoff.wait()),
             before_sleep=_log_retry,
@@ -137,9 +223,47 @@ class OpenAILLM:
         )
         try:
             return retrying(call)
+        except UnreachableError:
+            raise
         except TransientError as exc:
             reason = f"LLM call failed after {attempts} attempt(s); last error: {exc.reason}"
             raise RetriesExhaustedError(reason) from exc
+
+
+@lru_cache(maxsize=32)
+def json_schema_format(reply_model: type[BaseModel]) -> dict[str, Any]:
+    """``response_format`` asking for JSON that matches ``reply_model`` (strict: the model
+    must forbid extra keys and leave no field optional, as OpenAI's strict mode requires)."""
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": reply_model.__name__,
+            "schema": reply_model.model_json_schema(),
+            "strict": True,
+        },
+    }
+
+
+def refuses_structured_outputs(exc: PermanentError) -> bool:
+    """True when ``exc`` is the server refusing ``json_schema`` itself: a client error whose
+    message names the parameter (not a bad key, a wrong model, or a prompt too long)."""
+    cause = exc.__cause__
+    if not isinstance(cause, openai.APIStatusError) or cause.status_code not in _REFUSAL_STATUS:
+        return False
+    text = f"{cause.message} {cause.body}".lower()
+    return any(word in text for word in _REFUSAL_WORDS)
+
+
+def _tokens(completion: object) -> tuple[int, int]:
+    """(prompt, completion) tokens the server reported; (0, 0) when it reported none."""
+    usage = completion.usage if isinstance(completion, ChatCompletion) else None
+    if usage is None:
+        return 0, 0
+    return usage.prompt_tokens or 0, usage.completion_tokens or 0
+
+
+def _answered_transient(error: BaseException) -> bool:
+    return isinstance(error, TransientError) and not isinstance(error, UnreachableError)
 
 
 def _not_before_retry_after(backoff: wait_base) -> Callable[[RetryCallState], float]:
@@ -192,8 +316,10 @@ def openai_errors(what: str) -> Iterator[None]:
     """The one place the SDK's exceptions become memq's (``raise ... from exc``)."""
     try:
         yield
-    except openai.APIConnectionError as exc:  # includes APITimeoutError
+    except openai.APITimeoutError as exc:  # reached, but slow: worth a quick retry at the call
         raise TransientError(f"{what}: {type(exc).__name__}: {exc.message}") from exc
+    except openai.APIConnectionError as exc:
+        raise UnreachableError(f"{what}: {type(exc).__name__}: {exc.message}") from exc
     except openai.APIStatusError as exc:
         raise _status_error(what, exc) from exc
     except json.JSONDecodeError as exc:  # a 200 whose JSON body is broken

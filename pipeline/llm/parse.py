@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from pipeline.errors import PermanentError
 
 MAX_RAW_IN_ERROR_CHARS = 2_000
@@ -28,6 +30,26 @@ _ATTRIBUTIONS: dict[str, Literal["user", "assistant"]] = {
 }
 
 Attribution = Literal["user", "assistant"]
+
+
+class FactReply(BaseModel):
+    """One fact as the model is asked to write it (the structured-outputs schema)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    attributed_to: Literal["user", "assistant"]
+    related: list[int]
+
+
+class FactsReply(BaseModel):
+    """The extraction reply the prompts describe: ``{"memory": [fact, ...]}``. Its JSON
+    schema is what the model is asked for; the reply is still read by ``parse_facts``, which
+    also accepts what JSON mode lets through (fences, ``facts``, missing fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: list[FactReply]
 
 
 @dataclass(frozen=True)

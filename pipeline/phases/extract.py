@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pipeline.batch import BatchResult
 from pipeline.deps import Deps
 from pipeline.errors import MemqError, PermanentError
-from pipeline.llm.parse import ParsedFacts, parse_facts
+from pipeline.llm.parse import FactsReply, ParsedFacts, parse_facts
 from pipeline.models import AddRequest, ContextMessage, ExistingMemory, Fact, MemoryType, Role
 from pipeline.prompts import load_prompt
-from pipeline.protocols import LLM, ChatMessage
+from pipeline.protocols import LLM, ChatMessage, TokenUsage
 from pipeline.state import JobState
 
 log = logging.getLogger("memq.extract")
@@ -37,16 +37,31 @@ class Turn:
 
 
 def extract_facts(state: JobState, deps: Deps) -> JobState:
-    """Fill ``state.facts``. Raises ``PermanentError`` when the LLM's reply stays unusable
-    (the raw reply is in the reason) or when extraction needs an LLM and there is none."""
+    """Fill ``state.facts``, and add the LLM tokens spent to ``state.counts``
+    (``prompt_tokens``, ``completion_tokens``, ``llm_calls``). Raises ``PermanentError`` when
+    the LLM's reply stays unusable (the raw reply is in the reason) or when extraction needs an
+    LLM and there is none."""
+    usage = TokenUsage()
+    facts = facts_of(state, deps, usage)
+    return state.with_(facts=facts, counts=with_usage(state.counts, usage))
+
+
+def facts_of(state: JobState, deps: Deps, usage: TokenUsage) -> list[Fact]:
     request = state.request
-    turns = turns_of(request, deps)
-    if not request.infer and request.memory_type is not MemoryType.PROCEDURAL:
-        return state.with_(facts=verbatim_facts(request, turns))
-    llm = require_llm(deps)
+    turns = turns_of(request, deps, usage)
+    if request.extracts_facts():
+        return inferred_facts(require_llm(deps), state, turns, usage)
     if request.memory_type is MemoryType.PROCEDURAL:
-        return state.with_(facts=procedural_facts(llm, request, turns, state))
-    return state.with_(facts=inferred_facts(llm, state, turns))
+        return procedural_facts(require_llm(deps), request, turns, state, usage)
+    return verbatim_facts(request, turns)
+
+
+def with_usage(counts: dict[str, int], usage: TokenUsage) -> dict[str, int]:
+    """``counts`` plus the tokens of ``usage`` (unchanged when no model was called)."""
+    if usage.calls == 0:
+        return counts
+    added = {key: counts.get(key, 0) + value for key, value in usage.counts().items()}
+    return {**counts, **added}
 
 
 def extract_facts_batch(states: Sequence[JobState], deps: Deps) -> BatchResult:
@@ -80,14 +95,14 @@ def require_llm(deps: Deps) -> LLM:
     return deps.llm
 
 
-def turns_of(request: AddRequest, deps: Deps) -> list[Turn]:
+def turns_of(request: AddRequest, deps: Deps, usage: TokenUsage | None = None) -> list[Turn]:
     """Each message as text; image parts become LLM descriptions when vision is on."""
     turns = []
     for message in request.messages:
         parts = [message.text()]
         if deps.vision and deps.llm is not None:
-            prompt = load_prompt("vision").text
-            parts += [f"[image] {deps.llm.describe_image(url, prompt)}" for url in message.images()]
+            llm, prompt = deps.llm, load_prompt("vision").text
+            parts += [f"[image] {llm.describe_image(u, prompt, usage)}" for u in message.images()]
         text = "\n".join(p for p in parts if p.strip()).strip()
         if text:
             turns.append(Turn(message.role, message.name, text))
@@ -117,7 +132,9 @@ def agent_perspective(request: AddRequest, turns: list[Turn]) -> bool:
     )
 
 
-def inferred_facts(llm: LLM, state: JobState, turns: list[Turn]) -> list[Fact]:
+def inferred_facts(
+    llm: LLM, state: JobState, turns: list[Turn], usage: TokenUsage | None = None
+) -> list[Fact]:
     request = state.request
     if request.prompt:
         system = request.prompt + "\n\n" + load_prompt("output_contract").text
@@ -127,17 +144,24 @@ def inferred_facts(llm: LLM, state: JobState, turns: list[Turn]) -> list[Fact]:
         ).text
     system = fill(system, state, state.existing)
     raw = llm.complete_json(
-        [ChatMessage("system", system), ChatMessage("user", render(state.context, turns))]
+        [ChatMessage("system", system), ChatMessage("user", render(state.context, turns))],
+        reply_model=FactsReply,
+        usage=usage,
     )
     parsed = parse_facts(raw, len(state.existing))
     return facts_from(parsed, state.existing, request)
 
 
 def procedural_facts(
-    llm: LLM, request: AddRequest, turns: list[Turn], state: JobState
+    llm: LLM,
+    request: AddRequest,
+    turns: list[Turn],
+    state: JobState,
+    usage: TokenUsage | None = None,
 ) -> list[Fact]:
     system = fill(request.prompt or load_prompt("procedural").text, state, [])
-    raw = llm.complete_json([ChatMessage("system", system), ChatMessage("user", render([], turns))])
+    messages = [ChatMessage("system", system), ChatMessage("user", render([], turns))]
+    raw = llm.complete_json(messages, reply_model=FactsReply, usage=usage)
     texts = [fact.text for fact in parse_facts(raw, 0).facts]
     if not texts:
         raise PermanentError(f"procedural summary was empty; raw reply: {raw[:2000]}")

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.models import ContextMessage
-from pipeline.state import ItemError, JobState, JobStatus, Phase
+from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import SessionMessages
 
 

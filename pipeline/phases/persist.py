@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
+from pipeline.jobs import StoredMemory
 from pipeline.models import fallback_memory_id, history_id, memory_id
 from pipeline.nlp.speaker import speaker_of
-from pipeline.state import ItemError, JobState, Phase, StoredMemory
+from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import HistoryDoc, MemoryDoc, WriteOutcome
 
 

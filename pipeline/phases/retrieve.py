@@ -15,18 +15,14 @@ def new_turn_text(request: AddRequest) -> str:
     return "\n".join(m.text() for m in request.messages if m.role is not Role.SYSTEM).strip()
 
 
-def needs_llm_extraction(request: AddRequest) -> bool:
-    return request.infer and request.memory_type is None
-
-
 def retrieve_existing_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     """Top-k memories of each scope by the embedding of its new turn: one embedding call and
-    one multi-search for the batch. Skipped for jobs no LLM will read them for (infer=False and
-    procedural jobs)."""
+    one multi-search for the batch. Skipped for jobs no LLM will read them for (see
+    ``AddRequest.extracts_facts``)."""
     wanted = [
         (i, new_turn_text(s.request))
         for i, s in enumerate(states)
-        if needs_llm_extraction(s.request) and new_turn_text(s.request)
+        if s.request.extracts_facts() and new_turn_text(s.request)
     ]
     if not wanted:
         return list(states)

@@ -44,6 +44,14 @@ def error_reason(body: Any) -> str:
     return reason[:1000]
 
 
+def item_error(action: str, status: int | None, error: Any) -> TransientError | PermanentError:
+    """Classify one failed item of a multi-request (msearch) by its own status: a refusal
+    that will not pass (a closed or missing index, a bad query) is permanent."""
+    reason = f"{action}: {error_reason(error)}"
+    permanent = status is not None and status < 500 and status not in _RETRYABLE_STATUS
+    return PermanentError(reason) if permanent else TransientError(reason)
+
+
 def translate(action: str, exc: Exception) -> TransientError | PermanentError:
     """Classify an exception raised by the Elasticsearch client."""
     if isinstance(exc, TransportConnectionError | ConnectionTimeout):

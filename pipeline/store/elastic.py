@@ -16,15 +16,16 @@ from typing import Any
 
 from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 
+from pipeline.config import ElasticsearchConfig
 from pipeline.errors import TransientError
+from pipeline.jobs import JobRecord
 from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
-from pipeline.store.client import error_reason, es_errors
-from pipeline.store.indices import IndexNames
+from pipeline.store.client import error_reason, es_errors, item_error
+from pipeline.store.indices import IndexNames, Kind, ensure_indices
 from pipeline.store.protocol import (
     EntityDoc,
     EntityLink,
     HistoryDoc,
-    JobRecord,
     MemoryDoc,
     SessionMessages,
     StoredHash,
@@ -32,6 +33,8 @@ from pipeline.store.protocol import (
 )
 
 log = logging.getLogger("memq.store")
+
+STATUS_AGGREGATION = {"status": {"terms": {"field": "status", "size": 10}}}
 
 _BULK_ITEM_RETRIES = 3
 WINDOW_KEEP = 50  # messages kept in a session's window document (phases read the last 10)
@@ -41,6 +44,13 @@ _LINK_ATTEMPTS = 20
 def scope_filter(scope: Scope) -> list[dict[str, Any]]:
     """Term filters selecting exactly the documents of ``scope``."""
     return [{"term": {field: value}} for field, value in scope.fields().items()]
+
+
+def jobs_query(tenant: str | None, batch_id: str | None) -> dict[str, Any]:
+    """The job records of ``tenant`` and ``batch_id`` (either left out: any)."""
+    terms = {"tenant": tenant, "batch_id": batch_id}
+    clauses = [{"term": {k: v}} for k, v in terms.items() if v is not None]
+    return {"bool": {"filter": clauses}}
 
 
 def window_id(scope: Scope) -> str:
@@ -187,9 +197,13 @@ class ElasticStore:
     def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
         return self.hashes_in_scopes([(scope, hashes)])[0]
 
-    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
-        """For each (scope, hashes), which of the hashes a memory of the scope already has:
-        one msearch for all the scopes that have hashes to look up."""
+    def hashes_in_scopes(
+        self, queries: Sequence[tuple[Scope, Sequence[str]]], not_of_jobs: Sequence[str] = ()
+    ) -> list[set[str]]:
+        """For each (scope, hashes), which of the hashes a memory of the scope already has,
+        not counting memories written by ``not_of_jobs``: one msearch for all the scopes that
+        have hashes to look up."""
+        mine = [{"terms": {"job_id": list(not_of_jobs)}}] if not_of_jobs else []
         asked = [(i, scope, list(hashes)) for i, (scope, hashes) in enumerate(queries) if hashes]
         found: list[set[str]] = [set() for _ in queries]
         if not asked:
@@ -200,7 +214,10 @@ class ElasticStore:
             searches.append(
                 {
                     "query": {
-                        "bool": {"filter": [*scope_filter(scope), {"terms": {"hash": hashes}}]}
+                        "bool": {
+                            "filter": [*scope_filter(scope), {"terms": {"hash": hashes}}],
+                            "must_not": mine,
+                        }
                     },
                     "size": len(hashes),
                     "_source": ["hash"],
@@ -220,7 +237,7 @@ class ElasticStore:
             responses = self.client.msearch(searches=searches).body["responses"]
         for response in responses:
             if "error" in response:
-                raise TransientError(f"{what}: {error_reason(response['error'])}")
+                raise item_error(what, response.get("status"), response["error"])
         return [response["hits"]["hits"] for response in responses]
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
@@ -461,6 +478,104 @@ class ElasticStore:
             except NotFoundError:
                 return None
         return JobRecord.model_validate(body["_source"])
+
+    # -- reads that serve the API, the CLI and search -----------------------------------
+
+    def search_memories(
+        self, bodies: Sequence[dict[str, Any]], what: str, named: bool = False
+    ) -> list[dict[str, Any]]:
+        """Run each search body over the memories index in one msearch: one full response per
+        body, in order. ``named``: hits carry the score of each named query they matched. A
+        failed search fails the call (``TransientError``)."""
+        searches: list[dict[str, Any]] = []
+        for body in bodies:
+            searches += [{"index": self.names.memories}, body]
+        with es_errors(what):
+            responses: list[dict[str, Any]] = self.client.msearch(
+                searches=searches, include_named_queries_score=named or None
+            ).body["responses"]
+        for response in responses:
+            if "error" in response:
+                raise TransientError(f"{what}: {error_reason(response['error'])}")
+        return responses
+
+    def open_memories_cursor(self, keep_alive: str) -> str:
+        """A point in time over the memories index (its id), for paging without overlap."""
+        with es_errors("open a point in time"):
+            pit: str = self.client.open_point_in_time(
+                index=self.names.memories, keep_alive=keep_alive
+            )["id"]
+        return pit
+
+    def close_cursor(self, pit: str) -> None:
+        """Give back a point in time; one already gone is not an error."""
+        with es_errors("close a point in time"):
+            self.client.options(ignore_status=404).close_point_in_time(id=pit)
+
+    def page(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The hits of one search over a point in time (``body`` names it), or None when that
+        point in time has expired."""
+        with es_errors("list memories"):
+            try:
+                hits: list[dict[str, Any]] = self.client.search(**body)["hits"]["hits"]
+            except NotFoundError:
+                return None
+        return hits
+
+    def count_memories(self, scope: Scope) -> int:
+        with es_errors("count memories"):
+            count: int = self.client.count(
+                index=self.names.memories, query={"bool": {"filter": scope_filter(scope)}}
+            )["count"]
+        return count
+
+    def job_counts(self, tenant: str | None = None, batch_id: str | None = None) -> dict[str, int]:
+        """How many jobs are in each status: all of them, or one tenant's batch. Counted on the
+        searchable records (near real time: ``refresh_jobs`` first to count a job just saved)."""
+        query = jobs_query(tenant, batch_id)
+        with es_errors("count jobs by status"):
+            body = self.client.search(
+                index=self.names.jobs, size=0, query=query, aggs=STATUS_AGGREGATION
+            ).body
+        return {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
+
+    def jobs_in_status(self, status: str, limit: int) -> list[dict[str, Any]]:
+        """The latest ``limit`` jobs in ``status``: their id, reason and last update."""
+        with es_errors(f"list {status} jobs"):
+            body = self.client.search(
+                index=self.names.jobs,
+                size=limit,
+                query={"term": {"status": status}},
+                sort=[{"updated_at": "desc"}],
+                source_includes=["job_id", "reason", "updated_at"],
+            ).body
+        return [h["_source"] for h in body["hits"]["hits"]]
+
+    def refresh_jobs(self) -> None:
+        """Make every saved job record searchable now."""
+        with es_errors("refresh jobs"):
+            self.client.indices.refresh(index=self.names.jobs)
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]:
+        """The record of each job (None when there is none), one round trip."""
+        if not job_ids:
+            return {}
+        with es_errors("read jobs"):
+            docs = self.client.mget(index=self.names.jobs, ids=list(job_ids)).body["docs"]
+        return {
+            d["_id"]: JobRecord.model_validate(d["_source"]) if d.get("found") else None
+            for d in docs
+        }
+
+    def reset(self, config: ElasticsearchConfig, dims: int) -> None:
+        """Delete every index but the keys', and create them again, empty."""
+        with es_errors("reset indices"):
+            for kind in Kind:
+                if kind is not Kind.KEYS:
+                    self.client.indices.delete(
+                        index=self.names.concrete(kind), ignore_unavailable=True
+                    )
+        ensure_indices(self.client, config, dims)
 
     # -- internals -------------------------------------------------------------------------
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.protocol import (
     EntityLink,
     HistoryDoc,
-    JobRecord,
     MemoryDoc,
     SessionMessages,
     StoredHash,
@@ -77,8 +77,10 @@ class InMemoryStore:
     ) -> list[list[ExistingMemory]]:
         return [self.similar_memories(scope, vector, k) for scope, vector in queries]
 
-    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
-        return [self.hashes_in_scope(scope, hashes) for scope, hashes in queries]
+    def hashes_in_scopes(
+        self, queries: Sequence[tuple[Scope, Sequence[str]]], not_of_jobs: Sequence[str] = ()
+    ) -> list[set[str]]:
+        return [self._hashes(scope, hashes, set(not_of_jobs)) for scope, hashes in queries]
 
     def create_memories_with_history(
         self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
@@ -104,12 +106,15 @@ class InMemoryStore:
         return [ExistingMemory(id=i, text=m["text"]) for i, m in ranked[:k]]
 
     def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
+        return self._hashes(scope, hashes, set())
+
+    def _hashes(self, scope: Scope, hashes: Sequence[str], not_of_jobs: set[str]) -> set[str]:
         wanted = set(hashes)
         with self._lock:
             return {
                 m["hash"]
                 for m in self.memories.values()
-                if m["hash"] in wanted and in_scope(m, scope)
+                if m["hash"] in wanted and in_scope(m, scope) and m.get("job_id") not in not_of_jobs
             }
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
@@ -175,3 +180,28 @@ class InMemoryStore:
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._lock:
             return self.jobs.get(job_id)
+
+    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
+        """A memory's source without its vector, or None."""
+        with self._lock:
+            held = self.memories.get(memory_id)
+        return None if held is None else {k: v for k, v in held.items() if k != "embedding"}
+
+    def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
+        """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
+        wanted = set(names)
+        with self._lock:
+            return {
+                e["normalized"]: i
+                for i, e in self.entities.items()
+                if e["normalized"] in wanted and in_scope(e, scope)
+            }
+
+    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to (unknown ids left out)."""
+        with self._lock:
+            return {
+                i: list(self.entities[i]["linked_memory_ids"])
+                for i in entity_ids
+                if i in self.entities
+            }

@@ -1,8 +1,8 @@
 """What the ingestion phases need from storage, and the documents they write.
 
-Two implementations keep the same contract (tests/unit/test_store_contract.py runs over both):
-``ElasticStore`` (the real one) and ``InMemoryStore`` (for unit tests and the SDK's local mode
-without Elasticsearch).
+Two implementations keep the same ``Store`` contract: ``ElasticStore`` (the real one) and
+``InMemoryStore`` (for unit tests and the SDK's local mode without Elasticsearch). One suite,
+tests/integration/test_store_contract.py, runs over both against a real node.
 """
 
 from __future__ import annotations
@@ -10,12 +10,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Protocol, runtime_checkable
 
 from pipeline.filters import metadata_pairs
+from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope
+
+# JobRecord lives in pipeline.jobs, and stays importable from here
+__all__ = [
+    "EntityDoc",
+    "EntityLink",
+    "HistoryDoc",
+    "JobRecord",
+    "MemoryDoc",
+    "ServingStore",
+    "SessionMessages",
+    "Store",
+    "StoredHash",
+    "WriteOutcome",
+    "without_none",
+]
 
 
 def without_none(fields: dict[str, Any]) -> dict[str, Any]:
@@ -158,30 +172,6 @@ class WriteOutcome:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-class JobRecord(BaseModel):
-    """The readable record of a job, kept in the ``jobs`` index."""
-
-    model_config = ConfigDict(frozen=True)
-
-    job_id: str
-    tenant: str
-    status: str
-    phase: str | None = None
-    session_key: str | None = None
-    batch_id: str | None = None
-    attempts: int = 0
-    backfill: bool = False
-    counts: dict[str, int] = Field(default_factory=dict)
-    timings_ms: dict[str, float] = Field(default_factory=dict)
-    reason: str | None = None
-    errors: list[dict[str, Any]] = Field(default_factory=list)
-    results: list[dict[str, Any]] = Field(default_factory=list)
-    request: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None = None
-
-
 class Store(Protocol):
     """Storage used by the ingestion phases. Every write is idempotent under its ids.
 
@@ -222,8 +212,11 @@ class Store(Protocol):
         """Which of ``hashes`` some memory of the scope already has."""
         ...
 
-    def hashes_in_scopes(self, queries: Sequence[tuple[Scope, Sequence[str]]]) -> list[set[str]]:
-        """``hashes_in_scope`` of each (scope, hashes), in one call."""
+    def hashes_in_scopes(
+        self, queries: Sequence[tuple[Scope, Sequence[str]]], not_of_jobs: Sequence[str] = ()
+    ) -> list[set[str]]:
+        """``hashes_in_scope`` of each (scope, hashes), in one call, leaving out memories
+        written by the jobs ``not_of_jobs`` (a replayed job's own earlier writes)."""
         ...
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
@@ -263,3 +256,65 @@ class Store(Protocol):
     def save_jobs(self, records: Sequence[JobRecord]) -> None: ...
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
+
+
+@runtime_checkable
+class ServingStore(Store, Protocol):
+    """What reading and editing memories needs on top of ``Store``: crud, listing, search and
+    the operators' views of jobs. ``ElasticStore`` implements it; search bodies are built by
+    ``pipeline.store.queries``. Failures raise ``TransientError`` or ``PermanentError``."""
+
+    def search_memories(
+        self, bodies: Sequence[dict[str, Any]], what: str, named: bool = False
+    ) -> list[dict[str, Any]]:
+        """One full search response per body over the memories, in one round trip (``named``:
+        with the score of each named query a hit matched)."""
+        ...
+
+    def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
+        """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
+        ...
+
+    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to."""
+        ...
+
+    def make_visible(self) -> None:
+        """What was written to the memories is searchable when this returns."""
+        ...
+
+    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
+        """A memory's source without its vector, or None."""
+        ...
+
+    def update_memory(self, memory_id: str, fields: dict[str, Any]) -> None: ...
+
+    def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """History rows of a memory, oldest first."""
+        ...
+
+    def delete_memories(self, ids: Sequence[str]) -> set[str]:
+        """Delete memories by id; the ids that existed and are now gone."""
+        ...
+
+    def open_memories_cursor(self, keep_alive: str) -> str:
+        """A point in time over the memories (its id)."""
+        ...
+
+    def close_cursor(self, pit: str) -> None: ...
+
+    def page(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The hits of one search over a point in time, or None when it has expired."""
+        ...
+
+    def count_memories(self, scope: Scope) -> int: ...
+
+    def job_counts(self, tenant: str | None = None, batch_id: str | None = None) -> dict[str, int]:
+        """Jobs per status: all, or one tenant's batch."""
+        ...
+
+    def jobs_in_status(self, status: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def refresh_jobs(self) -> None: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...

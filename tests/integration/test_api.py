@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from pipeline.jobs import JobStatus
 from tests.conftest import admin_key
 from tests.processes import ApiProcess, WorkerProcess
 
@@ -69,7 +70,7 @@ def remember(tenant: Tenant, user_id: str, text: str, **extra: Any) -> dict[str,
     response = tenant.http.post("/v1/memories", params={"wait": "true"}, json=body)
     assert response.status_code == 200, response.text
     job = response.json()
-    assert job["status"] == "succeeded", job
+    assert job["status"] == JobStatus.SUCCEEDED, job
     assert job["results"], job
     result: dict[str, Any] = job["results"][0]
     return result
@@ -194,12 +195,16 @@ def test_metrics_are_prometheus_text(a: Tenant, uid: str, base_url: str) -> None
         response = httpx.get(f"{base_url}/metrics", timeout=10)
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/plain")
-        return response.text if 'memq_jobs{status="succeeded"}' in response.text else None
+        return (
+            response.text
+            if f'memq_jobs{{status="{JobStatus.SUCCEEDED}"}}' in response.text
+            else None
+        )
 
     text = wait_until(scraped, "the succeeded job in the metrics", 10.0)
     assert "# TYPE memq_http_requests_total counter" in text
     assert 'memq_http_requests_total{method="POST",route="/v1/memories",status="200"}' in text
-    assert 'memq_jobs{status="succeeded"}' in text
+    assert f'memq_jobs{{status="{JobStatus.SUCCEEDED}"}}' in text
     assert "memq_queue_depth{queue=" in text
 
 
@@ -212,10 +217,12 @@ def test_add_answers_202_with_a_job_to_poll(a: Tenant, uid: str) -> None:
     assert response.status_code == 202, response.text
     accepted = response.json()
     assert accepted["created"] is True
-    assert accepted["status"] in ("queued", "running", "succeeded")
+    assert accepted["status"] in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED)
     assert accepted["status_url"].endswith(f"/v1/jobs/{accepted['job_id']}")
     job = wait_until(
-        lambda: (j := a.http.get(accepted["status_url"]).json())["status"] == "succeeded" and j,
+        lambda: (
+            (j := a.http.get(accepted["status_url"]).json())["status"] == JobStatus.SUCCEEDED and j
+        ),
         "the job to succeed",
     )
     assert set(job) >= JOB_KEYS
@@ -230,7 +237,7 @@ def test_add_with_wait_answers_200_with_the_finished_job(a: Tenant, uid: str) ->
     response = a.http.post("/v1/memories", params={"wait": "true"}, json=body)
     assert response.status_code == 200, response.text
     job = response.json()
-    assert job["status"] == "succeeded"
+    assert job["status"] == JobStatus.SUCCEEDED
     assert job["counts"]["stored"] == 1
     assert job["errors"] == []
     (result,) = job["results"]
@@ -277,7 +284,7 @@ def test_retrying_a_succeeded_job_is_refused(a: Tenant, uid: str) -> None:
     )
     job_id = response.json()["job_id"]
     body = assert_error(a.http.post(f"/v1/jobs/{job_id}/retry"), 422)
-    assert "succeeded" in body["error"]["message"]
+    assert JobStatus.SUCCEEDED in body["error"]["message"]
 
 
 def test_unknown_job_is_404(a: Tenant) -> None:
@@ -295,11 +302,12 @@ def test_batch_runs_every_item(a: Tenant, uid: str) -> None:
     assert batch["status_url"].endswith(f"/v1/batches/{batch['batch_id']}")
     status = wait_until(
         lambda: (
-            (s := a.http.get(batch["status_url"]).json()).get("counts") == {"succeeded": 3} and s
+            (s := a.http.get(batch["status_url"]).json()).get("counts") == {JobStatus.SUCCEEDED: 3}
+            and s
         ),
         "the batch's three jobs to succeed",
     )
-    assert status == {"batch_id": batch["batch_id"], "total": 3, "counts": {"succeeded": 3}}
+    assert status == {"batch_id": batch["batch_id"], "total": 3, "counts": {JobStatus.SUCCEEDED: 3}}
     job = a.http.get(f"/v1/jobs/{batch['jobs'][0]['job_id']}").json()
     assert job["batch_id"] == batch["batch_id"]
     texts = {item["memory"] for item in wait_listed(a, uid, 3)}
@@ -317,7 +325,7 @@ def test_listing_pages_with_a_cursor(a: Tenant, uid: str) -> None:
     items = [{"messages": f"page fact {i:02d}", "user_id": uid, "infer": False} for i in range(7)]
     batch = a.http.post("/v1/batches", json={"items": items}).json()
     wait_until(
-        lambda: a.http.get(batch["status_url"]).json().get("counts") == {"succeeded": 7},
+        lambda: a.http.get(batch["status_url"]).json().get("counts") == {JobStatus.SUCCEEDED: 7},
         "the batch to succeed",
     )
     wait_listed(a, uid, 7)
@@ -622,14 +630,14 @@ def test_b_cannot_see_or_retry_a_job_of_a(a: Tenant, b: Tenant, uid: str) -> Non
     job_id = response.json()["job_id"]
     assert_error(b.http.get(f"/v1/jobs/{job_id}"), 404)
     assert_error(b.http.post(f"/v1/jobs/{job_id}/retry"), 404)
-    assert a.http.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    assert a.http.get(f"/v1/jobs/{job_id}").json()["status"] == JobStatus.SUCCEEDED
 
 
 def test_b_cannot_see_a_batch_of_a(a: Tenant, b: Tenant, uid: str) -> None:
     items = [{"messages": "a batch of tenant A", "user_id": uid, "infer": False}]
     batch = a.http.post("/v1/batches", json={"items": items}).json()
     wait_until(
-        lambda: a.http.get(batch["status_url"]).json().get("counts") == {"succeeded": 1},
+        lambda: a.http.get(batch["status_url"]).json().get("counts") == {JobStatus.SUCCEEDED: 1},
         "the batch to succeed",
     )
     assert_error(b.http.get(f"/v1/batches/{batch['batch_id']}"), 404)

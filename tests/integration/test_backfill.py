@@ -22,10 +22,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames
-from pipeline.store.protocol import JobRecord
 from tests.processes import WorkerProcess
 from workers.intake import job_id_for
 
@@ -149,7 +149,7 @@ def test_interrupted_backfill_resumes_without_duplicates_or_gaps(
     assert set(memories) == expected
 
     records = job_records(es, names, [job_id(r) for r in rows])
-    assert {r.status for r in records} == {"succeeded"}
+    assert {r.status for r in records} == {JobStatus.SUCCEEDED}
     assert_sessions_ran_oldest_first(rows, records)
 
 

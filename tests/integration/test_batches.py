@@ -16,15 +16,16 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding import make_embedder
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus, StoredMemory
 from pipeline.models import AddRequest, Fact, MessageIn, Scope
 from pipeline.phases.embed import embed_facts_batch
 from pipeline.phases.link import link_entities_batch
 from pipeline.phases.persist import persist_memories_batch
-from pipeline.state import JobState, Phase, StoredMemory
+from pipeline.phases.retrieve import retrieve_existing_batch
+from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
-from pipeline.store.protocol import JobRecord
-from tests.fakellm import Fail, FakeLLMServer, Normal
+from tests.fakellm import Fail, FakeLLMServer, Normal, fake_embedding
 from tests.integration.test_pipeline import facts_from_conversation
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -33,8 +34,18 @@ from workers.names import GATHER_TASK
 
 pytestmark = pytest.mark.integration
 
-TERMINAL = {"succeeded", "failed", "dead"}
+TERMINAL = TERMINAL_STATUSES
 GOOD = [0.1] * 384
+NOW = datetime.now(UTC)
+
+
+def fake_embedding_of(text: str) -> list[float]:
+    """What the scripted embeddings server answers for ``text`` (so a search finds it)."""
+    return fake_embedding(text, 384)
+
+
+def es_refresh(app: MemqCelery, indices: IndexNames) -> None:
+    app.runtime.es.indices.refresh(index=indices.memories)
 
 
 def poisoned_or_facts(request: dict[str, Any]) -> str:
@@ -123,12 +134,12 @@ def test_a_garbage_reply_fails_only_its_own_conversation_in_a_batch(
     ]
     celery_app.send_task(GATHER_TASK, args=(LIVE,), queue=settings.queues.io)
     first, poisoned, last = (wait_job(store, job) for job in jobs)
-    assert poisoned.status == "failed" and poisoned.phase == "extract"
+    assert poisoned.status == JobStatus.FAILED and poisoned.phase == "extract"
     assert "weather" in (poisoned.reason or "")
-    assert first.status == last.status == "succeeded"
+    assert first.status == last.status == JobStatus.SUCCEEDED
     assert first.counts["batch_size"] == last.counts["batch_size"] == 3
-    assert [r["text"] for r in first.results] == ["Ann keeps bees"]
-    assert [r["text"] for r in last.results] == ["Bo builds boats"]
+    assert [r.text for r in first.results] == ["Ann keeps bees"]
+    assert [r.text for r in last.results] == ["Bo builds boats"]
     assert len(scripted.chat_requests()) == 3  # one call each; the unparsable one not retried
     assert texts_of(es, indices.memories, "user_id", scopes[1].user_id or "") == []
 
@@ -143,7 +154,7 @@ def test_one_job_per_session_in_a_batch_and_the_next_follows(
     other = ready(celery_app, ask(scope(), "Di runs"))
     celery_app.send_task(GATHER_TASK, args=(LIVE,), queue=settings.queues.io)
     records = [wait_job(store, job) for job in (ahead, behind, other)]
-    assert [r.status for r in records] == ["succeeded"] * 3
+    assert [r.status for r in records] == [JobStatus.SUCCEEDED] * 3
     assert records[0].counts["batch_size"] == records[2].counts["batch_size"] == 2
     assert records[1].counts["batch_size"] == 1
     assert records[0].finished_at <= records[1].finished_at  # type: ignore[operator]
@@ -178,6 +189,44 @@ def test_a_failing_batch_embedding_falls_back_to_items_and_loses_only_the_refuse
     assert second.embeddings[0] is not None and second.errors == []
     embed_calls = [r for path, r in fake_llm.requests if path.endswith("/embeddings")]
     assert [len(r["input"]) for r in embed_calls] == [3, 1, 1, 1]
+
+
+def test_a_retrieval_embedding_refused_for_one_job_fails_only_that_job(
+    settings: Settings, celery_app: MemqCelery, fake_llm: FakeLLMServer, indices: IndexNames
+) -> None:
+    """Retrieval embeds the new turns of the whole batch in one call; the embeddings server
+    refuses that call, then refuses one job's text alone: that job fails with the reason, the
+    other one gets its existing memories from the real node."""
+    embedder_config = settings.embedder.model_copy(
+        update={"kind": "openai", "base_url": fake_llm.base_url}
+    )
+    runtime = celery_app.runtime
+    remote = settings.model_copy(update={"embedder": embedder_config})
+    deps = Deps(
+        store=runtime.store,
+        embedder=make_embedder(remote),
+        lemmatizer=runtime.deps.lemmatizer,
+        entities=runtime.deps.entities,
+        llm=None,
+    )
+    kept_scope = scope()
+    held = state_with_facts(kept_scope, ["Kim keeps bees"], [fake_embedding_of("fact: Kim")])
+    persist_memories_batch([held], runtime.deps)
+    es_refresh(celery_app, indices)
+
+    def job(in_scope: Scope, text: str) -> JobState:
+        return JobState(job_id=uuid.uuid4().hex, request=ask(in_scope, text), received_at=NOW)
+
+    good, bad = job(kept_scope, "Kim"), job(scope(), "Lou")
+    fake_llm.script_embeddings(Fail(503), Normal(), Fail(400, "input refused"))
+    result = retrieve_existing_batch([good, bad], deps)
+    assert list(result.failures) == [bad.job_id]
+    assert "input refused" in str(result.failures[bad.job_id])
+    [retrieved] = result.states
+    assert retrieved.job_id == good.job_id
+    assert [m.text for m in retrieved.existing] == ["Kim keeps bees"]
+    embed_calls = [r for path, r in fake_llm.requests if path.endswith("/embeddings")]
+    assert [len(r["input"]) for r in embed_calls] == [2, 1, 1]
 
 
 def test_a_partly_refused_bulk_of_a_batch_is_read_item_by_item(

@@ -1,6 +1,7 @@
 """Workers ride out the loss of their broker, under the supervision ops/ runs them with: a
-PRIVATE redis-server started by this test is stopped and started again mid-ingestion, and a
-worker is SIGKILLed; the supervisor brings it back and every accepted job finishes."""
+PRIVATE redis-server started by this test is stopped and started again mid-ingestion (jobs
+running, others waiting their turn in their session), and a worker is SIGKILLed; the
+supervisor brings it back and every accepted job finishes, each memory stored once."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import redis
 
 from pipeline.config import RedisConfig, Settings
 from pipeline.errors import TransientError
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
@@ -28,7 +30,7 @@ from workers.intake import submit
 pytestmark = pytest.mark.integration
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
-TERMINAL = ("succeeded", "failed", "dead")
+TERMINAL = TERMINAL_STATUSES
 
 
 def free_port(low: int = 6400, high: int = 6500) -> int:
@@ -147,9 +149,9 @@ def answers(app: MemqCelery, timeout_s: float) -> bool:
     return False
 
 
-def conversation(i: int) -> AddRequest:
+def conversation(i: int, session: str | None = None) -> AddRequest:
     return AddRequest(
-        scope=Scope(user_id=f"broker-{uuid.uuid4().hex[:8]}"),
+        scope=Scope(user_id=session or f"broker-{uuid.uuid4().hex[:8]}"),
         messages=[MessageIn.model_validate({"role": "user", "content": f"I own {i} bikes."})],
         infer=False,
     )
@@ -167,15 +169,23 @@ def test_workers_ride_out_a_broker_restart_and_a_kill(
     worker = Supervised({**test_env, "MEMQ_REDIS_URL": broker.url}, tmp_path / "ops")
     try:
         assert answers(app, 90), worker.tail()
-        jobs = [submit(app, conversation(i)).record.job_id for i in range(10)]
-        broker.stop()
+        sessions = [f"broker-{uuid.uuid4().hex[:8]}" for _ in range(6)]
+        jobs = [
+            submit(app, conversation(i, sessions[i % len(sessions)])).record.job_id
+            for i in range(30)
+        ]
+        before = wait_terminal(app, jobs, 120, until_any=True)
+        broker.stop()  # mid-ingestion: some jobs ended, others running or waiting their turn
+        assert any(s not in TERMINAL for s in before.values()), before
         time.sleep(5)
         broker.start()
-        jobs += submit_when_possible(app, range(10, 20))
+        jobs += submit_when_possible(app, range(30, 40))
         assert answers(app, 60), worker.tail()
 
-        statuses = wait_terminal(app, jobs, 180)
-        assert set(statuses.values()) == {"succeeded"}, statuses
+        statuses = wait_terminal(app, jobs, 240)
+        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
+        for session in sessions:  # five jobs each, one memory each: none lost, none twice
+            assert memory_count(app, session) == 5
 
         os.kill(worker.worker_pid(), signal.SIGKILL)  # a crash no reconnect can ride out
         deadline = time.monotonic() + 30
@@ -184,7 +194,7 @@ def test_workers_ride_out_a_broker_restart_and_a_kill(
         assert worker.restarts() >= 1, worker.tail()
         later = [submit(app, conversation(i)).record.job_id for i in range(20, 25)]
         statuses = wait_terminal(app, later, 120)
-        assert set(statuses.values()) == {"succeeded"}, statuses
+        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
         assert worker.process.poll() is None  # the supervisor itself never gave up
     finally:
         worker.stop()
@@ -207,13 +217,28 @@ def submit_when_possible(app: MemqCelery, numbers: range) -> list[str]:
     return jobs
 
 
-def wait_terminal(app: MemqCelery, jobs: list[str], timeout_s: float) -> dict[str, str]:
+def wait_terminal(
+    app: MemqCelery, jobs: list[str], timeout_s: float, until_any: bool = False
+) -> dict[str, str]:
+    """The jobs' statuses once all are terminal (``until_any``: once one has succeeded)."""
     deadline = time.monotonic() + timeout_s
     statuses: dict[str, str] = {}
     while time.monotonic() < deadline:
         records = [app.runtime.store.get_job(job) for job in jobs]
         statuses = {job: r.status if r else "missing" for job, r in zip(jobs, records, strict=True)}
+        if until_any and JobStatus.SUCCEEDED in statuses.values():
+            return statuses
         if all(s in TERMINAL for s in statuses.values()):
             return statuses
-        time.sleep(1)
+        time.sleep(0.5 if until_any else 1)
     return statuses
+
+
+def memory_count(app: MemqCelery, user_id: str) -> int:
+    """Memories of the user, each distinct text counted once per copy."""
+    es, index = app.runtime.es, app.runtime.store.names.memories
+    es.indices.refresh(index=index)
+    hits = es.search(index=index, query={"term": {"user_id": user_id}}, size=100)["hits"]["hits"]
+    texts = [h["_source"]["text"] for h in hits]
+    assert len(set(texts)) == len(texts), texts  # nothing stored twice
+    return len(texts)

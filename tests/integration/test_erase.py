@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from pipeline.chat import ChatEvent
 from pipeline.config import Settings
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState, JobStatus
+from pipeline.state import JobState
 from pipeline.store.indices import IndexNames
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -104,7 +104,9 @@ def test_erasing_a_user_leaves_their_words_nowhere(
             },
             headers=headers,
         )
-        assert added.status_code == 200 and added.json()["status"] == "succeeded", added.text
+        assert added.status_code == 200 and added.json()["status"] == JobStatus.SUCCEEDED, (
+            added.text
+        )
     mine = client.get("/v1/memories", params={"user_id": user}, headers=headers).json()
     deleted = client.delete(f"/v1/memories/{mine['results'][0]['id']}", headers=headers)
     assert deleted.status_code == 200  # its DELETE history row keeps the text

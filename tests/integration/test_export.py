@@ -17,6 +17,7 @@ import httpx
 import pytest
 from elasticsearch import Elasticsearch
 
+from pipeline.jobs import JobStatus
 from pipeline.keys import KeyStore
 from pipeline.store.indices import IndexNames
 from tests.processes import ApiProcess, WorkerProcess
@@ -53,7 +54,7 @@ class Tenant:
         response = self.http.post("/v1/memories", params={"wait": "true"}, json=body)
         assert response.status_code == 200, response.text
         job = response.json()
-        assert job["status"] == "succeeded", job
+        assert job["status"] == JobStatus.SUCCEEDED, job
         return str(job["results"][0]["id"])
 
     def search(self, user: str, query: str) -> list[tuple[str, str, float]]:

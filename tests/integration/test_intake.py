@@ -7,12 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.jobs import job_record
+from pipeline.jobs import JobStatus, job_record
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState, JobStatus
+from pipeline.state import JobState
 from workers.app import MemqCelery
 from workers.intake import replay
-from workers.state_store import STALE_HEAD_S
 
 pytestmark = pytest.mark.integration
 NOW = datetime.now(UTC)
@@ -25,23 +24,25 @@ def state_for(scope: Scope) -> JobState:
     return JobState(job_id=f"job-{uuid.uuid4().hex}", request=request, received_at=NOW)
 
 
-def test_the_line_keeps_order_and_drops_heads_that_cannot_be_running(
+def test_the_line_keeps_order_and_drops_only_heads_whose_state_is_gone(
     celery_app: MemqCelery,
 ) -> None:
     states = celery_app.runtime.states
     scope = Scope(user_id=f"line-{uuid.uuid4().hex[:8]}")
     first, second, third = state_for(scope), state_for(scope), state_for(scope)
     for job, accepted in (
-        (first, NOW - timedelta(seconds=STALE_HEAD_S + 60)),
+        (first, NOW - timedelta(days=2)),
         (second, NOW),
         (third, NOW),
     ):
         states.save(job)
         states.enter_line(scope.key, job.job_id, accepted)
-    # the first was accepted over an hour ago: it is not running any more, the line moves on
+    # accepted two days ago and still there: its age alone never costs it its place
+    assert not states.my_turn(scope.key, second.job_id, NOW)
+    states.delete(first.job_id)  # ended without leaving the line (its state is gone)
     assert states.my_turn(scope.key, second.job_id, NOW)
     assert not states.my_turn(scope.key, third.job_id, NOW)
-    states.delete(second.job_id)  # ended without leaving the line (its state is gone)
+    states.delete(second.job_id)
     assert states.my_turn(scope.key, third.job_id, NOW)
 
 
@@ -66,7 +67,7 @@ def test_a_job_left_queued_without_state_can_be_replayed(celery_app: MemqCelery)
     state = state_for(Scope(user_id=f"lost-{uuid.uuid4().hex[:8]}"))
     runtime.store.save_job(job_record(state, JobStatus.QUEUED, NOW))  # its intake died here
     record = replay(celery_app, state.job_id)
-    assert record.status == "queued" and record.attempts == 1
+    assert record.status == JobStatus.QUEUED and record.attempts == 1
     assert runtime.states.exists(state.job_id)
     runtime.states.leave_line(state.request.scope.key, state.job_id)
     runtime.states.delete(state.job_id)

@@ -26,6 +26,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
+from pipeline.jobs import JobStatus
 from pipeline.keys import KeyStore
 from pipeline.store.indices import IndexNames
 from tests.processes import ApiProcess, WorkerProcess
@@ -114,7 +115,7 @@ def text_of(result: CallToolResult) -> str:
 async def remember(client: Client, user: str, text: str, **extra: Any) -> dict[str, Any]:
     args = {"messages": text, "user_id": user, "infer": False, "wait_s": 60, **extra}
     job = payload(await client.call_tool("add_memory", args))
-    assert job["status"] == "succeeded", job
+    assert job["status"] == JobStatus.SUCCEEDED, job
     return dict(job["results"][0])
 
 
@@ -210,15 +211,15 @@ def test_add_is_fire_and_forget_and_job_status_follows_it(
                     },
                 )
             )
-            assert accepted["status"] in ("queued", "running", "succeeded")
+            assert accepted["status"] in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED)
             assert accepted["created"] is True
             job_id = accepted["job_id"]
             with anyio.fail_after(60):
                 while True:
                     job = payload(await client.call_tool("job_status", {"job_id": job_id}))
-                    if job["status"] == "succeeded":
+                    if job["status"] == JobStatus.SUCCEEDED:
                         break
-                    assert job["status"] in ("queued", "running"), job
+                    assert job["status"] in (JobStatus.QUEUED, JobStatus.RUNNING), job
                     await anyio.sleep(0.2)
             assert [r["memory"] for r in job["results"]] == ["I run on Sundays"]
 

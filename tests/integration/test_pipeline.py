@@ -15,11 +15,11 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
-from pipeline.store.indices import IndexNames
-from pipeline.store.protocol import JobRecord
+from pipeline.store.indices import IndexNames, Kind
 from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -27,7 +27,7 @@ from workers.intake import replay, submit
 
 pytestmark = pytest.mark.integration
 
-TERMINAL = {"succeeded", "failed", "dead"}
+TERMINAL = TERMINAL_STATUSES
 
 
 def facts_from_conversation(request: dict[str, Any]) -> str:
@@ -107,9 +107,9 @@ def test_a_conversation_becomes_memories_entities_history_and_a_job_record(
             timestamp=when,
         ),
     )
-    assert accepted.created and accepted.record.status == "queued"
+    assert accepted.created and accepted.record.status == JobStatus.QUEUED
     record = wait_job(store, accepted.record.job_id)
-    assert record.status == "succeeded", record.reason
+    assert record.status == JobStatus.SUCCEEDED, record.reason
     assert record.counts["stored"] == 2 and len(record.results) == 2
     assert set(record.timings_ms) >= {p.value for p in Phase if p is not Phase.FINALIZE}
     stored = memories_of(es, indices, scope)
@@ -157,7 +157,7 @@ def test_the_same_conversation_posted_twice_is_one_job_and_one_set(
     assert first.record.job_id == second.record.job_id
     wait_job(store, first.record.job_id)
     third = submit(celery_app, ask(scope, "Melanie runs marathons"))
-    assert not third.created and third.record.status == "succeeded"
+    assert not third.created and third.record.status == JobStatus.SUCCEEDED
     assert len(memories_of(es, indices, scope)) == 1
     assert len(scripted.chat_requests()) == 1
 
@@ -168,7 +168,7 @@ def test_an_idempotency_key_names_the_job(
     first = submit(celery_app, ask(scope, "Jon owns a dance studio"), idempotency_key="req-1")
     second = submit(celery_app, ask(scope, "something else entirely"), idempotency_key="req-1")
     assert first.record.job_id == second.record.job_id and not second.created
-    assert wait_job(store, first.record.job_id).results[0]["text"] == "Jon owns a dance studio"
+    assert wait_job(store, first.record.job_id).results[0].text == "Jon owns a dance studio"
 
 
 def test_garbage_from_the_model_fails_the_job_with_the_reply(
@@ -181,7 +181,7 @@ def test_garbage_from_the_model_fails_the_job_with_the_reply(
 ) -> None:
     scripted.responder = lambda _request: "Sure! Here are the facts: the user likes tea."
     record = wait_job(store, submit(celery_app, ask(scope, "tea")).record.job_id)
-    assert record.status == "failed" and record.phase == "extract"
+    assert record.status == JobStatus.FAILED and record.phase == "extract"
     assert "the user likes tea" in (record.reason or "")
     assert memories_of(es, indices, scope) == []
 
@@ -191,8 +191,8 @@ def test_a_model_timeout_is_retried_then_succeeds(
 ) -> None:
     scripted.script_chat(Delay(3.0, then=Garbage()))  # longer than MEMQ_LLM_TIMEOUT_S=2
     record = wait_job(store, submit(celery_app, ask(scope, "Gina adopted a puppy")).record.job_id)
-    assert record.status == "succeeded", record.reason
-    assert [r["text"] for r in record.results] == ["Gina adopted a puppy"]
+    assert record.status == JobStatus.SUCCEEDED, record.reason
+    assert [r.text for r in record.results] == ["Gina adopted a puppy"]
     assert len(scripted.chat_requests()) == 2
 
 
@@ -202,12 +202,12 @@ def test_a_model_that_stays_down_makes_the_job_dead_then_replay_succeeds(
     scripted.script_chat(*[Fail(503, "overloaded")] * 3)  # 1 call + MEMQ_LLM_MAX_RETRIES=2
     job_id = submit(celery_app, ask(scope, "Nate plays chess")).record.job_id
     record = wait_job(store, job_id)
-    assert record.status == "dead" and "503" in (record.reason or "")
+    assert record.status == JobStatus.DEAD and "503" in (record.reason or "")
     assert len(scripted.chat_requests()) == 3  # retried at the call layer only, not again by Celery
     replayed = replay(celery_app, job_id)
-    assert replayed.status == "queued" and replayed.attempts == 1
+    assert replayed.status == JobStatus.QUEUED and replayed.attempts == 1
     final = wait_job(store, job_id)
-    assert final.status == "succeeded" and final.results[0]["text"] == "Nate plays chess"
+    assert final.status == JobStatus.SUCCEEDED and final.results[0].text == "Nate plays chess"
 
 
 def test_jobs_of_one_session_run_in_order(
@@ -220,7 +220,7 @@ def test_jobs_of_one_session_run_in_order(
     jobs = [submit(celery_app, ask(scope, f"step {i} of the plan")).record.job_id for i in range(4)]
     records = [wait_job(store, job) for job in jobs]
     finished = [r.finished_at for r in records]
-    assert all(r.status == "succeeded" for r in records)
+    assert all(r.status == JobStatus.SUCCEEDED for r in records)
     assert finished == sorted(finished)  # type: ignore[type-var]
     window = celery_app.runtime.store.recent_messages(scope, 10)
     assert [m.content for m in window] == [f"fact: step {i} of the plan" for i in range(4)]
@@ -239,7 +239,7 @@ def test_a_job_ending_starts_the_next_one_of_its_session(
     celery_app.runtime.states.delete(ahead.job_id)
     hand_on(celery_app, scope.key, ahead.job_id)
     record = wait_job(store, behind.job_id)
-    assert record.status == "succeeded" and record.results[0]["text"] == "Ann rows"
+    assert record.status == JobStatus.SUCCEEDED and record.results[0].text == "Ann rows"
 
 
 def test_a_lost_hand_on_only_delays_the_job_behind(
@@ -251,11 +251,11 @@ def test_a_lost_hand_on_only_delays_the_job_behind(
     ahead = in_line(celery_app, scope, "x")
     behind = submit(celery_app, ask(scope, "Bo sails")).record.job_id
     time.sleep(1)
-    assert store.get_job(behind).status == "queued"  # type: ignore[union-attr]
+    assert store.get_job(behind).status == JobStatus.QUEUED  # type: ignore[union-attr]
     states.delete(ahead.job_id)
     assert states.leave_line(scope.key, ahead.job_id) == behind  # and no hand-on
     record = wait_job(store, behind)
-    assert record.status == "succeeded" and record.results[0]["text"] == "Bo sails"
+    assert record.status == JobStatus.SUCCEEDED and record.results[0].text == "Bo sails"
 
 
 def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(
@@ -279,7 +279,7 @@ def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(
     worker.start()
     worker.wait_ready(celery_app)
     record = wait_job(store, job_id, timeout_s=120)
-    assert record.status == "succeeded", record.reason
+    assert record.status == JobStatus.SUCCEEDED, record.reason
     texts = sorted(m["text"] for m in memories_of(es, indices, scope))
     assert texts == ["Audrey has three dogs", "Audrey lives in Ohio"]
 
@@ -333,7 +333,7 @@ def test_ingestion_without_inference_needs_no_model(
         ],
     )
     record = wait_job(store, submit(celery_app, request).record.job_id)
-    assert record.status == "succeeded" and record.counts["stored"] == 2
+    assert record.status == JobStatus.SUCCEEDED and record.counts["stored"] == 2
     assert scripted.chat_requests() == []
     stored = memories_of(es, indices, scope)
     assert {m["metadata"]["dia_id"] for m in stored} == {"D1:3"}
@@ -350,14 +350,16 @@ def test_a_failure_is_recorded_then_its_state_freed(
     state = in_line(celery_app, scope, "x")
     record_failure(celery_app, state.job_id, PermanentError("bad input"))
     record = store.get_job(state.job_id)
-    assert record is not None and record.status == "failed" and record.reason == "bad input"
+    assert record is not None and record.status == JobStatus.FAILED and record.reason == "bad input"
     assert not runtime.states.exists(state.job_id)
 
 
-def test_a_failure_that_cannot_be_recorded_keeps_its_state(
-    celery_app: MemqCelery, settings: Settings, scope: Scope
+def test_a_failure_that_cannot_be_recorded_keeps_its_state_until_it_is(
+    celery_app: MemqCelery, store: ElasticStore, settings: Settings, scope: Scope
 ) -> None:
-    """Elasticsearch down while a job fails: nothing is freed, so nothing is lost silently."""
+    """Elasticsearch unreachable for the worker that ends a job: the state stays, and the
+    record is written by a task of its own, retried (here by the test worker, which reaches
+    Elasticsearch), before the state is freed."""
     from pipeline.errors import PermanentError
     from workers.app import create_celery
     from workers.tasks import record_failure
@@ -374,5 +376,38 @@ def test_a_failure_that_cannot_be_recorded_keeps_its_state(
     )
     runtime.states.save(state)
     record_failure(app, state.job_id, PermanentError("bad input"))
-    assert runtime.states.exists(state.job_id)
-    runtime.states.delete(state.job_id)
+    record = wait_job(store, state.job_id, timeout_s=60)
+    assert record.status == "failed" and record.reason == "bad input"
+    assert not runtime.states.exists(state.job_id)
+
+
+def test_a_job_failed_in_link_is_replayed_to_report_and_link_its_memories(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+) -> None:
+    """The entity index is closed (a real Elasticsearch refusal, not a double): the job stores
+    its memories, then fails in link. Replayed once it is open again, the job meets its own
+    memories (same ids): it reports them, links them, and writes no second copy."""
+    entities = indices.concrete(Kind.ENTITIES)
+    facts = ("Alice moved to Berlin", "Bob repairs Vespa scooters")
+    es.indices.close(index=entities)
+    try:
+        job_id = submit(celery_app, ask(scope, *facts)).record.job_id
+        failed = wait_job(store, job_id)
+    finally:
+        es.indices.open(index=entities, wait_for_active_shards="1")
+    assert failed.status == JobStatus.FAILED and failed.phase == "link", failed.reason
+    assert sorted(m["text"] for m in memories_of(es, indices, scope)) == sorted(facts)
+
+    replay(celery_app, job_id)
+    record = wait_job(store, job_id)
+
+    assert record.status == JobStatus.SUCCEEDED, record
+    assert sorted(r.text for r in record.results) == sorted(facts)
+    assert record.counts["stored"] == 2 and record.counts["duplicates"] == 0
+    memories = memories_of(es, indices, scope)
+    assert sorted(m["text"] for m in memories) == sorted(facts)  # no second copy
+    assert all(m.get("entity_ids") for m in memories), memories

@@ -26,6 +26,7 @@ from memq import (
     UnavailableError,
     ValidationError,
 )
+from pipeline.jobs import JobStatus
 from tests.conftest import admin_key
 
 pytestmark = pytest.mark.integration
@@ -49,7 +50,7 @@ def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = 15.0
 def api_is_up(admin: Client) -> bool | None:
     """True when the API answers; ``None`` (poll again) while it is down or restarting."""
     try:
-        return admin.healthz() == {"status": "ok"} or None
+        return admin.healthz().status == "ok" or None
     except UnavailableError:
         return None
 
@@ -86,7 +87,7 @@ def user(client: Client) -> Iterator[str]:
 def add_and_wait(client: Client, text: str, user_id: str, **options: Any) -> dict[str, Any]:
     accepted = client.add(text, user_id=user_id, infer=False, **options)
     job = client.wait_for(accepted, timeout_s=60.0)
-    assert job["status"] == "succeeded", job
+    assert job["status"] == JobStatus.SUCCEEDED, job
     return job
 
 
@@ -104,18 +105,18 @@ def test_add_then_wait_for_succeeds_with_results(client: Client, user: str) -> N
 
     job = client.wait_for(accepted["job_id"], timeout_s=60.0)
 
-    assert job["status"] == "succeeded"
+    assert job["status"] == JobStatus.SUCCEEDED
     assert [(r["memory"], r["event"]) for r in job["results"]] == [
         ("I keep bees on the roof", "ADD")
     ]
     assert job["counts"]["stored"] == 1
-    assert client.job(job["job_id"])["status"] == "succeeded"
+    assert client.job(job["job_id"])["status"] == JobStatus.SUCCEEDED
 
 
 def test_add_with_wait_returns_the_finished_job(client: Client, user: str) -> None:
     job = client.add("My sister lives in Lyon", user_id=user, infer=False, wait=True)
 
-    assert job["status"] == "succeeded"
+    assert job["status"] == JobStatus.SUCCEEDED
     assert job["results"][0]["memory"] == "My sister lives in Lyon"
     assert job["finished_at"] is not None
 
@@ -127,7 +128,7 @@ def test_the_same_idempotency_key_gives_the_same_job(client: Client, user: str) 
 
     assert again["job_id"] == first["job_id"]
     assert (first["created"], again["created"]) == (True, False)
-    assert client.wait_for(first)["status"] == "succeeded"
+    assert client.wait_for(first)["status"] == JobStatus.SUCCEEDED
 
 
 # -- memories --------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def test_get_all_follows_every_page_without_duplicates(client: Client, user: str
     accepted = [
         client.add(f"fact number {n} about gardening", user_id=user, infer=False) for n in range(5)
     ]
-    assert all(client.wait_for(job)["status"] == "succeeded" for job in accepted)
+    assert all(client.wait_for(job)["status"] == JobStatus.SUCCEEDED for job in accepted)
 
     def all_five() -> list[str] | None:
         ids = [m["id"] for m in client.get_all(user_id=user, page_size=2)]
@@ -194,14 +195,14 @@ def test_add_batch_and_its_counts(client: Client, user: str) -> None:
     items = [{"messages": f"batch item {n}", "user_id": user, "infer": False} for n in range(3)]
     accepted = client.add_batch(items)
     assert len(accepted["jobs"]) == 3
-    assert all(client.wait_for(job)["status"] == "succeeded" for job in accepted["jobs"])
+    assert all(client.wait_for(job)["status"] == JobStatus.SUCCEEDED for job in accepted["jobs"])
 
     def counted() -> dict[str, Any] | None:
         try:
             batch = client.batch(accepted["batch_id"])
         except NotFoundError:  # the batch's job records are not searchable yet
             return None
-        return batch if batch["counts"].get("succeeded") == 3 else None
+        return batch if batch["counts"].get(JobStatus.SUCCEEDED) == 3 else None
 
     batch = eventually(counted, "the batch counts")
     assert (batch["batch_id"], batch["total"]) == (accepted["batch_id"], 3)
@@ -252,7 +253,7 @@ def test_a_closed_port_is_unavailable() -> None:
 
 
 def test_health_and_readiness(client: Client) -> None:
-    assert client.healthz() == {"status": "ok"}
+    assert client.healthz().to_dict() == {"status": "ok"}
     assert client.readyz()["ready"] is True
 
 
@@ -276,6 +277,6 @@ def test_async_client_adds_waits_and_searches(
 
     job, ids = asyncio.run(scenario())
 
-    assert job["status"] == "succeeded"
+    assert job["status"] == JobStatus.SUCCEEDED
     assert ids[0] == job["results"][0]["id"]
     assert set(ids) == {job["results"][0]["id"]}

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
+from pipeline.jobs import JobStatus
 from pipeline.models import AddRequest, MessageIn, Role, Scope
 from pipeline.search import Searcher, SearchQuery
 from pipeline.store.elastic import ElasticStore
@@ -55,7 +56,7 @@ def said(name: str, text: str) -> MessageIn:
 
 def ingest(app: MemqCelery, store: ElasticStore, request: AddRequest) -> None:
     record = wait_job(store, submit(app, request).record.job_id)
-    assert record.status == "succeeded", record.reason
+    assert record.status == JobStatus.SUCCEEDED, record.reason
 
 
 def test_the_speaker_finds_first_person_turns_and_the_text_stays_as_said(

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from pipeline.chat import GENERIC, SignedBody, verify_hmac
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.store.protocol import JobRecord
 from pipeline.webhook import (
     RefusedError,
     WebhookSender,
@@ -79,7 +79,7 @@ def finished(app: MemqCelery, job_id: str, timeout_s: float = 60) -> JobRecord:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         record = app.runtime.store.get_job(job_id)
-        if record is not None and record.status in ("succeeded", "failed", "dead"):
+        if record is not None and record.status in TERMINAL_STATUSES:
             return record
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} did not finish within {timeout_s}s")
@@ -105,7 +105,7 @@ def test_a_worker_refuses_a_webhook_inside_the_deployment(
     )
     job_id = submit(celery_app, request).record.job_id
     record = finished(celery_app, job_id)
-    assert record.status == "succeeded"  # a refused webhook does not fail the job
+    assert record.status == JobStatus.SUCCEEDED  # a refused webhook does not fail the job
     deadline = time.monotonic() + 10
     while not record.errors and time.monotonic() < deadline:  # recorded after the webhook
         time.sleep(0.2)
@@ -120,7 +120,7 @@ def test_an_allow_listed_receiver_gets_a_signed_delivery(receiver: Receiver) -> 
     sender = WebhookSender(
         allow=parse_allow_list(f"127.0.0.1:{receiver.port}"), signing_secret="server-secret"
     )
-    payload = {"job_id": "j1", "status": "succeeded", "results": []}
+    payload = {"job_id": "j1", "status": JobStatus.SUCCEEDED, "results": []}
     assert sender.post(f"http://127.0.0.1:{receiver.port}/hook", payload, "tenant-a") is None
     [delivery] = receiver.requests
     headers = {k.lower(): v for k, v in delivery["headers"].items()}

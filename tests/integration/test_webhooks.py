@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from api.app import create_app
 from pipeline.config import Settings
+from pipeline.jobs import JobStatus
 from pipeline.store.elastic import ElasticStore
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -93,7 +94,7 @@ def jobs_of(
             query={
                 "bool": {
                     "filter": [
-                        {"term": {"status": "succeeded"}},
+                        {"term": {"status": JobStatus.SUCCEEDED}},
                         {"term": {"session_key": f"default\x1f{user_id}\x1f\x1f"}},
                     ]
                 }

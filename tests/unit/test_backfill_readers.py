@@ -14,7 +14,7 @@ import pytest
 
 from memq.backfill import BackfillOptions, Checkpoint, TokenBucket, requests_for
 from pipeline.backfill import READERS, Conversation, ReaderOptions, reader_for
-from pipeline.backfill.readers import JsonArrayStream, load_json_at
+from pipeline.backfill.streams import JsonArrayStream, load_json_at
 from pipeline.errors import InvalidInputError
 
 # -- helpers ------------------------------------------------------------------------------------

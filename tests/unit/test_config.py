@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -88,3 +91,45 @@ def test_an_empty_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) ->
     settings = Settings()
     assert settings.llm.base_url is None
     assert settings.flower.basic_auth is None
+
+
+def test_the_sdk_variables_are_ignored_but_a_key_under_api_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK reads MEMQ_CLIENT_*: a machine running memq can set them safely. A name under
+    a real section (MEMQ_API_KEY) would be refused, which is why the SDK does not use it."""
+    monkeypatch.setenv("MEMQ_CLIENT_URL", "http://127.0.0.1:8000")
+    monkeypatch.setenv("MEMQ_CLIENT_API_KEY", "mq_abc_def")
+    monkeypatch.setenv("MEMQ_CLIENT_TIMEOUT_S", "10")
+    settings = Settings()  # builds: unknown names outside the sections are ignored
+    assert "client" not in type(settings).model_fields
+    monkeypatch.setenv("MEMQ_API_KEY", "mq_abc_def")
+    with pytest.raises(ValidationError, match="key"):
+        Settings()
+
+
+def test_worker_metrics_port_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().worker.metrics_port == 0
+    monkeypatch.setenv("MEMQ_WORKER_METRICS_PORT", "9464")
+    assert Settings().worker.metrics_port == 9464
+
+
+def test_a_killed_workers_metrics_dir_is_removed_by_the_next_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import tempfile
+
+    from memq.cli import prepare_metrics_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")  # restored after the test
+    stale = tmp_path / f"memq-metrics-{2**22 + 7}-abc"  # above any pid_max: not alive
+    stale.mkdir()
+    alive = tmp_path / f"memq-metrics-{os.getpid()}-def"
+    alive.mkdir()
+
+    fresh = Path(prepare_metrics_dir())
+
+    assert not stale.exists() and alive.exists()
+    assert fresh.parent == tmp_path and fresh.name.startswith(f"memq-metrics-{os.getpid()}-")
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(fresh)

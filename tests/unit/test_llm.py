@@ -17,11 +17,22 @@ import pytest
 from pydantic import SecretStr
 
 from pipeline.config import LLMConfig
-from pipeline.errors import ConfigurationError, PermanentError, RetriesExhaustedError
-from pipeline.llm.openai_llm import DEFAULT_BACKOFF, NO_BACKOFF, OpenAILLM
-from pipeline.llm.parse import parse_json_object
-from pipeline.protocols import LLM, ChatMessage
-from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage, fake_embedding
+from pipeline.errors import (
+    ConfigurationError,
+    PermanentError,
+    RetriesExhaustedError,
+    UnreachableError,
+)
+from pipeline.llm.openai_llm import (
+    DEFAULT_BACKOFF,
+    NO_BACKOFF,
+    LLMCall,
+    OpenAILLM,
+    json_schema_format,
+)
+from pipeline.llm.parse import FactsReply, parse_json_object
+from pipeline.protocols import LLM, ChatMessage, TokenUsage
+from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage, fake_embedding, words
 
 REPLY = '{"memory": [{"text": "The user likes tea", "attributed_to": "user"}]}'
 MESSAGES = [ChatMessage("system", "extract facts"), ChatMessage("user", "I like tea")]
@@ -128,15 +139,14 @@ def test_no_retries_configured_means_one_attempt(server: FakeLLMServer, make_llm
     assert len(server.chat_requests()) == 1
 
 
-def test_an_unreachable_server_is_transient_then_exhausted() -> None:
+def test_an_unreachable_server_is_left_to_the_task_layer_at_once() -> None:
     with FakeLLMServer() as gone:
         base_url = gone.base_url
-    config = LLMConfig(base_url=base_url, timeout_s=1.0, max_retries=1)
+    config = LLMConfig(base_url=base_url, timeout_s=1.0, max_retries=3)
 
-    with OpenAILLM(config, None, NO_BACKOFF) as llm, pytest.raises(RetriesExhaustedError) as caught:
+    with OpenAILLM(config, None, NO_BACKOFF) as llm, pytest.raises(UnreachableError) as caught:
         llm.complete_json(MESSAGES)
 
-    assert "2 attempt(s)" in caught.value.reason
     assert "APIConnectionError" in caught.value.reason
 
 
@@ -239,3 +249,85 @@ def test_fake_runs_as_a_process_serving_a_replies_file(tmp_path: Path) -> None:
         finally:
             process.terminate()
     assert process.returncode == 0
+
+
+# -- structured outputs and token usage ------------------------------------------------------
+
+
+def test_a_reply_model_asks_for_its_json_schema(server: FakeLLMServer, make_llm: MakeLLM) -> None:
+    server.script_chat(REPLY)
+    llm = make_llm()
+
+    assert llm.complete_json(MESSAGES, reply_model=FactsReply) == REPLY
+
+    (request,) = server.chat_requests()
+    response_format = request["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["name"] == "FactsReply"
+    assert response_format["json_schema"]["strict"] is True
+    assert response_format["json_schema"]["schema"] == FactsReply.model_json_schema()
+    assert llm.structured_outputs is True
+
+
+def test_the_schema_is_strict_compatible() -> None:
+    """OpenAI's strict mode: every object forbids extra keys and requires all its fields."""
+    schema = json_schema_format(FactsReply)["json_schema"]["schema"]
+    objects = [schema, *schema["$defs"].values()]
+    for node in objects:
+        assert node["additionalProperties"] is False
+        assert set(node["required"]) == set(node["properties"])
+
+
+def test_a_server_refusing_json_schema_falls_back_to_json_mode_once(
+    server: FakeLLMServer, make_llm: MakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.refuse_json_schema()
+    server.script_chat(REPLY, '{"memory": []}', '{"memory": []}')
+    llm = make_llm()
+
+    with caplog.at_level(logging.WARNING, logger="memq.llm"):
+        first = llm.complete_json(MESSAGES, reply_model=FactsReply)
+        later = [llm.complete_json(MESSAGES, reply_model=FactsReply) for _ in range(2)]
+
+    assert (first, later) == (REPLY, ['{"memory": []}'] * 2)
+    assert len(server.refused_requests()) == 1  # asked once, remembered afterwards
+    served = server.chat_requests()
+    assert [r["response_format"] for r in served] == [{"type": "json_object"}] * 3
+    assert llm.structured_outputs is False
+    warnings = [r.getMessage() for r in caplog.records if r.name == "memq.llm"]
+    assert len(warnings) == 1 and "structured outputs" in warnings[0]
+
+
+def test_another_client_error_is_not_taken_for_a_refusal(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat(Fail(400, "context length exceeded"), REPLY)
+    llm = make_llm()
+
+    with pytest.raises(PermanentError, match="context length exceeded"):
+        llm.complete_json(MESSAGES, reply_model=FactsReply)
+
+    assert len(server.chat_requests()) == 1
+    assert llm.structured_outputs is None  # still unknown: json_schema is asked next time
+
+
+def test_token_usage_is_added_up_and_observed(server: FakeLLMServer) -> None:
+    server.script_chat(REPLY, Fail(500, "boom"), REPLY)
+    calls: list[LLMCall] = []
+    config = LLMConfig(base_url=server.base_url, model="m", timeout_s=2.0, max_retries=1)
+    usage = TokenUsage()
+
+    with OpenAILLM(config, None, NO_BACKOFF, observer=calls.append) as llm:
+        llm.complete_json(MESSAGES, usage=usage)
+        llm.complete_json(MESSAGES, reply_model=FactsReply, usage=usage)
+
+    # the fake's tokens are words: those of the wire messages, and those of the reply
+    prompt = words([{"role": m.role, "content": m.content} for m in MESSAGES])
+    completion = words(REPLY)
+    assert prompt > 0 and completion > 0
+    assert (usage.prompt_tokens, usage.completion_tokens) == (2 * prompt, 2 * completion)
+    assert usage.calls == 2
+    assert [c.outcome for c in calls] == ["ok", "error", "ok"]
+    tokens = [(c.prompt_tokens, c.completion_tokens) for c in calls]
+    assert tokens == [(prompt, completion), (0, 0), (prompt, completion)]
+    assert all(c.seconds > 0 for c in calls)

@@ -48,8 +48,8 @@ def test_a_memory_said_by_a_named_person() -> None:
 
 
 def test_no_hop_for_a_question_that_names_nobody() -> None:
-    assert plan_hop("memories", [], {"should": []}, ["a"], people=2, size=20) is None
-    assert plan_hop("memories", ["May 2023"], {"should": []}, ["a"], people=2, size=20) is None
+    assert plan_hop([], {"should": []}, ["a"], people=2, size=20) is None
+    assert plan_hop(["May 2023"], {"should": []}, ["a"], people=2, size=20) is None
 
 
 def test_the_hop_searches_what_the_named_people_said_outside_the_pool() -> None:
@@ -58,11 +58,10 @@ def test_the_hop_searches_what_the_named_people_said_outside_the_pool() -> None:
         "minimum_should_match": 1,
         "filter": [{"term": {"user_id": "ignored"}}],
     }
-    plan = plan_hop("mem-index", ["Maria"], question, ["m1", "m2"], people=2, size=20)
+    plan = plan_hop(["Maria"], question, ["m1", "m2"], people=2, size=20)
     assert isinstance(plan, HopPlan)
     scope = [{"term": {"user_id": "u1"}}]
-    header, body = plan.searches(scope)
-    assert header == {"index": "mem-index"}
+    body = plan.search(scope)
     assert body["size"] == 20
     assert "embedding" in body["_source"]["includes"]
     query = body["query"]["bool"]

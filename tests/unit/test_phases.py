@@ -9,8 +9,10 @@ import pytest
 
 from pipeline.deps import Deps
 from pipeline.errors import PermanentError, TransientError
+from pipeline.jobs import JobStatus
+from pipeline.llm.parse import FactsReply
 from pipeline.memory import Memory
-from pipeline.models import AddRequest, MessageIn, Scope, md5_hex, memory_id
+from pipeline.models import AddRequest, MemoryType, MessageIn, Scope, md5_hex, memory_id
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.phases import PHASES, run_job
@@ -72,7 +74,7 @@ def test_a_full_job_stores_memories_history_entities_messages_and_a_record() -> 
     assert linked == {"Alice", "Lisbon"}
     assert [m.content for m in store.recent_messages(ALICE, 10)] == [request.messages[0].text()]
     record = store.get_job(result["job_id"])
-    assert record is not None and record.status == "succeeded"
+    assert record is not None and record.status == JobStatus.SUCCEEDED
     assert record.counts["stored"] == 2
     assert set(record.timings_ms) >= {"context", "extract", "persist", "link"}
 
@@ -151,7 +153,7 @@ def test_garbage_from_the_llm_fails_the_job_with_the_raw_reply() -> None:
     with pytest.raises(PermanentError) as caught:
         Memory(deps).add(conversation(("user", "hello")))
     record = store_of(deps).get_job(conversation(("user", "hello")).job_id())
-    assert record is not None and record.status == "failed" and record.phase == "extract"
+    assert record is not None and record.status == JobStatus.FAILED and record.phase == "extract"
     assert "cannot do JSON today" in (record.reason or "") and caught.value.reason == record.reason
     assert store_of(deps).memories == {}
 
@@ -161,7 +163,7 @@ def test_a_transient_failure_outlasting_retries_makes_the_job_dead() -> None:
     with pytest.raises(TransientError):
         Memory(deps).add(conversation(("user", "hello")))
     record = store_of(deps).get_job(conversation(("user", "hello")).job_id())
-    assert record is not None and record.status == "dead"
+    assert record is not None and record.status == JobStatus.DEAD
 
 
 def test_without_an_llm_infer_needs_one_but_verbatim_works() -> None:
@@ -281,6 +283,20 @@ def test_persist_run_twice_after_a_crash_reports_the_same_and_writes_once() -> N
     assert len(store_of(deps).memories) == 2 and len(store_of(deps).history) == 2
 
 
+def test_a_job_run_again_from_the_start_keeps_and_reports_its_own_memories() -> None:
+    """A replay (the first attempt stored its memories, then failed later): dedup does not
+    take the job's own memories for duplicates, so the rerun reports them, written once."""
+    deps = make_deps(ScriptedLLM(default=facts_reply("Alice likes jazz", "Alice likes tea")))
+    request = conversation(("user", "x"))
+    first = run_job(JobState(job_id="again", request=request, received_at=NOW), deps)
+    rerun = run_job(JobState(job_id="again", request=request, received_at=NOW, attempts=1), deps)
+    assert [m.id for m in rerun.stored] == [m.id for m in first.stored] and len(rerun.stored) == 2
+    assert rerun.counts["duplicates"] == 0
+    assert len(store_of(deps).memories) == 2
+    other = run_job(JobState(job_id="other", request=request, received_at=NOW), deps)
+    assert other.stored == [] and other.counts["duplicates"] == 2  # another job's: duplicates
+
+
 def test_an_id_held_by_an_edited_memory_moves_the_fact_to_a_job_id() -> None:
     deps = make_deps(ScriptedLLM(facts_reply("Alice likes jazz")))
     text_hash = md5_hex(normalize_for_hash("Alice likes jazz"))
@@ -351,3 +367,50 @@ def test_similar_entities_merge_and_links_accumulate() -> None:
 def test_metadata_cannot_carry_identity() -> None:
     request = conversation(("user", "x"), metadata={"user_id": "mallory", "topic": "music"})
     assert request.metadata == {"topic": "music"}
+
+
+def test_extraction_asks_for_the_reply_schema_and_records_the_tokens() -> None:
+    reply = facts_reply("Alice plays the cello")
+    llm = ScriptedLLM(reply)
+    deps = make_deps(llm)
+
+    result = Memory(deps).add(conversation(("user", "I play the cello on Sundays")))
+
+    assert llm.reply_models == [FactsReply]
+    record = store_of(deps).get_job(result["job_id"])
+    assert record is not None
+    prompt = sum(len(m.content.split()) for m in llm.calls[0])
+    assert record.counts["prompt_tokens"] == prompt > 0
+    assert record.counts["completion_tokens"] == len(reply.split())
+    assert record.counts["llm_calls"] == 1
+
+
+def test_a_job_without_a_model_call_records_no_tokens() -> None:
+    deps = make_deps(ScriptedLLM())
+
+    result = Memory(deps).add(conversation(("user", "verbatim please"), infer=False))
+
+    record = store_of(deps).get_job(result["job_id"])
+    assert record is not None and "prompt_tokens" not in record.counts
+
+
+@pytest.mark.parametrize("memory_type", [None, MemoryType.SEMANTIC, MemoryType.EPISODIC])
+def test_every_llm_extraction_is_shown_the_existing_memories(
+    memory_type: MemoryType | None,
+) -> None:
+    deps = make_deps(ScriptedLLM(facts_reply("Alice likes jazz music")))
+    Memory(deps).add(conversation(("user", "I like jazz")))
+    llm = ScriptedLLM(facts_reply("Alice saw a jazz concert"))
+    later = Deps(**{**make_deps(llm).__dict__, "store": deps.store})
+    request = conversation(("user", "I went to a jazz concert"), memory_type=memory_type)
+    state = run_job(JobState(job_id="typed", request=request, received_at=NOW), later)
+    assert [m.text for m in state.existing] == ["Alice likes jazz music"]
+    assert "0. Alice likes jazz music" in llm.system_prompts[0]
+
+
+def test_jobs_no_llm_extracts_facts_from_retrieve_nothing() -> None:
+    deps = make_deps(ScriptedLLM(facts_reply("Alice likes jazz music")))
+    Memory(deps).add(conversation(("user", "I like jazz")))
+    request = conversation(("user", "I like jazz concerts"), infer=False)
+    state = run_job(JobState(job_id="verbatim", request=request, received_at=NOW), deps)
+    assert state.existing == [] and not request.extracts_facts()

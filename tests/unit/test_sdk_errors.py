@@ -23,9 +23,40 @@ from memq import (
     UnavailableError,
     ValidationError,
 )
+from pipeline.jobs import JobStatus
 
 Handler = Callable[[httpx.Request], httpx.Response]
 BASE_URL = "http://memq.test"
+
+
+def job_json(status: str, job_id: str = "j1") -> dict[str, Any]:
+    """A job as the API's GET /v1/jobs/{id} answers it."""
+    now = "2026-11-30T12:00:00+00:00"
+    return {
+        "job_id": job_id,
+        "status": status,
+        "phase": None,
+        "batch_id": None,
+        "attempts": 0,
+        "counts": {},
+        "timings_ms": {},
+        "reason": None,
+        "errors": [],
+        "results": [],
+        "created_at": now,
+        "updated_at": now,
+        "finished_at": None,
+    }
+
+
+def memory_json(memory_id: str) -> dict[str, Any]:
+    return {"id": memory_id, "memory": f"text of {memory_id}"}
+
+
+def accepted_json(job_id: str = "j1") -> dict[str, Any]:
+    """The API's answer to an add that was queued."""
+    url = f"/v1/jobs/{job_id}"
+    return {"job_id": job_id, "status": "queued", "status_url": url, "created": True}
 
 
 def envelope(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
@@ -184,31 +215,32 @@ def job_answering(*statuses: str) -> tuple[Handler, list[str]]:
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request.url.path)
         status = statuses[min(len(seen), len(statuses)) - 1]
-        return httpx.Response(200, json={"job_id": "j1", "status": status})
+        return httpx.Response(200, json=job_json(status))
 
     return handler, seen
 
 
 def test_wait_for_polls_until_the_job_ends_and_returns_a_failed_job() -> None:
-    handler, seen = job_answering("queued", "running", "failed")
+    handler, seen = job_answering(JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED)
     with sync_client(handler) as client:
         job = client.wait_for({"job_id": "j1"}, timeout_s=5.0, poll_s=0.01)
 
-    assert job["status"] == "failed"
+    assert job["status"] == JobStatus.FAILED
     assert seen == ["/v1/jobs/j1"] * 3
 
 
 def test_wait_for_times_out_with_the_last_job() -> None:
-    handler, _ = job_answering("running")
+    handler, _ = job_answering(JobStatus.RUNNING)
     with sync_client(handler) as client, pytest.raises(MemqTimeoutError) as raised:
         client.wait_for("j1", timeout_s=0.0)
 
-    assert raised.value.job == {"job_id": "j1", "status": "running"}
+    assert raised.value.job is not None
+    assert (raised.value.job.job_id, raised.value.job.status) == ("j1", "running")
     assert "still running" in raised.value.message
 
 
 def test_async_wait_for_times_out() -> None:
-    handler, _ = job_answering("queued")
+    handler, _ = job_answering(JobStatus.QUEUED)
 
     async def scenario() -> None:
         async with AsyncClient(BASE_URL, "k", transport=httpx.MockTransport(handler)) as sdk:
@@ -232,7 +264,7 @@ def recording(answer: Any, status: int = 200) -> tuple[Handler, list[httpx.Reque
 
 
 def test_add_sends_the_key_the_idempotency_key_and_iso_datetimes() -> None:
-    handler, requests = recording({"job_id": "j1", "status": "queued"}, status=202)
+    handler, requests = recording(accepted_json(), status=202)
     when = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
     with sync_client(handler) as client:
         client.add("hi", user_id="u1", timestamp=when, idempotency_key="idem-1", infer=False)
@@ -250,19 +282,19 @@ def test_add_sends_the_key_the_idempotency_key_and_iso_datetimes() -> None:
 
 
 def test_add_with_wait_asks_the_server_to_wait_within_the_http_timeout() -> None:
-    handler, requests = recording({"job_id": "j1", "status": "succeeded"})
+    handler, requests = recording(job_json("succeeded"))
     transport = httpx.MockTransport(handler)
     with Client(BASE_URL, "k", timeout_s=10.0, transport=transport) as client:
         job = client.add("hi", user_id="u1", wait=True)
 
-    assert job["status"] == "succeeded"
+    assert job["status"] == JobStatus.SUCCEEDED
     assert dict(requests[0].url.params) == {"wait": "true", "wait_s": "5.0"}
 
 
 def test_get_all_follows_next_cursor_and_sends_filters_as_json() -> None:
     pages = {
-        None: {"results": [{"id": "a"}, {"id": "b"}], "next_cursor": "c1"},
-        "c1": {"results": [{"id": "c"}], "next_cursor": None},
+        None: {"results": [memory_json("a"), memory_json("b")], "next_cursor": "c1"},
+        "c1": {"results": [memory_json("c")], "next_cursor": None},
     }
     requests: list[httpx.Request] = []
 
@@ -281,8 +313,97 @@ def test_get_all_follows_next_cursor_and_sends_filters_as_json() -> None:
 
 
 def test_ids_are_escaped_in_paths() -> None:
-    handler, requests = recording({"id": "x"})
+    handler, requests = recording(memory_json("x"))
     with sync_client(handler) as client:
         client.get("a/../b")
 
     assert requests[0].url.raw_path == b"/v1/memories/a%2F..%2Fb"
+
+
+# -- configuration from the environment ------------------------------------------------------
+
+
+def test_client_reads_its_url_key_and_timeout_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MEMQ_CLIENT_URL", "http://memq.env")
+    monkeypatch.setenv("MEMQ_CLIENT_API_KEY", "mq_from_env")
+    monkeypatch.setenv("MEMQ_CLIENT_TIMEOUT_S", "7.5")
+    handler, requests = recording({"status": "ok"})
+
+    with Client(transport=httpx.MockTransport(handler)) as client:
+        assert client.healthz().status == "ok"
+        assert client.base_url == "http://memq.env"
+
+    assert str(requests[0].url) == "http://memq.env/healthz"
+    assert requests[0].headers["authorization"] == "Bearer mq_from_env"
+    assert requests[0].extensions["timeout"]["read"] == 7.5
+
+
+def test_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_CLIENT_API_KEY", "mq_from_env")
+    handler, requests = recording({"status": "ok"})
+
+    with Client(BASE_URL, "mq_arg", transport=httpx.MockTransport(handler)) as client:
+        client.healthz()
+
+    assert requests[0].headers["authorization"] == "Bearer mq_arg"
+
+
+@pytest.mark.parametrize("client_class", [Client, AsyncClient])
+def test_no_key_anywhere_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, client_class: type[Client] | type[AsyncClient]
+) -> None:
+    monkeypatch.delenv("MEMQ_CLIENT_API_KEY", raising=False)
+
+    with pytest.raises(MemqAPIError) as raised:
+        client_class(BASE_URL)
+
+    assert raised.value.type == "configuration"
+    assert "MEMQ_CLIENT_API_KEY" in raised.value.message
+
+
+def test_a_bad_timeout_in_the_environment_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_CLIENT_TIMEOUT_S", "soon")
+
+    with pytest.raises(MemqAPIError, match="MEMQ_CLIENT_TIMEOUT_S"):
+        Client(BASE_URL, "k")
+
+
+def test_an_answer_of_the_wrong_shape_is_an_invalid_response() -> None:
+    client = sync_client(answering(200, {"job_id": "j1"}))
+    with client, pytest.raises(MemqAPIError) as raised:
+        client.job("j1")
+
+    assert raised.value.type == "invalid_response"
+    assert "status" in raised.value.message
+
+
+def test_answers_keep_fields_a_newer_server_adds() -> None:
+    body = {**memory_json("a"), "importance": 0.9}
+    with sync_client(answering(200, body)) as client:
+        memory = client.get("a")
+
+    assert memory.model_extra == {"importance": 0.9}
+    assert memory["importance"] == 0.9 and memory.get("nope", 1) == 1
+    with pytest.raises(KeyError):
+        memory["nope"]
+
+
+def test_the_pager_walks_pages_lazily() -> None:
+    pages = {
+        None: {"results": [memory_json("a")], "next_cursor": "c1"},
+        "c1": {"results": [memory_json("b")], "next_cursor": None},
+    }
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, json=pages[request.url.params.get("cursor")])
+
+    with sync_client(handler) as client:
+        pager = client.get_all(user_id="u1")
+        assert requests == []  # nothing fetched until iterated
+        first = next(iter(pager.pages()))
+        assert [m.id for m in first.results] == ["a"] and first.next_cursor == "c1"
+        assert [m.id for m in pager] == ["a", "b"]

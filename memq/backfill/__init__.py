@@ -15,257 +15,44 @@ Exit status: 0 all succeeded, 1 some failed or died (listed), 2 bad input, 130 i
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from tqdm import tqdm
-
-from pipeline.backfill.readers import Conversation, Located, Reader
-from pipeline.errors import InvalidInputError
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobStatus
-from pipeline.store.protocol import JobRecord
+from memq.backfill.checkpoint import Checkpoint, write_atomically
+from memq.backfill.options import BackfillOptions, Counts
+from memq.backfill.progress import Progress
+from memq.backfill.rate import TokenBucket
+from memq.backfill.requests import requests_for
+from pipeline.backfill.readers import Located, Reader
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
+from pipeline.models import AddRequest
 from workers.app import MemqCelery
 from workers.intake import replay, submit
 
-MAX_MESSAGES_PER_JOB = 500  # AddRequest's bound: a longer conversation becomes several jobs
-MAX_MESSAGE_CHARS = 100_000  # MessageIn's bound: a longer message is split in pieces
-CHECKPOINT_EVERY_S = 1.0
-FINISHED = frozenset({JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.DEAD.value})
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "Backfill",
+    "BackfillOptions",
+    "Checkpoint",
+    "Counts",
+    "Progress",
+    "TokenBucket",
+    "dry_run",
+    "requests_for",
+    "write_atomically",
+]
+
+FINISHED = TERMINAL_STATUSES
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-@dataclass(frozen=True)
-class BackfillOptions:
-    """What the command line chose. ``rate`` 0 means no rate limit; ``timeout_s`` bounds how
-    long one job may stay unfinished before it is counted failed (a later run finds it done)."""
-
-    fmt: str
-    tenant: str = "default"
-    infer: bool = False
-    checkpoint: Path | None = None
-    max_in_flight: int = 32
-    rate: float = 5.0
-    retry_failed: bool = False
-    timeout_s: float = 900.0
-    poll_interval_s: float = 0.2
-
-
-@dataclass
-class Counts:
-    """Conversations, by outcome in this run."""
-
-    total: int = 0
-    submitted: int = 0
-    already_done: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    dead: int = 0
-    skipped: int = 0
-    replayed: int = 0
-
-    @property
-    def finished(self) -> int:
-        return self.already_done + self.succeeded + self.failed + self.dead + self.skipped
-
-
-# -- checkpoint ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Checkpoint:
-    """Keys finished and failed (with job ids and reason) for one archive format; ``path`` None
-    keeps it in memory only."""
-
-    path: Path | None
-    fmt: str
-    done: set[str] = field(default_factory=set)
-    failed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    saved_at: float = 0.0
-
-    @classmethod
-    def load(cls, path: Path | None, fmt: str) -> Checkpoint:
-        """The checkpoint at ``path`` (empty when absent). InvalidInputError when it is not a
-        checkpoint or was written for another format."""
-        if path is None or not path.exists():
-            return cls(path, fmt)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            stored_fmt, done, failed = data["format"], data["done"], data["failed"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InvalidInputError(f"{path}: not a backfill checkpoint ({exc})") from exc
-        if stored_fmt != fmt:
-            raise InvalidInputError(f"{path}: checkpoint of format {stored_fmt}, not {fmt}")
-        return cls(path, fmt, set(done), dict(failed), dict(data.get("skipped", {})))
-
-    def save(self, now: float, force: bool = False) -> None:
-        """Write atomically (temp file + fsync + rename), at most once per second unless forced."""
-        if self.path is None or (not force and now - self.saved_at < CHECKPOINT_EVERY_S):
-            return
-        payload = {
-            "version": 1,
-            "format": self.fmt,
-            "updated_at": datetime.now(UTC).isoformat(),
-            "done": sorted(self.done),
-            "failed": self.failed,
-            "skipped": self.skipped,
-        }
-        write_atomically(self.path, json.dumps(payload, indent=1, ensure_ascii=False))
-        self.saved_at = now
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Readers of ``path`` see the old file or the new one, never a part of it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-# -- rate and progress --------------------------------------------------------------------------
-
-
-class TokenBucket:
-    """``rate`` tokens per second, holding at most ``capacity`` (the burst allowed). ``acquire``
-    waits for a token: a burst above the rate is delayed, never dropped. Rate 0: no limit."""
-
-    def __init__(
-        self,
-        rate: float,
-        capacity: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.rate = rate
-        self.capacity = capacity if capacity is not None else max(1.0, rate)
-        self.tokens = self.capacity
-        self.clock = clock
-        self.sleep = sleep
-        self.stamp = clock()
-
-    def acquire(self) -> None:
-        if self.rate <= 0:
-            return
-        while True:
-            now = self.clock()
-            self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-            self.stamp = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            self.sleep((1 - self.tokens) / self.rate)
-
-
-class Progress:
-    """On a terminal, a progress bar (tqdm: done / total, rate, ETA, failed and in flight),
-    redrawn at most 4 times a second; otherwise one summary line every 5 s, for log files."""
-
-    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream = stream
-        self.clock = clock
-        self.tty = stream.isatty()
-        self.every_s = 0.25 if self.tty else 5.0
-        self.started = clock()
-        self.shown = 0.0
-        self.base = 0  # conversations finished before this run started counting
-        self.bar = (
-            tqdm(file=stream, unit="conv", desc="backfill", dynamic_ncols=True)
-            if self.tty
-            else None
-        )
-
-    def show(self, counts: Counts, in_flight: int, force: bool = False) -> None:
-        now = self.clock()
-        if not force and now - self.shown < self.every_s:
-            return
-        self.shown = now
-        if self.bar is not None:
-            self.bar.total, self.bar.initial, self.bar.n = counts.total, self.base, counts.finished
-            failed = counts.failed + counts.dead
-            self.bar.set_postfix_str(f"{failed} failed, {in_flight} in flight", refresh=False)
-            self.bar.refresh()
-            return
-        self.stream.write(f"{self.line(counts, in_flight, now - self.started)}\n")
-        self.stream.flush()
-
-    def line(self, counts: Counts, in_flight: int, elapsed_s: float) -> str:
-        done_now = counts.finished - self.base
-        rate = done_now / elapsed_s if elapsed_s > 0 else 0.0
-        left = counts.total - counts.finished
-        eta = f"{left / rate:.0f}s" if rate > 0 else "?"
-        return (
-            f"backfill: {counts.finished}/{counts.total} done, {counts.failed + counts.dead} "
-            f"failed, {in_flight} in flight, {rate:.1f} conv/s, ETA {eta}"
-        )
-
-    def end(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-# -- requests -----------------------------------------------------------------------------------
-
-
-def requests_for(
-    conversation: Conversation, options: BackfillOptions
-) -> list[tuple[str, AddRequest]]:
-    """``(idempotency_key, request)`` per job of ``conversation``: one job, or one per 500
-    messages. ValueError (pydantic's included) when the conversation is not acceptable."""
-    messages = [m for item in conversation.messages for m in _messages_in(item)]
-    if not messages:
-        raise ValueError("no message with text")
-    scope = Scope(
-        tenant=options.tenant, user_id=conversation.user_id, agent_id=conversation.agent_id
-    )
-    chunks = [
-        messages[i : i + MAX_MESSAGES_PER_JOB]
-        for i in range(0, len(messages), MAX_MESSAGES_PER_JOB)
-    ]
-    base_key = f"backfill:{options.fmt}:{conversation.key}"
-    metadata = {**conversation.metadata, "backfill_key": conversation.key}
-    return [
-        (
-            base_key if index == 0 else f"{base_key}#part{index + 1}",
-            AddRequest(
-                scope=scope,
-                messages=chunk,
-                metadata=metadata if len(chunks) == 1 else {**metadata, "part": index + 1},
-                infer=options.infer,
-                timestamp=conversation.timestamp,
-            ),
-        )
-        for index, chunk in enumerate(chunks)
-    ]
-
-
-def _messages_in(item: dict[str, str]) -> list[MessageIn]:
-    content = item.get("content", "")
-    name = re.sub(r"\s+", "_", item["name"].strip())[:128] if item.get("name") else None
-    pieces = [content[i : i + MAX_MESSAGE_CHARS] for i in range(0, len(content), MAX_MESSAGE_CHARS)]
-    return [
-        MessageIn.model_validate({"role": item.get("role"), "content": piece, "name": name or None})
-        for piece in pieces
-        if piece.strip()
-    ]
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -368,7 +155,11 @@ class Backfill:
     def _submit_part(self, key: str, idempotency_key: str, request: AddRequest) -> None:
         accepted = submit(self.app, request, idempotency_key=idempotency_key, backfill=True)
         record, new = accepted.record, accepted.created
-        if not new and self.options.retry_failed and record.status in ("failed", "dead"):
+        if (
+            not new
+            and self.options.retry_failed
+            and record.status in (JobStatus.FAILED, JobStatus.DEAD)
+        ):
             record, new = replay(self.app, record.job_id), True
             self.counts.replayed += 1
         outcome = self.outcomes[key]
@@ -412,7 +203,7 @@ class Backfill:
         key = self.in_flight.pop(job_id).key
         outcome = self.outcomes[key]
         outcome.settled += 1
-        if timed_out or record.status != JobStatus.SUCCEEDED.value:
+        if timed_out or record.status != JobStatus.SUCCEEDED:
             reason = timed_out or record.reason or record.status
             outcome.failures.append({"job_id": job_id, "status": record.status, "reason": reason})
         if outcome.settled == outcome.parts:
@@ -432,7 +223,7 @@ class Backfill:
             "reason": outcome.failures[0]["reason"],
             "jobs": outcome.failures,
         }
-        if outcome.failures[0]["status"] == JobStatus.DEAD.value:
+        if outcome.failures[0]["status"] == JobStatus.DEAD:
             self.counts.dead += 1
         else:
             self.counts.failed += 1
@@ -470,14 +261,7 @@ def unique_keys(reader: Reader) -> list[Located]:
 
 def fetch_records(app: MemqCelery, job_ids: list[str]) -> dict[str, JobRecord | None]:
     """The current record of each job (None when there is none), one round trip."""
-    if not job_ids:
-        return {}
-    store = app.runtime.store
-    docs = app.runtime.es.mget(index=store.names.jobs, ids=job_ids).body["docs"]
-    return {
-        doc["_id"]: JobRecord.model_validate(doc["_source"]) if doc.get("found") else None
-        for doc in docs
-    }
+    return app.runtime.store.get_jobs(job_ids)
 
 
 @contextmanager

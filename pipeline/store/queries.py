@@ -1,0 +1,77 @@
+"""Elasticsearch request bodies of a search, and readers of its responses.
+
+Plain functions from values to dicts (and back): the store and the searcher share them, and
+nothing here calls Elasticsearch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.models import VIEW_SOURCE_FIELDS
+
+_POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b", re.IGNORECASE)
+
+
+def without_possessives(text: str) -> str:
+    """ "Maria's dog" → "Maria dog": a name in the possessive still matches the speaker."""
+    return _POSSESSIVE.sub("", text)
+
+
+def not_expired() -> dict[str, Any]:
+    """Memories without an expiration date, or whose date is still ahead."""
+    return {
+        "bool": {
+            "should": [
+                {"bool": {"must_not": {"exists": {"field": "expiration_date"}}}},
+                {"range": {"expiration_date": {"gt": "now"}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
+    return {
+        "size": size,
+        "_source": False,
+        "knn": {
+            "field": "embedding",
+            "query_vector": list(vector),
+            "k": size,
+            "num_candidates": min(10_000, max(100, 4 * size)),
+            "filter": clauses,
+        },
+    }
+
+
+def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "size": len(ids) or 1,
+        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized"]},
+        "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
+    }
+
+
+def vectors_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stored vectors of ``ids`` (only these: a vector is 384 floats of JSON)."""
+    return {
+        "size": len(ids) or 1,
+        "_source": {"includes": ["embedding"], "exclude_vectors": False},
+        "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
+    }
+
+
+def hits_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    hits: list[dict[str, Any]] = response["hits"]["hits"]
+    return hits
+
+
+def read_hits(
+    response: Mapping[str, Any], scores: dict[str, float], ranks: dict[str, int], convert: Any
+) -> None:
+    for rank, hit in enumerate(hits_of(response), start=1):
+        scores[hit["_id"]] = convert(hit["_score"])
+        ranks[hit["_id"]] = rank

@@ -1,0 +1,62 @@
+"""The key store's per-process cache against the real node: a key is read once per window, a
+revocation made through the same store is seen at once, and one made elsewhere within the
+window; unknown keys are never cached."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from pipeline.keys import KeyStore
+from pipeline.store.indices import IndexNames
+
+pytestmark = pytest.mark.integration
+
+
+def new_key(es: Elasticsearch, indices: IndexNames) -> tuple[str, str]:
+    return KeyStore(es, indices).create(f"cache-{uuid.uuid4().hex[:8]}", "cache", datetime.now(UTC))
+
+
+def revoke_elsewhere(es: Elasticsearch, indices: IndexNames, key_id: str) -> None:
+    """What another API process's revocation leaves in the index."""
+    KeyStore(es, indices).revoke(key_id, datetime.now(UTC))
+
+
+def test_a_cached_key_sees_a_revocation_elsewhere_only_after_its_window(
+    es: Elasticsearch, indices: IndexNames
+) -> None:
+    key_id, token = new_key(es, indices)
+    cached, uncached = KeyStore(es, indices, cache_s=300), KeyStore(es, indices, cache_s=0)
+    assert cached.authenticate(token, None) is not None
+    assert uncached.authenticate(token, None) is not None
+    revoke_elsewhere(es, indices, key_id)
+    assert uncached.authenticate(token, None) is None  # read on every request
+    assert cached.authenticate(token, None) is not None  # trusted until its window ends
+    cached._cache[key_id] = (0.0, cached._cache[key_id][1])  # the window has passed
+    assert cached.authenticate(token, None) is None
+
+
+def test_a_revocation_through_the_same_store_is_seen_at_once(
+    es: Elasticsearch, indices: IndexNames
+) -> None:
+    key_id, token = new_key(es, indices)
+    keys = KeyStore(es, indices, cache_s=300)
+    principal = keys.authenticate(token, None)
+    assert principal is not None and principal.key_id == key_id
+    keys.revoke(key_id, datetime.now(UTC))
+    assert keys.authenticate(token, None) is None
+
+
+def test_a_wrong_secret_is_refused_from_the_cache_and_unknown_keys_are_not_cached(
+    es: Elasticsearch, indices: IndexNames
+) -> None:
+    key_id, token = new_key(es, indices)
+    keys = KeyStore(es, indices, cache_s=300)
+    assert keys.authenticate(token, None) is not None
+    assert keys.authenticate(token[:-4] + "AAAA", None) is None
+    unknown = f"mq_{uuid.uuid4().hex[:16]}_{'x' * 43}"
+    assert keys.authenticate(unknown, None) is None
+    assert list(keys._cache) == [key_id]

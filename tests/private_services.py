@@ -1,0 +1,127 @@
+"""PRIVATE Elasticsearch and Redis for fault tests and the chaos benchmark: the stack's own
+Elasticsearch distribution started by ``ops/elasticsearch`` on other ports with its own data
+directory, and a ``redis-server`` of its own, so a test may stop them without touching the
+shared services others use."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import redis
+
+OPS = Path(__file__).resolve().parents[1] / "ops"
+
+
+def free_port(low: int, high: int) -> int:
+    """The first port in [low, high) nobody listens on."""
+    for port in range(low, high):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}..{high - 1}")
+
+
+class PrivateElasticsearch:
+    """``ops/elasticsearch start|stop`` for a node of its own (HTTP port in ``http_ports``,
+    transport port in ``transport_ports``, a small heap, data in a fresh directory that the
+    node's own user can reach). ``stop`` is a real shutdown; ``start`` brings the same data
+    back, as a restart after an outage would."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        http_ports: tuple[int, int] = (9420, 9430),
+        transport_ports: tuple[int, int] = (9520, 9530),
+        heap: str = "512m",
+    ) -> None:
+        self.port = free_port(*http_ports)
+        self.var = Path(tempfile.mkdtemp(prefix="memq-es-"))
+        self.var.chmod(0o755)  # the node runs as its own user, which must reach its data
+        self.env = {
+            **env,
+            "MEMQ_ES_URL": self.url,
+            "MEMQ_OPS_ES_VAR": str(self.var),
+            "MEMQ_OPS_ES_TRANSPORT_PORT": str(free_port(*transport_ports)),
+            "MEMQ_OPS_ES_HEAP": heap,
+        }
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _ops(self, command: str) -> None:
+        done = subprocess.run(
+            [str(OPS / "elasticsearch"), command],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ops/elasticsearch {command}: {done.stdout}{done.stderr}")
+
+    def start(self) -> float:
+        """Start the node and wait until it is healthy; returns the seconds that took."""
+        began = time.monotonic()
+        self._ops("start")
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        self._ops("stop")
+
+    def up(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/_cluster/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def remove(self) -> None:
+        """Stop the node (if running) and delete its data."""
+        if (self.var / "es.pid").exists():
+            self.stop()
+        shutil.rmtree(self.var, ignore_errors=True)
+
+
+class PrivateRedis:
+    """A ``redis-server`` on a port in ``ports``, append-only like the stack's, in ``data_dir``.
+    ``stop`` is SIGTERM (Redis writes its append-only file and exits, as a restart would)."""
+
+    def __init__(self, data_dir: Path, ports: tuple[int, int] = (6420, 6430)) -> None:
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server is not installed (ops/install installs it)")
+        self.port = free_port(*ports)
+        self.data_dir = data_dir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir)]
+        args += ["--appendonly", "yes", "--save", ""]
+        with (self.data_dir / "redis.log").open("ab") as log:
+            self.process = subprocess.Popen(["redis-server", *args], stdout=log, stderr=log)
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        raise RuntimeError("the private redis-server did not start")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)

@@ -1,0 +1,40 @@
+"""The package picture holds: ``pipeline`` (the domain) imports neither Celery nor FastAPI,
+and nothing under it reaches back up into ``workers``, ``api`` or ``memq``; ``api`` imports no
+Elasticsearch client of its own (it reaches the node through the store)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported(package: str) -> dict[str, set[str]]:
+    """Top-level module names imported anywhere in each source file of ``package``."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        ("pipeline", {"celery", "kombu", "fastapi", "starlette", "workers", "api", "memq"}),
+        ("api", {"elasticsearch"}),
+    ],
+)
+def test_a_package_imports_nothing_above_or_beside_its_layer(
+    package: str, forbidden: set[str]
+) -> None:
+    offending = {f: sorted(n & forbidden) for f, n in imported(package).items() if n & forbidden}
+    assert offending == {}

@@ -1,0 +1,246 @@
+"""Ownership of a batch run, in Redis: who runs it now, and until when.
+
+A *run* is a batch's trip down the phases (its id is the batch id, or a job's id and a suffix
+when a job is sent on alone). Its record, ``memq:{ns}:run:{id}``, holds the phase the run is
+at, its jobs, its lane and its owner: the execution token of the task running that phase, or
+empty while the next phase's message waits in the broker. While a task owns the run, the run
+sits in the ``leases`` sorted set scored by the lease's expiry, which the owner's process
+renews (``workers.keeper``); a run whose score passed has lost its owner, and the reaper takes
+it. A run also sits there, ownerless, while its next message is held back (a countdown) in a
+worker's memory, where the broker could lose it with that worker.
+
+Every transition is one Lua script, so a claim, a renewal, a hand-on and the reaper's take
+never interleave: exactly one execution owns a run's phase at a time, and a task that is not
+the owner (a late redelivery, an abandoned overrun) does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+
+import redis
+
+from workers.state_store import BATCH_TTL_S, STATE_TTL_S, redis_errors
+
+GATHERING = "gather"  # the phase of a run whose gather task has not launched its chain yet
+
+# KEYS: run, leases. ARGV: phase, task id, token, expiry, run id, may create ('1' for a gather),
+# lane, ttl. A gather may create its run and take over from an earlier delivery of itself.
+CLAIM = """
+local phase = redis.call('HGET', KEYS[1], 'phase')
+if not phase then
+  if ARGV[6] ~= '1' then return 'stale' end
+  redis.call('HSET', KEYS[1], 'phase', ARGV[1], 'owner', ARGV[3], 'lane', ARGV[7], 'jobs', '[]')
+  redis.call('EXPIRE', KEYS[1], ARGV[8])
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  return 'own'
+end
+if phase ~= ARGV[1] then return 'stale' end
+local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+local mine = string.sub(owner, 1, #ARGV[2] + 1) == ARGV[2] .. ':'
+if owner == '' or (mine and ARGV[6] == '1') then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[3])
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  return 'own'
+end
+if mine then return 'redelivered' end
+return 'stale'
+"""
+# KEYS: run, leases. ARGV: token, expiry, run id.
+RENEW = """
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[3])
+return 1
+"""
+# KEYS: run, leases. ARGV: token, next phase, jobs (JSON, '' to keep), expiry ('' for none), run id.
+HAND_ON = """
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'phase', ARGV[2], 'owner', '')
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'jobs', ARGV[3]) end
+if ARGV[4] == '' then redis.call('ZREM', KEYS[2], ARGV[5])
+else redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
+return 1
+"""
+# KEYS: run, leases. ARGV: phase, run id.
+SENT = """
+if redis.call('HGET', KEYS[1], 'phase') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'owner') ~= '' then return 0 end
+return redis.call('ZREM', KEYS[2], ARGV[2])
+"""
+# KEYS: run, leases. ARGV: token ('*' for any owner), run id.
+CLOSE = """
+if ARGV[1] ~= '*' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return 1
+"""
+# KEYS: run, leases. ARGV: before (the score must be at most this), run id.
+TAKE = """
+local score = redis.call('ZSCORE', KEYS[2], ARGV[2])
+if (not score) or tonumber(score) > tonumber(ARGV[1]) then return false end
+redis.call('ZREM', KEYS[2], ARGV[2])
+local fields = redis.call('HGETALL', KEYS[1])
+redis.call('DEL', KEYS[1])
+return fields
+"""
+
+
+class Claim(StrEnum):
+    """What a task starting a phase of a run learns."""
+
+    OWN = "own"  # it runs the phase
+    STALE = "stale"  # the run is gone or elsewhere (another owner, a later phase): do nothing
+    REDELIVERED = "redelivered"  # an earlier delivery of this very message died running it
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as the reaper takes it: where it was, with which jobs, and whether a task owned
+    it when it lapsed (a worker died) or it was only waiting (a held-back message lost)."""
+
+    run_id: str
+    phase: str
+    jobs: list[str]
+    lane: str
+    owned: bool
+
+
+class RunLeases:
+    """The run records and the ``leases`` set, under ``memq:{namespace}:``."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.client = client
+        self.prefix = f"memq:{namespace}"
+        self._claim = client.register_script(CLAIM)
+        self._renew = client.register_script(RENEW)
+        self._hand_on = client.register_script(HAND_ON)
+        self._close = client.register_script(CLOSE)
+        self._sent = client.register_script(SENT)
+        self._take = client.register_script(TAKE)
+
+    def _run(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}"
+
+    @property
+    def _leases(self) -> str:
+        return f"{self.prefix}:leases"
+
+    def _keys(self, run_id: str) -> list[str]:
+        return [self._run(run_id), self._leases]
+
+    def claim(
+        self, run_id: str, phase: str, *, task_id: str, token: str, expires: float, lane: str = ""
+    ) -> Claim:
+        """Take the run's ``phase`` for the execution ``token`` (``task_id:...``) until
+        ``expires``. A gather (phase ``GATHERING``) creates its run when there is none."""
+        create = "1" if phase == GATHERING else "0"
+        args: list[str | float] = [
+            phase,
+            task_id,
+            token,
+            expires,
+            run_id,
+            create,
+            lane,
+            BATCH_TTL_S,
+        ]
+        with redis_errors("claim a run"):
+            reply = self._claim(keys=self._keys(run_id), args=args)
+        return Claim(reply.decode() if isinstance(reply, bytes) else str(reply))
+
+    def renew(self, run_id: str, token: str, expires: float) -> bool:
+        """Extend the lease; False when ``token`` no longer owns the run."""
+        with redis_errors("renew a lease"):
+            return bool(self._renew(keys=self._keys(run_id), args=[token, expires, run_id]))
+
+    def hand_on(
+        self,
+        run_id: str,
+        token: str,
+        phase: str,
+        *,
+        jobs: list[str] | None = None,
+        expires: float | None = None,
+    ) -> bool:
+        """The owner is done with its phase: the run now waits for ``phase``'s task, ownerless,
+        with no lease, or one until ``expires`` while its message is not yet safe in the broker
+        (about to be sent, or held back by a countdown). False if ``token`` no longer owns it."""
+        args = [token, phase, json.dumps(jobs) if jobs is not None else "", expires or "", run_id]
+        with redis_errors("hand a run on"):
+            return bool(self._hand_on(keys=self._keys(run_id), args=args))
+
+    def schedule(
+        self, run_id: str, phase: str, jobs: list[str], lane: str, expires: float | None
+    ) -> None:
+        """A new run, waiting for ``phase``'s task (see ``hand_on`` for ``expires``)."""
+        with redis_errors("schedule a run"):
+            pipe = self.client.pipeline()
+            key = self._run(run_id)
+            pipe.hset(key, mapping={"phase": phase, "owner": "", "jobs": json.dumps(jobs)})
+            pipe.hset(key, "lane", lane)
+            pipe.expire(key, BATCH_TTL_S)
+            if expires is None:
+                pipe.zrem(self._leases, run_id)
+            else:
+                pipe.zadd(self._leases, {run_id: expires})
+            pipe.execute()
+
+    def sent(self, run_id: str, phase: str) -> None:
+        """``phase``'s message is in the broker now: the run, still waiting for it, needs no
+        lease (a lease taken meanwhile by the task that claimed it is left alone)."""
+        with redis_errors("mark a run's message sent"):
+            self._sent(keys=self._keys(run_id), args=[phase, run_id])
+
+    def exists(self, run_id: str) -> bool:
+        with redis_errors("check a run"):
+            return bool(self.client.exists(self._run(run_id)))
+
+    def owns(self, run_id: str, token: str) -> bool:
+        with redis_errors("check a run's owner"):
+            owner = self.client.hget(self._run(run_id), "owner")
+        return isinstance(owner, bytes) and owner.decode() == token
+
+    def close(self, run_id: str, token: str = "*") -> bool:
+        """The run has ended (or lost all its jobs): forget it, if ``token`` still owns it."""
+        with redis_errors("close a run"):
+            return bool(self._close(keys=self._keys(run_id), args=[token, run_id]))
+
+    def lapsed(self, now: float, limit: int = 100) -> list[str]:
+        """Runs whose lease expired before ``now``, oldest first."""
+        with redis_errors("list lapsed leases"):
+            raw = self.client.zrangebyscore(self._leases, "-inf", now, start=0, num=limit)
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+
+    def take(self, run_id: str, before: float) -> RunRecord | None:
+        """Remove and return the run if its lease expired before ``before`` (float('inf'):
+        whatever its lease), for exactly one caller; None otherwise."""
+        with redis_errors("take a lapsed run"):
+            fields = self._take(keys=self._keys(run_id), args=[before, run_id])
+        if not fields:
+            return None
+        raw = dict(zip(fields[::2], fields[1::2], strict=True))
+        text = {k.decode(): v.decode() for k, v in raw.items()}
+        return RunRecord(
+            run_id=run_id,
+            phase=text.get("phase", ""),
+            jobs=list(json.loads(text.get("jobs") or "[]")),
+            lane=text.get("lane", ""),
+            owned=bool(text.get("owner")),
+        )
+
+    def delivered(self, job_id: str) -> int:
+        """Count one more delivery of the job that its worker did not survive; the total."""
+        key = f"{self.prefix}:job:{job_id}:deliveries"
+        with redis_errors("count a lost delivery"):
+            pipe = self.client.pipeline()
+            pipe.incr(key)
+            pipe.expire(key, STATE_TTL_S)
+            return int(pipe.execute()[0])
+
+    def first_to_reap(self, every_s: float) -> bool:
+        """True for one caller per ``every_s`` across every worker: who runs the reaper now."""
+        with redis_errors("take the reaper's turn"):
+            key = f"{self.prefix}:reaper"
+            return bool(self.client.set(key, 1, nx=True, px=max(1, int(every_s * 1000))))
