@@ -195,6 +195,11 @@ class WorkerConfig(_Section):
     lease_s: float = Field(default=15.0, ge=1, le=600)
     reaper_interval_s: float = Field(default=5.0, ge=0.5, le=600)
     max_deliveries: int = Field(default=4, ge=1, le=100)
+    # A run's next message, once sent, must be claimed by a worker within this; past it the
+    # reaper sends the run's jobs on again (a message reserved by a worker that was then
+    # killed would otherwise wait for the broker's visibility timeout). A message that was
+    # only slow to come finds its run gone and does nothing.
+    pickup_s: float = Field(default=60.0, ge=5, le=3600)
     # Prometheus: the worker's main process serves its processes' metrics here (0: off)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"

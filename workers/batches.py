@@ -95,7 +95,7 @@ def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
     context = Phase.CONTEXT.value
     runtime.leases.hand_on(batch_id, token, context, jobs=ids, expires=app.keeper.expiry())
     chain.apply_async()
-    runtime.leases.sent(batch_id, context)
+    runtime.leases.sent(batch_id, context, app.keeper.pickup_by())
     runtime.states.launched(batch_id)
     log.info("batch %s: %d job(s)", batch_id, len(ids))
     return ids
@@ -210,4 +210,4 @@ def send_alone(
     )
     chain.apply_async(countdown=countdown)
     if countdown <= 0:
-        runtime.leases.sent(solo, phase.value)
+        runtime.leases.sent(solo, phase.value, app.keeper.pickup_by())

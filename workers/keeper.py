@@ -69,6 +69,10 @@ class Keeper:
     def expiry(self) -> float:
         return self.clock() + self.config.lease_s
 
+    def pickup_by(self) -> float:
+        """How long a run's sent message may wait for a worker before the reaper sends again."""
+        return self.clock() + self.config.pickup_s
+
     def hold(self, task_id: str, held: Held) -> None:
         self.start()
         with self._lock:

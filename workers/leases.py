@@ -63,11 +63,12 @@ if ARGV[4] == '' then redis.call('ZREM', KEYS[2], ARGV[5])
 else redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
 return 1
 """
-# KEYS: run, leases. ARGV: phase, run id.
+# KEYS: run, leases. ARGV: phase, run id, pickup deadline.
 SENT = """
 if redis.call('HGET', KEYS[1], 'phase') ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'owner') ~= '' then return 0 end
-return redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+return 1
 """
 # KEYS: run, leases. ARGV: token ('*' for any owner), run id.
 CLOSE = """
@@ -187,11 +188,16 @@ class RunLeases:
                 pipe.zadd(self._leases, {run_id: expires})
             pipe.execute()
 
-    def sent(self, run_id: str, phase: str) -> None:
-        """``phase``'s message is in the broker now: the run, still waiting for it, needs no
-        lease (a lease taken meanwhile by the task that claimed it is left alone)."""
+    def sent(self, run_id: str, phase: str, pickup_by: float) -> None:
+        """``phase``'s message is in the broker now: the run waits for a worker to claim it
+        until ``pickup_by``. A message can still be lost after it was sent: a worker that
+        reserved it (prefetch) or held it back (a countdown) and was then killed keeps it
+        unacknowledged until the broker's visibility timeout. Past ``pickup_by`` the reaper
+        sends the run's jobs on again; if the first message turns up later, it finds its run
+        gone and does nothing. (A lease taken meanwhile by the task that claimed the run is
+        left alone.)"""
         with redis_errors("mark a run's message sent"):
-            self._sent(keys=self._keys(run_id), args=[phase, run_id])
+            self._sent(keys=self._keys(run_id), args=[phase, run_id, pickup_by])
 
     def exists(self, run_id: str) -> bool:
         with redis_errors("check a run"):

@@ -67,7 +67,7 @@ class JobTask(Task):  # type: ignore[type-arg]
         if held is not None and held.phase != GATHERING:
             following = next_phase(Phase(held.phase))
             if following is not None:
-                app.runtime.leases.sent(held.run_id, following.value)
+                app.runtime.leases.sent(held.run_id, following.value, app.keeper.pickup_by())
 
     def on_retry(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         """The retry's message is held back in some worker's memory: the run stays leased,

@@ -61,19 +61,32 @@ def test_the_reaper_takes_a_run_only_once_its_lease_lapsed(leases: RunLeases) ->
     assert not leases.exists(run_id)
 
 
-def test_a_run_waiting_for_its_message_is_leased_only_until_the_message_is_sent(
-    leases: RunLeases,
-) -> None:
+def test_a_sent_message_must_be_claimed_by_its_pickup_deadline(leases: RunLeases) -> None:
     run_id, now = new_run(leases), time.time()
     leases.schedule(run_id, "embed", ["job-1"], "live", expires=now + 1)
     assert run_id in leases.lapsed(now + 2)  # a message that was never sent: the reaper's
-    leases.sent(run_id, "embed")
-    assert run_id not in leases.lapsed(now + 2)  # in the broker now: no lease needed
+    leases.sent(run_id, "embed", now + 60)
+    assert run_id not in leases.lapsed(now + 2)  # in the broker now, waiting for a worker
     assert leases.claim(run_id, "embed", task_id="t1", token="t1:a", expires=now + 1) is Claim.OWN
-    leases.sent(run_id, "embed")  # a late "sent" leaves the owner's lease alone
+    leases.sent(run_id, "embed", now + 60)  # a late "sent" leaves the owner's lease alone
     assert run_id in leases.lapsed(now + 2)
     record = leases.take(run_id, now + 2)
     assert record is not None and record.owned
+
+
+def test_a_sent_message_nobody_claims_is_the_reapers_without_a_lost_delivery(
+    leases: RunLeases,
+) -> None:
+    """A worker reserved the message and was killed before starting it: the broker would
+    return it only after its visibility timeout; the run lapses at its pickup deadline."""
+    run_id, now = new_run(leases), time.time()
+    leases.schedule(run_id, "persist", ["job-1", "job-2"], "live", expires=now + 1)
+    leases.sent(run_id, "persist", now + 60)
+    assert run_id not in leases.lapsed(now + 59)
+    assert run_id in leases.lapsed(now + 61)
+    record = leases.take(run_id, now + 61)
+    assert record is not None
+    assert (record.phase, record.jobs, record.owned) == ("persist", ["job-1", "job-2"], False)
 
 
 def test_a_gather_creates_its_run_and_takes_over_from_its_own_earlier_delivery(
