@@ -70,6 +70,13 @@ if redis.call('HGET', KEYS[1], 'owner') ~= '' then return 0 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 return 1
 """
+# KEYS: run, leases. ARGV: until, run id.
+DEFER = """
+if redis.call('HGET', KEYS[1], 'owner') ~= '' then return 0 end
+if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+return 1
+"""
 # KEYS: run, leases. ARGV: token ('*' for any owner), run id.
 CLOSE = """
 if ARGV[1] ~= '*' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
@@ -119,6 +126,7 @@ class RunLeases:
         self._hand_on = client.register_script(HAND_ON)
         self._close = client.register_script(CLOSE)
         self._sent = client.register_script(SENT)
+        self._defer = client.register_script(DEFER)
         self._take = client.register_script(TAKE)
 
     def _run(self, run_id: str) -> str:
@@ -199,6 +207,19 @@ class RunLeases:
         with redis_errors("mark a run's message sent"):
             self._sent(keys=self._keys(run_id), args=[phase, run_id, pickup_by])
 
+    def waiting(self, run_id: str) -> tuple[str, str] | None:
+        """(phase, lane) of a run that nobody owns (its message waits somewhere), else None."""
+        with redis_errors("read a run"):
+            owner, phase, lane = self.client.hmget(self._run(run_id), ["owner", "phase", "lane"])
+        if owner is None or phase is None or owner not in (b"", ""):
+            return None
+        return _text(phase), _text(lane or "")
+
+    def defer(self, run_id: str, until: float) -> bool:
+        """Move an unowned run's deadline to ``until``; False if it is owned or not leased."""
+        with redis_errors("defer a run"):
+            return bool(self._defer(keys=self._keys(run_id), args=[until, run_id]))
+
     def exists(self, run_id: str) -> bool:
         with redis_errors("check a run"):
             return bool(self.client.exists(self._run(run_id)))
@@ -250,3 +271,7 @@ class RunLeases:
         with redis_errors("take the reaper's turn"):
             key = f"{self.prefix}:reaper"
             return bool(self.client.set(key, 1, nx=True, px=max(1, int(every_s * 1000))))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -45,6 +45,7 @@ from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phase_task_name
 from workers.retry import RetryPolicy, retried
 from workers.runtime import MemqCelery, Runtime, queue_for
+from workers.state_store import redis_errors
 from workers.turns import check_delay, hand_on
 
 log = logging.getLogger("memq.worker")
@@ -287,12 +288,33 @@ def reap(app: MemqCelery) -> None:
     leases = app.runtime.leases
     now = app.runtime.clock().timestamp()
     for run_id in leases.lapsed(now):
+        if still_queued(app, run_id):
+            continue
         record = leases.take(run_id, now)
         if record is not None:
             log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
             recover_run(app, record)
     for line, head in app.runtime.states.line_heads(LINES_PER_SWEEP):
         rescue_head(app, line, head, now)
+
+
+def still_queued(app: MemqCelery, run_id: str) -> bool:
+    """A run nobody owns whose phase's queue still has messages waiting: its message is most
+    likely among them (the workers are busy or down), so its deadline moves on instead of its
+    jobs being sent again, which would only add to the queue. A message lost with a worker
+    that had reserved it is not in the queue: once the queue is empty, the run is recovered."""
+    runtime = app.runtime
+    waiting = runtime.leases.waiting(run_id)
+    if waiting is None or waiting[0] == GATHERING:
+        return False
+    phase, lane = waiting
+    spec = next((s for s in PHASES if s.phase.value == phase), None)
+    if spec is None:
+        return False
+    queue = queue_for(spec.workload, runtime.settings.queues, lane == BACKFILL)
+    with redis_errors("read a queue's depth"):
+        depth = int(runtime.redis.llen(queue))
+    return depth > 0 and runtime.leases.defer(run_id, app.keeper.pickup_by())
 
 
 def rescue_head(app: MemqCelery, line: str, job_id: str, now: float) -> None:

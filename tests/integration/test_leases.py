@@ -114,3 +114,19 @@ def test_lost_deliveries_are_counted_per_job(leases: RunLeases) -> None:
     job_id = f"job-{uuid.uuid4().hex}"
     assert [leases.delivered(job_id) for _ in range(3)] == [1, 2, 3]
     leases.client.delete(f"{leases.prefix}:job:{job_id}:deliveries")
+
+
+def test_a_waiting_run_can_be_deferred_but_an_owned_one_cannot(leases: RunLeases) -> None:
+    """The reaper defers a waiting run while its queue still holds messages (the message is
+    most likely there); a run a task owns is the keeper's to renew, never deferred."""
+    run_id, now = new_run(leases), time.time()
+    leases.schedule(run_id, "embed", ["job-1"], "backfill", expires=now + 1)
+    leases.sent(run_id, "embed", now + 1)
+    assert leases.waiting(run_id) == ("embed", "backfill")
+    assert leases.defer(run_id, now + 120)
+    assert run_id not in leases.lapsed(now + 60)
+    assert leases.claim(run_id, "embed", task_id="t1", token="t1:a", expires=now + 1) is Claim.OWN
+    assert leases.waiting(run_id) is None
+    assert not leases.defer(run_id, now + 500)
+    assert run_id in leases.lapsed(now + 2)  # the owner's own lease, untouched
+    assert leases.waiting(f"run-{uuid.uuid4().hex}") is None
