@@ -70,7 +70,17 @@ class JobTask(Task):  # type: ignore[type-arg]
             if following is not None:
                 app.runtime.leases.sent(held.run_id, following.value, app.keeper.pickup_by())
 
+    def retry(self, *args: Any, **kwargs: Any) -> Any:
+        """Give the run up before the retry's message is sent: a retry with no countdown can
+        be taken by another thread at once, and must find the run ownerless, not owned by an
+        earlier delivery of its own task id (which would read as a worker that died)."""
+        self.give_up_run(str(self.request.id))
+        return super().retry(*args, **kwargs)
+
     def on_retry(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        self.give_up_run(task_id)  # already done by ``retry``, unless the retry came otherwise
+
+    def give_up_run(self, task_id: str) -> None:
         """The retry's message is held back in some worker's memory: the run stays leased,
         ownerless, for the longest backoff, so a worker lost with it costs a lapse, no more."""
         app = cast("MemqCelery", self.app)
