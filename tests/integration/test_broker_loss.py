@@ -6,9 +6,7 @@ supervisor brings it back and every accepted job finishes, each memory stored on
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from pipeline.config import RedisConfig, Settings
 from pipeline.errors import TransientError
 from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames
+from tests.private_services import PrivateRedis
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
 from workers.intake import submit
 
@@ -31,53 +29,6 @@ pytestmark = pytest.mark.integration
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 TERMINAL = TERMINAL_STATUSES
-
-
-def free_port(low: int = 6400, high: int = 6500) -> int:
-    for port in range(low, high):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {low}..{high}")
-
-
-class PrivateRedis:
-    """A redis-server of this test's own (append-only, like the stack's), which it may stop."""
-
-    def __init__(self, data_dir: Path) -> None:
-        if shutil.which("redis-server") is None:
-            pytest.fail("redis-server is not installed (ops/install installs it)")
-        self.port = free_port()
-        self.data_dir = data_dir
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir)]
-        args += ["--appendonly", "yes", "--save", ""]
-        with (self.data_dir / "redis.log").open("ab") as log:
-            self.process = subprocess.Popen(["redis-server", *args], stdout=log, stderr=log)
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.1)
-        pytest.fail("the private redis-server did not start")
-
-    def stop(self) -> None:
-        """SIGTERM: Redis writes its append-only file and exits, as a restart would."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
 
 
 class Supervised:
@@ -132,7 +83,7 @@ class Supervised:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
+    server = PrivateRedis(tmp_path, ports=(6400, 6500))
     server.start()
     yield server
     server.stop()
