@@ -14,28 +14,11 @@ of one model runs in the same process run, so the ratios between sizes are what 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import warnings
-from collections import Counter
 from pathlib import Path
 
-from ingest_compare import (
-    REALISTIC,
-    Bench,
-    CountingProxy,
-    Responder,
-    Result,
-    Sidecar,
-    conversations,
-    embeddings_server,
-    memq_run,
-)
-
-from pipeline.config import Settings
-from pipeline.store.client import make_client
-from tests.fakellm import FakeLLMServer
+from ingest_compare import REALISTIC, Bench, Result, memq_run, running_bench
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -87,31 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models.split(",")
     warnings.filterwarnings("ignore", message="Task name 'memq\\.")
     curves: dict[str, dict[int, Result]] = {}
-    with tempfile.TemporaryDirectory(prefix="batchsizes-") as tmp, FakeLLMServer() as llm:
-        os.environ["MEM0_TELEMETRY"] = "False"
-        responder = Responder()
-        llm.responder = responder
-        embeddings, proxy = Sidecar(embeddings_server), Sidecar(CountingProxy)
-        bench = Bench(
-            convs=conversations(args.conversations),
-            es_url=proxy.url,
-            es_requests=lambda: Counter(proxy.stats()),
-            embed_calls=lambda: int(embeddings.stats()["embed_calls"]),
-            embed_url=f"{embeddings.url}/v1",
-            llm=llm,
-            responder=responder,
-            es=make_client(Settings().es),
-            workdir=Path(tmp),
-            via_api=True,
-        )
-        try:
-            for model in models:
-                print(f"{model} model", flush=True)
-                llm.provider = REALISTIC if model == "realistic" else None
-                curves[model] = sweep(bench, sizes)
-        finally:
-            proxy.close()
-            embeddings.close()
+    with running_bench(args.conversations, "batchsizes-", via_api=True) as bench:
+        for model in models:
+            print(f"{model} model", flush=True)
+            bench.llm.provider = REALISTIC if model == "realistic" else None
+            curves[model] = sweep(bench, sizes)
     print("| model | " + " | ".join(f"batch {size}" for size in sizes) + " |")
     print("|---|" + "---|" * len(sizes))
     for model, results in curves.items():

@@ -895,37 +895,50 @@ def run_rounds(
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # One Celery app per memq run in this process, each registering the same task names; they
-    # only send tasks (by name, to the run's queues), so the first registration is harmless.
-    warnings.filterwarnings("ignore", message="Task name 'memq\\.")
-    with tempfile.TemporaryDirectory(prefix="ingestbench-") as tmp, FakeLLMServer() as llm:
+@contextmanager
+def running_bench(count: int, prefix: str, via_api: bool = False, **fields: Any) -> Iterator[Bench]:
+    """A bench on ``count`` conversations: the scripted model, the embeddings endpoint and the
+    counting proxy started, a working directory of its own; all stopped on the way out."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, FakeLLMServer() as llm:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
         os.environ["MEM0_DIR"] = tmp
         responder = Responder()
         llm.responder = responder
         embeddings, proxy = Sidecar(embeddings_server), Sidecar(CountingProxy)
-        bench = Bench(
-            convs=conversations(args.conversations),
-            es_url=proxy.url,
-            es_requests=lambda: Counter(proxy.stats()),
-            embed_calls=lambda: int(embeddings.stats()["embed_calls"]),
-            embed_url=f"{embeddings.url}/v1",
-            llm=llm,
-            responder=responder,
-            es=make_client(Settings().es),
-            workdir=Path(tmp),
-            via_api=args.via == "api",
-            mem0_concurrency=16 if args.model == "realistic" else 8,
-        )
-        if args.model == "realistic":
-            llm.provider = REALISTIC
         try:
-            results = run_rounds(bench, args.rounds, args.baseline, args.modes)
+            yield Bench(
+                convs=conversations(count),
+                es_url=proxy.url,
+                es_requests=lambda: Counter(proxy.stats()),
+                embed_calls=lambda: int(embeddings.stats()["embed_calls"]),
+                embed_url=f"{embeddings.url}/v1",
+                llm=llm,
+                responder=responder,
+                es=make_client(Settings().es),
+                workdir=Path(tmp),
+                via_api=via_api,
+                **fields,
+            )
         finally:
             proxy.close()
             embeddings.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # One Celery app per memq run in this process, each registering the same task names; they
+    # only send tasks (by name, to the run's queues), so the first registration is harmless.
+    warnings.filterwarnings("ignore", message="Task name 'memq\\.")
+    realistic = args.model == "realistic"
+    with running_bench(
+        args.conversations,
+        "ingestbench-",
+        via_api=args.via == "api",
+        mem0_concurrency=16 if realistic else 8,
+    ) as bench:
+        if realistic:
+            bench.llm.provider = REALISTIC
+        results = run_rounds(bench, args.rounds, args.baseline, args.modes)
     print(table(results, args.conversations))
     return 0
 
