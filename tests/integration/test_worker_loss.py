@@ -31,8 +31,8 @@ from pipeline.store.indices import IndexNames, Kind, drop_indices, ensure_indice
 from pipeline.store.protocol import JobRecord
 from tests.conftest import running
 from tests.fakellm import Delay, FakeLLMServer, Normal
-from tests.integration.test_broker_loss import PrivateRedis, free_port
 from tests.integration.test_pipeline import facts_from_conversation
+from tests.private_services import PrivateRedis, free_port
 from tests.processes import WorkerProcess
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
 from workers.batches import LIVE
