@@ -153,6 +153,9 @@ class SearchConfig(_Section):
     weight_hop: float = Field(default=0.1, ge=0, le=1)
     hop_people: int = Field(default=2, ge=1, le=10)
     hop_candidates: int = Field(default=20, ge=1, le=200)
+    # Reply: the next turn after the best hit, when that hit is a verbatim message, is placed
+    # second (pipeline.replies). False: off; a search may ask ``reply: false``.
+    reply: bool = True
 
 
 class RerankConfig(_Section):

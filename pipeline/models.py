@@ -223,6 +223,9 @@ class Fact(_Model):
     related_ids: tuple[str, ...] = ()
     role: str = "user"
     actor_id: str | None = None
+    # Verbatim memories (infer=false): the message's place among the job's turns, so that a
+    # search can bring the reply to a turn with it. None for extracted facts.
+    turn: int | None = None
 
 
 class ExistingMemory(_Model):

@@ -13,7 +13,8 @@ normalized to [0, 1] and fused with the weights of ``SearchConfig``, joined by t
 query may ask for: ``time`` (its ``observed_at`` near a period the query names) and ``dated``
 (its text carries a time, for a "when" question). The fused score is then mixed with
 ``feedback`` (terms the best hits share) and ``hop`` (said by a person the query names, with
-a second retrieval of what they said: ``pipeline.multihop``), optionally reranked, and
+a second retrieval of what they said: ``pipeline.multihop``), optionally reranked; the reply
+to the best hit, when it is a conversation's turn, is placed second (``pipeline.replies``), and
 ``threshold`` applies to the final score. Several queries are served by one msearch per round
 trip.
 """
@@ -37,6 +38,7 @@ from pipeline.nlp.stopwords import without_stopwords
 from pipeline.nlp.timeexpr import asks_when, periods
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
+from pipeline.replies import followed_by_reply, reply_key
 from pipeline.search_models import Explain, SearchHit, SearchOptions, SearchQuery
 from pipeline.store.elastic import cosine_from_score, scope_filter
 from pipeline.store.protocol import ServingStore
@@ -46,6 +48,7 @@ from pipeline.store.queries import (
     knn_body,
     not_expired,
     read_hits,
+    reply_body,
     vectors_body,
     without_possessives,
 )
@@ -91,10 +94,12 @@ class Searcher:
         found = self._first_round(queries, vectors, filters)
         hops = [self._hop_plan(q, c) for q, c in zip(queries, found, strict=True)]
         docs, bm25 = self._second_round(queries, found, filters, hops)
-        return [
+        ranked = [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
+        ranked = self._with_replies(queries, ranked, docs, filters)
+        return [self._cut(q, hits) for q, hits in zip(queries, ranked, strict=True)]
 
     # -- validation and filters -------------------------------------------------------------
 
@@ -294,10 +299,44 @@ class Searcher:
         hits = self._hopped(hits, candidates.hop)
         hits = self._reranked(query, hits)
         hits.sort(key=lambda h: -h.score)
+        return hits
+
+    def _cut(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
+        """The ranked hits at or above ``threshold``, at most ``top_k``, explained if asked."""
         if query.threshold is not None:
             hits = [h for h in hits if h.score >= query.threshold]
         hits = hits[: query.top_k]
         return hits if query.explain else [h.model_copy(update={"explain": None}) for h in hits]
+
+    # -- the reply to the best hit --------------------------------------------------------------
+
+    def _with_replies(
+        self,
+        queries: Sequence[SearchQuery],
+        ranked: list[list[SearchHit]],
+        docs: list[dict[str, dict[str, Any]]],
+        filters: list[list[dict[str, Any]]],
+    ) -> list[list[SearchHit]]:
+        """Each query's best hit followed by its reply (``pipeline.replies``): one more round
+        trip, for the queries whose best hit is a verbatim message, when the reply is on."""
+        asked: list[tuple[int, dict[str, Any]]] = []
+        for i, (query, hits) in enumerate(zip(queries, ranked, strict=True)):
+            if not (query.reply and self.config.reply and hits):
+                continue
+            key = reply_key(docs[i].get(hits[0].id, {}))
+            if key is not None:
+                asked.append((i, reply_body(key, filters[i])))
+        if not asked:
+            return ranked
+        responses = self.store.search_memories([body for _, body in asked], "hybrid search (reply)")
+        ranked = list(ranked)
+        for (i, _), response in zip(asked, responses, strict=True):
+            found = hits_of(response)
+            if found:
+                ranked[i] = followed_by_reply(
+                    ranked[i], found[0]["_id"], found[0]["_source"], queries[i].explain
+                )
+        return ranked
 
     def _hit(
         self,

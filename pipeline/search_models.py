@@ -29,6 +29,10 @@ class SearchOptions(BaseModel):
         default=True,
         description="a second hop to what the people the query names said (when configured)",
     )
+    reply: bool = Field(
+        default=True,
+        description="the reply to the best hit (the next turn of its conversation) follows it",
+    )
 
     @field_validator("query")
     @classmethod
@@ -58,6 +62,7 @@ class Explain(BaseModel):
     rank_semantic: int | None = None
     rank_bm25: int | None = None
     rank_entity: int | None = None
+    reply_to: str | None = None  # placed after this hit as its reply (pipeline.replies)
 
 
 class SearchHit(MemoryView):

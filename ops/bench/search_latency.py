@@ -3,20 +3,21 @@ Elasticsearch kNN request (the floor), at 1k, 10k and 100k memories of ONE scope
 
 The memories are synthetic: a pool of about 3,000 distinct sentences built from templates (a
 person, an activity, a place, a companion, a month) is embedded once with memq's local MiniLM;
-each memory is 2 or 3 pool sentences about the same person, its text their concatenation and
-its vector the L2-normalized sum of their vectors. The memories are written straight into each
+each memory is 2 or 3 pool sentences about the same person, its text their concatenation and its
+vector the L2-normalized sum of their vectors. The memories are written straight into each
 system's own index with bulk requests, in each system's own document shape: memq's `MemoryDoc`
-(lemmas, hash, uuid5 id) plus one entity document per person, place and date found by memq's
-own extractor, linked to the memories that mention it; mem0's payload as its `insert` writes it
-(the first memory goes through `Memory.add(..., infer=False)` so mem0 creates its index itself;
-the others copy that document's shape). The stores grow 1k -> 10k -> 100k; at each size, after
-one refresh and a few warm-up queries, the same 200 template questions are asked of the three
-systems, interleaved per question (A B C, B C A, C A B). memq and the floor embed in process,
-mem0 through mem0_compare's in-process OpenAI-compatible endpoint; the floor's time includes
-its embedding. Needs the stack (Elasticsearch); writes docs/img/search_latency.png.
+(lemmas, hash, uuid5 id; each a turn of a synthetic 10-turn conversation, so that memq's search
+fetches the reply to its best hit) plus one entity document per person, place and date found by
+memq's own extractor, linked to the memories that mention it; mem0's payload as its `insert`
+writes it (the first memory goes through `Memory.add(..., infer=False)` so mem0 creates its
+index itself; the others copy that document's shape). The stores grow 1k -> 10k -> 100k; at each
+size, after one refresh and a few warm-up queries, the same 200 template questions are asked of
+the three systems, interleaved per question (A B C, B C A, C A B). memq and the floor embed in
+process, mem0 through mem0_compare's in-process OpenAI-compatible endpoint; the floor's time
+includes its embedding. Needs the stack (Elasticsearch); writes docs/img/search_latency.png.
 
     .venv/bin/python ops/bench/search_latency.py [--sizes 1000,10000,100000] [--keep]
-        [--without-hop]
+        [--without-hop] [--without-reply]
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ QUESTIONS = 200
 WARM_UP = 10
 PER_NAME = 75  # pool sentences per person: 40 people x 75 = 3,000
 SEED = 7
+TURNS = 10  # memories per synthetic conversation (each its own job, turns 0..9)
 PLOT = Path(__file__).resolve().parents[2] / "docs/img/search_latency.png"
 
 # --- the synthetic vocabulary ----------------------------------------------------------------
@@ -219,9 +221,16 @@ def build_pool(embedder: MiniLMEmbedder, texts: list[str]) -> Pool:
 
 
 def memq_actions(
-    pool: Pool, combos: Sequence[tuple[int, ...]], names: IndexNames, now: datetime
+    pool: Pool,
+    combos: Sequence[tuple[int, ...]],
+    names: IndexNames,
+    now: datetime,
+    first: int = 0,
 ) -> Iterator[dict[str, Any]]:
-    for combo in combos:
+    """memq's memory documents for ``combos`` (the ``first``-th memory onwards): verbatim
+    turns of conversations of ``TURNS`` messages each, so that a search whose best hit is one
+    of them pays for fetching its reply, as it would on ingested conversations."""
+    for n, combo in enumerate(combos, start=first):
         text, vector = pool.memory(combo)
         digest = md5_hex(normalize_for_hash(text))
         entities = {entity_id(SCOPE, name) for i in combo for name, _ in pool.entities[i]}
@@ -232,10 +241,11 @@ def memq_actions(
             text_lemmatized=" ".join(pool.memq_lemmas[i] for i in combo),
             embedding=vector,
             hash=digest,
-            job_id="bench-latency",
+            job_id=f"bench-latency-{n // TURNS}",
             created_at=now,
             observed_at=now,
             entity_ids=tuple(sorted(entities)),
+            turn=n % TURNS,
         )
         yield {
             "_op_type": "create",
@@ -328,8 +338,10 @@ def drop_mem0(es: Elasticsearch) -> None:
 Search = Callable[[str], object]
 
 
-def memq_search(searcher: Searcher, hop: bool = True) -> Search:
-    return lambda q: searcher.search(SearchQuery(query=q, scope=SCOPE, top_k=TOP_K, hop=hop))
+def memq_search(searcher: Searcher, hop: bool = True, reply: bool = True) -> Search:
+    return lambda q: searcher.search(
+        SearchQuery(query=q, scope=SCOPE, top_k=TOP_K, hop=hop, reply=reply)
+    )
 
 
 def mem0_search(memory: Any) -> Search:
@@ -454,6 +466,7 @@ class Bench:
     entity_vectors: dict[str, list[float]]
     memory: Any = None
     without_hop: bool = False
+    without_reply: bool = False
     template: dict[str, Any] = field(default_factory=dict)
 
     def grow(self, start: int, stop: int) -> None:
@@ -464,7 +477,7 @@ class Bench:
             text = self.pool.text(self.combos[0])
             self.memory.add([{"role": "user", "content": text}], user_id=SCOPE.user_id, infer=False)
             self.template = mem0_template(es)
-        write(es, memq_actions(self.pool, self.combos[start:stop], names, now))
+        write(es, memq_actions(self.pool, self.combos[start:stop], names, now, start))
         write(es, mem0_actions(self.pool, self.combos[max(start, 1) : stop], self.template))
         links = entity_actions(self.pool, self.combos[:stop], self.entity_vectors, names, now)
         write(es, links)
@@ -481,6 +494,8 @@ class Bench:
         }
         if self.without_hop:  # the same searcher, each query asking for no second hop
             searches["memq, no hop"] = memq_search(self.runtime.searcher, hop=False)
+        if self.without_reply:  # the same searcher, each query asking for no reply
+            searches["memq, no reply"] = memq_search(self.runtime.searcher, reply=False)
         return searches
 
 
@@ -534,10 +549,16 @@ def opened(
             drop_mem0(runtime.es)
 
 
-def run(sizes: list[int], keep: bool, workdir: Path, without_hop: bool = False) -> Results:
+def run(
+    sizes: list[int],
+    keep: bool,
+    workdir: Path,
+    without_hop: bool = False,
+    without_reply: bool = False,
+) -> Results:
     rng = random.Random(SEED)
     bench = prepare(rng, max(sizes))
-    bench.without_hop = without_hop
+    bench.without_hop, bench.without_reply = without_hop, without_reply
     asked = questions(rng, QUESTIONS)
     results: Results = {}
     with opened(bench, Endpoints(bench.embedder, turns=0), workdir, keep):
@@ -568,6 +589,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also time memq with each query asking for no second hop (hop=false)",
     )
+    parser.add_argument(
+        "--without-reply",
+        action="store_true",
+        help="also time memq with each query asking for no reply to its best hit (reply=false)",
+    )
     return parser.parse_args(argv)
 
 
@@ -578,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mem0bench-") as workdir:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
         os.environ["MEM0_DIR"] = workdir
-        results = run(sizes, args.keep, Path(workdir), args.without_hop)
+        results = run(sizes, args.keep, Path(workdir), args.without_hop, args.without_reply)
     print(f"\n{QUESTIONS} questions, top {TOP_K}, one scope, interleaved per question")
     print(table(results))
     plot(results, args.plot)

@@ -111,15 +111,16 @@ def turns_of(request: AddRequest, deps: Deps, usage: TokenUsage | None = None) -
 
 def verbatim_facts(request: AddRequest, turns: list[Turn]) -> list[Fact]:
     """infer=False: each non-system message is a memory as written."""
+    said = [turn for turn in turns if turn.role is not Role.SYSTEM]
     return [
         Fact(
             text=turn.text,
             attributed_to="assistant" if turn.role is Role.ASSISTANT else "user",
             role=turn.role.value,
             actor_id=turn.name or request.actor_id,
+            turn=place,
         )
-        for turn in turns
-        if turn.role is not Role.SYSTEM
+        for place, turn in enumerate(said)
     ]
 
 

@@ -144,6 +144,7 @@ def memory_doc(state: JobState, index: int, doc_id: str | None = None) -> Memory
         memory_type=request.memory_type.value if request.memory_type else None,
         metadata=dict(request.metadata),
         expiration_date=request.expiration_date,
+        turn=fact.turn,
     )
 
 

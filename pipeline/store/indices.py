@@ -106,6 +106,7 @@ def memory_properties(dims: int) -> dict[str, Any]:
         "memory_type": _KEYWORD,
         "attributed_to": _KEYWORD,
         "job_id": _KEYWORD,
+        "turn": {"type": "integer"},  # its message's place in the job (added in place to v1)
         "language": _KEYWORD,
         "metadata": {"type": "flattened", "depth_limit": 20, "ignore_above": 1024},
         "metadata_kv": {"type": "keyword", "ignore_above": 1024},

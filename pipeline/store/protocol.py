@@ -59,6 +59,7 @@ class MemoryDoc:
     metadata: dict[str, Any] = field(default_factory=dict)
     expiration_date: datetime | None = None
     entity_ids: tuple[str, ...] = ()
+    turn: int | None = None  # its message's place in the job (verbatim memories only)
 
     def source(self) -> dict[str, Any]:
         """The Elasticsearch ``_source`` of this memory."""
@@ -84,6 +85,7 @@ class MemoryDoc:
             "speaker": self.speaker,
             "memory_type": self.memory_type,
             "expiration_date": self.expiration_date.isoformat() if self.expiration_date else None,
+            "turn": self.turn,
         }
         return doc | without_none(optional)
 

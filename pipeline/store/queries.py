@@ -50,7 +50,7 @@ def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) 
 def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "size": len(ids) or 1,
-        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized"]},
+        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized", "job_id", "turn"]},
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
 
@@ -75,3 +75,15 @@ def read_hits(
     for rank, hit in enumerate(hits_of(response), start=1):
         scores[hit["_id"]] = convert(hit["_score"])
         ranks[hit["_id"]] = rank
+
+
+def reply_body(key: tuple[str, int], clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The memory of turn ``key`` within the caller's scope and filters (at most one)."""
+    job_id, turn = key
+    return {
+        "size": 1,
+        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
+        "query": {
+            "bool": {"filter": [*clauses, {"term": {"job_id": job_id}}, {"term": {"turn": turn}}]}
+        },
+    }

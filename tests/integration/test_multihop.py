@@ -61,8 +61,10 @@ def add(app: MemqCelery, scope: Scope, messages: list[MessageIn]) -> None:
 
 
 def ranked(searcher: Searcher, scope: Scope, hop: bool = True) -> list[SearchHit]:
+    """The hop's ranking alone: the reply to the best hit (pipeline.replies) would take
+    second place, and is tested on its own (tests/integration/test_replies.py)."""
     return searcher.search(
-        SearchQuery(query=QUESTION, scope=scope, top_k=10, hop=hop, explain=True)
+        SearchQuery(query=QUESTION, scope=scope, top_k=10, hop=hop, explain=True, reply=False)
     )
 
 
