@@ -11,7 +11,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated
 
-import redis
 from fastapi import Depends, Path, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
@@ -77,10 +76,6 @@ def get_intake(resources: ResourcesDep) -> Intake:
     return resources.intake
 
 
-def get_redis(resources: ResourcesDep) -> redis.Redis:
-    return resources.redis
-
-
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[ServingStore, Depends(get_store)]
 ElasticStoreDep = Annotated[ElasticStore, Depends(get_elastic_store)]
@@ -89,7 +84,6 @@ KeysDep = Annotated[KeyStore, Depends(get_keys)]
 PhaseDepsDep = Annotated[Deps, Depends(get_phase_deps)]
 ClockDep = Annotated[Callable[[], datetime], Depends(get_clock)]
 IntakeDep = Annotated[Intake, Depends(get_intake)]
-RedisDep = Annotated[redis.Redis, Depends(get_redis)]
 
 # Both schemes are declared so that OpenAPI documents them (Swagger's Authorize button); they
 # read the same header, and either one is enough (neither raises on its own).
