@@ -1,4 +1,6 @@
-"""``create_app(settings)``: the FastAPI application, thin over ``pipeline`` and ``workers``."""
+"""``create_app(settings)``: the FastAPI application, thin over ``pipeline``. Its resources
+(``api.resources``) are built here from the settings; work goes to the workers through the
+``Intake`` it is given (the Celery one by default, loaded on first use)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,16 @@ from fastapi import FastAPI, Request, Response
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import keys_of
 from api.errors import error, install_error_handlers
 from api.limits import TenantLimits
 from api.mcp import mount_mcp
 from api.metrics import Metrics
+from api.resources import IntakeFactory, Resources
 from api.routes import admin, export, health, jobs, mem0, memories, webhooks
 from api.schemas import ERROR_RESPONSES
 from pipeline.config import Settings
+from pipeline.intake import Intake
 from pipeline.telemetry import configure_tracing
-from workers.app import MemqCelery, create_celery
 
 log = logging.getLogger("memq.api")
 
@@ -130,23 +132,26 @@ def replay(body: bytes, receive: Receive) -> Receive:
 
 
 def instrument(app: FastAPI, settings: Settings) -> bool:
-    """Trace the API's requests, and the tasks it sends, when an OTLP endpoint is configured
-    (``pipeline.telemetry``); returns whether tracing is on. Each task message carries the
-    request's trace context, which the workers continue."""
+    """Trace the API's requests when an OTLP endpoint is configured (``pipeline.telemetry``);
+    returns whether tracing is on. The default intake traces the tasks it sends
+    (``workers.intake.celery_intake``): each carries the request's trace context, which the
+    workers continue."""
     if not configure_tracing(settings, "memq-api"):
         return False
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
-    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
     return True
 
 
-def create_app(settings: Settings | None = None, celery: MemqCelery | None = None) -> FastAPI:
-    """Build the API for ``settings`` (read from the environment when omitted)."""
+def create_app(
+    settings: Settings | None = None, intake: Intake | IntakeFactory | None = None
+) -> FastAPI:
+    """Build the API for ``settings`` (read from the environment when omitted). Jobs go
+    through ``intake``: an ``Intake``, or a factory of one called on first use (by default
+    the workers' Celery intake). Building it connects to nothing and imports no Celery."""
     settings = settings or Settings()
-    celery = celery or create_celery(settings)
+    resources = Resources(settings, intake)
     # The docs pages load Swagger UI and ReDoc from files shipped in a package, not from a CDN,
     # so /docs and /redoc work on machines without internet.
     app = FastAPIOffline(
@@ -158,16 +163,15 @@ def create_app(settings: Settings | None = None, celery: MemqCelery | None = Non
         openapi_tags=TAGS,
     )
     app.state.settings = settings
-    app.state.celery = celery
+    app.state.resources = resources
     app.state.metrics = Metrics()
-    runtime = celery.runtime
     app.state.limits = TenantLimits(
-        settings.api, runtime.redis, settings.redis.url, settings.es.index_prefix
+        settings.api, resources.redis, settings.redis.url, settings.es.index_prefix
     )
     install_error_handlers(app)
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
-    app.router.lifespan_context = mount_mcp(app, celery, lambda: keys_of(app))
+    app.router.lifespan_context = mount_mcp(app, resources)
     for router in (
         health.router,
         memories.router,

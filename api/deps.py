@@ -1,16 +1,28 @@
-"""Request dependencies: the per-process runtime, and the caller authenticated by API key."""
+"""Request dependencies, typed: the API's resources (built in ``create_app`` from Settings,
+kept in ``app.state.resources``), and the caller authenticated by API key.
+
+A handler names what it needs (``StoreDep``, ``SearcherDep``, ``IntakeDep``, …) and never
+the bundle: a test can swap any one of them with ``app.dependency_overrides``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Path, Request, Security
+from fastapi import Depends, Path, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from api.resources import Resources
+from pipeline.config import Settings
+from pipeline.deps import Deps
 from pipeline.errors import PermanentError
+from pipeline.intake import Intake
 from pipeline.keys import KeyStore, Principal
-from workers.app import MemqCelery
-from workers.runtime import Runtime
+from pipeline.search import Searcher
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.protocol import ServingStore
 
 
 class UnauthorizedError(PermanentError):
@@ -21,30 +33,57 @@ class ForbiddenError(PermanentError):
     """A valid key without the right to this: 403."""
 
 
-def get_app(request: Request) -> MemqCelery:
-    app: MemqCelery = request.app.state.celery
-    return app
+def get_resources(request: Request) -> Resources:
+    resources: Resources = request.app.state.resources
+    return resources
 
 
-def get_runtime(request: Request) -> Runtime:
-    return get_app(request).runtime
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
-def keys_of(app: FastAPI) -> KeyStore:
-    """The app's key store, built on first use: the app itself is built without touching
-    Elasticsearch (``memq openapi`` runs offline; a node that is down at start is a 503 later,
-    not a process that cannot start)."""
-    keys: KeyStore | None = getattr(app.state, "keys", None)
-    if keys is None:
-        runtime: Runtime = app.state.celery.runtime
-        cache_s = runtime.settings.api.key_cache_s
-        keys = app.state.keys = KeyStore(runtime.es, runtime.store.names, cache_s)
-    return keys
+def get_settings(resources: ResourcesDep) -> Settings:
+    return resources.settings
 
 
-def get_keys(request: Request) -> KeyStore:
-    return keys_of(request.app)
+def get_store(resources: ResourcesDep) -> ServingStore:
+    """The store (its indices are made or checked by the first request that needs it)."""
+    return resources.services.store
 
+
+def get_elastic_store(resources: ResourcesDep) -> ElasticStore:
+    """The Elasticsearch store itself, for what only it does: export's dumps and reset."""
+    return resources.services.store
+
+
+def get_searcher(resources: ResourcesDep) -> Searcher:
+    return resources.services.searcher
+
+
+def get_keys(resources: ResourcesDep) -> KeyStore:
+    return resources.services.keys
+
+
+def get_phase_deps(resources: ResourcesDep) -> Deps:
+    """The phases' dependencies (an update re-embeds its new text with the same embedder)."""
+    return resources.services.deps
+
+
+def get_clock(resources: ResourcesDep) -> Callable[[], datetime]:
+    return resources.services.clock
+
+
+def get_intake(resources: ResourcesDep) -> Intake:
+    return resources.intake
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[ServingStore, Depends(get_store)]
+ElasticStoreDep = Annotated[ElasticStore, Depends(get_elastic_store)]
+SearcherDep = Annotated[Searcher, Depends(get_searcher)]
+KeysDep = Annotated[KeyStore, Depends(get_keys)]
+PhaseDepsDep = Annotated[Deps, Depends(get_phase_deps)]
+ClockDep = Annotated[Callable[[], datetime], Depends(get_clock)]
+IntakeDep = Annotated[Intake, Depends(get_intake)]
 
 # Both schemes are declared so that OpenAPI documents them (Swagger's Authorize button); they
 # read the same header, and either one is enough (neither raises on its own).
@@ -62,7 +101,7 @@ TOKEN = APIKeyHeader(
 
 
 def get_principal(
-    request: Request,
+    resources: ResourcesDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
     header: Annotated[str | None, Security(TOKEN)],
 ) -> Principal:
@@ -70,8 +109,9 @@ def get_principal(
     token = bearer.credentials.strip() if bearer is not None else token_of(header or "")
     if not token:
         raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
-    runtime = get_runtime(request)
-    principal = get_keys(request).authenticate(token, runtime.settings.api.admin_key)
+    # the key store is reached only for a request that sends a key (it needs the node)
+    keys = resources.services.keys
+    principal = keys.authenticate(token, resources.settings.api.admin_key)
     if principal is None:
         raise UnauthorizedError("unknown or revoked API key")
     return principal
@@ -89,9 +129,6 @@ def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Princi
     return principal
 
 
-CeleryDep = Annotated[MemqCelery, Depends(get_app)]
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-KeysDep = Annotated[KeyStore, Depends(get_keys)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 AdminDep = Annotated[Principal, Depends(get_admin)]
 

@@ -28,7 +28,7 @@ from api.deps import PrincipalDep
 from pipeline.config import ApiConfig
 from pipeline.errors import MemqError
 from pipeline.listing import PIT_KEEP_ALIVE_S
-from workers.state_store import redis_errors
+from pipeline.redis_errors import redis_errors
 
 Path = Literal["write", "search"]
 

@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.convert import add_request, job_public, memory_public
 from api.errors import error
+from api.resources import Resources
 from api.schemas import MemoryCreate
 from pipeline import crud
 from pipeline.errors import (
@@ -42,14 +43,13 @@ from pipeline.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord
-from pipeline.keys import KeyStore, Principal
+from pipeline.keys import Principal
 from pipeline.listing import list_memories
 from pipeline.models import Identifier, MemoryType
 from pipeline.models import Scope as MemoryScope
 from pipeline.search import SearchQuery
-from workers.app import MemqCelery
-from workers.intake import Accepted, submit
 
 log = logging.getLogger("memq.mcp")
 T = TypeVar("T")
@@ -90,12 +90,13 @@ Metadata = Annotated[
 
 
 class MemqTools:
-    """The tools, bound to one memq (its Celery app and runtime) and to the way a call's
-    principal is found (the HTTP request's key, or the stdio process's)."""
+    """The tools, bound to one memq (the API's resources: the same store, search and intake
+    as its routes) and to the way a call's principal is found (the HTTP request's key, or the
+    stdio process's)."""
 
-    def __init__(self, app: MemqCelery, principal_of: PrincipalOf) -> None:
-        self.app = app
-        self.runtime = app.runtime
+    def __init__(self, resources: Resources, principal_of: PrincipalOf) -> None:
+        self.resources = resources
+        self.services = resources.services
         self.principal_of = principal_of
 
     async def call(self, fn: Callable[[], T]) -> T:
@@ -149,17 +150,17 @@ class MemqTools:
 
         def accept() -> Accepted:
             body = MemoryCreate.model_validate(fields)
-            return submit(self.app, add_request(body, principal))
+            return self.resources.intake.submit(add_request(body, principal))
 
         accepted = await self.call(accept)
         record = accepted.record
         if wait_s > 0:
-            record = await self.wait(record, min(wait_s, self.runtime.settings.api.wait_max_s))
+            record = await self.wait(record, min(wait_s, self.resources.settings.api.wait_max_s))
         return {"created": accepted.created, **job_public(record).model_dump(mode="json")}
 
     async def wait(self, record: JobRecord, timeout_s: float) -> JobRecord:
         deadline = time.monotonic() + timeout_s
-        store = self.runtime.store
+        store = await self.call(lambda: self.services.store)
         job_id = record.job_id
         while not record.ended and time.monotonic() < deadline:
             await anyio.sleep(0.1)
@@ -190,7 +191,7 @@ class MemqTools:
             search = SearchQuery(
                 scope=scope, query=query, filters=filters, top_k=top_k, threshold=threshold
             )
-            return [hit.model_dump(mode="json") for hit in self.runtime.searcher.search(search)]
+            return [hit.model_dump(mode="json") for hit in self.services.searcher.search(search)]
 
         return {"results": await self.call(run)}
 
@@ -212,7 +213,7 @@ class MemqTools:
         def run() -> dict[str, Any]:
             scope = scope_of(principal, user_id, agent_id, run_id)
             page = list_memories(
-                self.runtime.store, scope, filters, page_size=page_size, cursor=cursor
+                self.services.store, scope, filters, page_size=page_size, cursor=cursor
             )
             items = [memory_public(i).model_dump(mode="json") for i in page.items]
             return {"results": items, "next_cursor": page.cursor}
@@ -221,7 +222,7 @@ class MemqTools:
 
     async def get_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
         tenant = self.principal_of(ctx).tenant
-        found = await self.call(lambda: crud.get_memory(self.runtime.store, tenant, memory_id))
+        found = await self.call(lambda: crud.get_memory(self.services.store, tenant, memory_id))
         return memory_public(found).model_dump(mode="json")
 
     async def update_memory(
@@ -234,19 +235,19 @@ class MemqTools:
         metadata: Metadata = None,
     ) -> dict[str, Any]:
         tenant = self.principal_of(ctx).tenant
-        runtime = self.runtime
+        services = self.services
         updated = await self.call(
             lambda: crud.update_memory(
-                runtime.store, runtime.deps, tenant, memory_id, text=text, metadata=metadata
+                services.store, services.deps, tenant, memory_id, text=text, metadata=metadata
             )
         )
         return memory_public(updated).model_dump(mode="json")
 
     async def delete_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
         tenant = self.principal_of(ctx).tenant
-        runtime = self.runtime
+        services = self.services
         await self.call(
-            lambda: crud.delete_memory(runtime.store, tenant, memory_id, runtime.clock())
+            lambda: crud.delete_memory(services.store, tenant, memory_id, services.clock())
         )
         return {"deleted": memory_id}
 
@@ -256,7 +257,7 @@ class MemqTools:
         job_id: Annotated[str, Field(pattern=r"^\S{1,128}$", description="from add_memory")],
     ) -> dict[str, Any]:
         tenant = self.principal_of(ctx).tenant
-        record = await self.call(lambda: self.runtime.store.get_job(job_id))
+        record = await self.call(lambda: self.services.store.get_job(job_id))
         if record is None or record.tenant != tenant:
             raise ToolError(f"no job {job_id}")
         return job_public(record).model_dump(mode="json")
@@ -330,12 +331,12 @@ TOOLS: list[tuple[str, str, bool, bool]] = [
 ]
 
 
-def build_server(app: MemqCelery, principal_of: PrincipalOf) -> MCPServer:
+def build_server(resources: Resources, principal_of: PrincipalOf) -> MCPServer:
     """An MCP server whose tools act for the principal ``principal_of`` finds in each call."""
     server: MCPServer = MCPServer(
         name="memq", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING"
     )
-    tools = MemqTools(app, principal_of)
+    tools = MemqTools(resources, principal_of)
     for name, description, read_only, destructive in TOOLS:
         server.add_tool(
             getattr(tools, name),
@@ -365,10 +366,9 @@ class KeyGate:
     """Authenticate each MCP HTTP request with a memq key before the MCP layer reads it; a
     missing or unknown key is answered 401 like the rest of the API."""
 
-    def __init__(self, app: ASGIApp, keys: Callable[[], KeyStore], celery: MemqCelery) -> None:
+    def __init__(self, app: ASGIApp, resources: Resources) -> None:
         self.app = app
-        self.keys = keys
-        self.settings = celery.runtime.settings
+        self.resources = resources
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -378,10 +378,11 @@ class KeyGate:
         scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
         principal: Principal | None = None
         if scheme.lower() in ("bearer", "token") and token.strip():
-            admin_key = self.settings.api.admin_key
+            admin_key = self.resources.settings.api.admin_key
+            services = self.resources.services
             try:
                 principal = await anyio.to_thread.run_sync(
-                    lambda: self.keys().authenticate(token.strip(), admin_key)
+                    lambda: services.keys.authenticate(token.strip(), admin_key)
                 )
             except MemqError as exc:
                 await error(503, "unavailable", exc.reason)(scope, receive, send)
@@ -395,18 +396,16 @@ class KeyGate:
         await self.app({**scope, "state": state}, receive, send)
 
 
-def mount_mcp(
-    app: FastAPI, celery: MemqCelery, keys: Callable[[], KeyStore]
-) -> Callable[[FastAPI], Any]:
+def mount_mcp(app: FastAPI, resources: Resources) -> Callable[[FastAPI], Any]:
     """Serve the MCP endpoint at ``/mcp`` (stateless streamable HTTP, JSON responses) and
-    return the lifespan that runs its session manager. ``keys`` gives the key store when a
-    request needs it (building it reaches Elasticsearch; building the app does not)."""
-    server = build_server(celery, request_principal)
+    return the lifespan that runs its session manager. The key store is reached when a
+    request needs it (it needs Elasticsearch; building the app does not)."""
+    server = build_server(resources, request_principal)
     server.streamable_http_app(
-        stateless_http=True, json_response=True, host=celery.runtime.settings.api.host
+        stateless_http=True, json_response=True, host=resources.settings.api.host
     )
     manager = server.session_manager
-    gate = KeyGate(manager.handle_request, keys, celery)
+    gate = KeyGate(manager.handle_request, resources)
     app.router.routes.append(Route("/mcp", gate, include_in_schema=False))
 
     @contextlib.asynccontextmanager
@@ -420,14 +419,12 @@ def mount_mcp(
 # --- stdio, for desktop clients -----------------------------------------------------------
 
 
-def serve_stdio(celery: MemqCelery, key: str) -> None:
+def serve_stdio(resources: Resources, key: str) -> None:
     """Run the server over stdin/stdout for the tenant of ``key`` (checked first: a wrong key
     stops here with a message, not at the first tool call)."""
-    runtime = celery.runtime
-    keys = KeyStore(runtime.es, runtime.store.names)
-    principal = keys.authenticate(key, runtime.settings.api.admin_key)
+    principal = resources.services.keys.authenticate(key, resources.settings.api.admin_key)
     if principal is None:
         raise InvalidInputError("MEMQ_MCP_KEY is not a valid memq key (unknown or revoked)")
-    server = build_server(celery, lambda _ctx: principal)
+    server = build_server(resources, lambda _ctx: principal)
     log.info("memq MCP server on stdio for tenant %s", json.dumps(principal.tenant))
     server.run("stdio")

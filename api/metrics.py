@@ -17,7 +17,7 @@ from prometheus_client import (
 from pipeline.errors import MemqError
 
 if TYPE_CHECKING:
-    from workers.runtime import Runtime
+    from api.resources import Resources
 
 
 class Metrics:
@@ -41,20 +41,22 @@ class Metrics:
         )
 
 
-def render_metrics(runtime: Runtime, metrics: Metrics) -> tuple[bytes, str]:
-    for status, count in job_counts(runtime).items():
+def render_metrics(resources: Resources, metrics: Metrics) -> tuple[bytes, str]:
+    for status, count in job_counts(resources).items():
         metrics.jobs.labels(status=status).set(count)
-    queues = runtime.settings.queues
+    queues = resources.settings.queues
     for queue in (queues.io, queues.cpu, queues.backfill):
         try:
-            metrics.queue_depth.labels(queue=queue).set(int(runtime.redis.llen(queue)))
+            metrics.queue_depth.labels(queue=queue).set(int(resources.redis.llen(queue)))
         except Exception:  # Redis down: the gauge keeps its last value
             continue
     return generate_latest(metrics.registry), CONTENT_TYPE_LATEST
 
 
-def job_counts(runtime: Runtime) -> dict[str, int]:
+def job_counts(resources: Resources) -> dict[str, int]:
+    """Jobs per status; none while the store cannot be reached (the gauges keep their last
+    values)."""
     try:
-        return runtime.store.job_counts()
+        return resources.services.store.job_counts()
     except MemqError:
         return {}

@@ -170,9 +170,9 @@ def _mcp(settings: Settings, args: argparse.Namespace) -> int:
         print("memq: set MEMQ_MCP_KEY to the tenant key the MCP server acts with", file=sys.stderr)
         return 2
     from api.mcp import serve_stdio
-    from workers.app import create_celery
+    from api.resources import Resources
 
-    serve_stdio(create_celery(settings), settings.mcp.key.get_secret_value())
+    serve_stdio(Resources(settings), settings.mcp.key.get_secret_value())
     return 0
 
 

@@ -23,12 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from elasticsearch import Elasticsearch, NotFoundError
 from pydantic import SecretStr
 
-from pipeline.errors import NotFoundError as MemqNotFoundError
-from pipeline.store.client import es_errors
-from pipeline.store.indices import IndexNames
+from pipeline.errors import NotFoundError
+from pipeline.store.protocol import KeyRecords
 
 _TOKEN = re.compile(r"^mq_(?P<id>[0-9a-f]{16})_(?P<secret>[A-Za-z0-9_-]{20,100})$")
 ADMIN_TENANT = "_admin"  # reserved: no tenant key can be made for it
@@ -48,9 +46,10 @@ def _digest(secret: str) -> str:
 
 
 class KeyStore:
-    def __init__(self, client: Elasticsearch, names: IndexNames, cache_s: float = 0.0) -> None:
-        self.client = client
-        self.index = names.keys
+    """Keys over the store's key documents (``KeyRecords``); its errors pass through."""
+
+    def __init__(self, records: KeyRecords, cache_s: float = 0.0) -> None:
+        self.records = records
         self.cache_s = cache_s
         self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -65,8 +64,7 @@ class KeyStore:
             "secret_sha256": _digest(secret),
             "created_at": now.isoformat(),
         }
-        with es_errors("create an API key"):
-            self.client.create(index=self.index, id=key_id, document=document, refresh="wait_for")
+        self.records.create_key(key_id, document)
         return key_id, f"mq_{key_id}_{secret}"
 
     def authenticate(self, token: str, admin_key: SecretStr | None) -> Principal | None:
@@ -90,24 +88,12 @@ class KeyStore:
     def revoke(self, key_id: str, now: datetime) -> None:
         with self._lock:
             self._cache.pop(key_id, None)
-        if self._get(key_id) is None:
-            raise MemqNotFoundError(f"no API key {key_id}")
-        with es_errors("revoke an API key"):
-            self.client.update(
-                index=self.index, id=key_id, doc={"revoked_at": now.isoformat()}, refresh="wait_for"
-            )
+        if not self.records.update_key(key_id, {"revoked_at": now.isoformat()}):
+            raise NotFoundError(f"no API key {key_id}")
 
     def list(self, tenant: str | None = None) -> list[dict[str, Any]]:
-        query = {"term": {"tenant": tenant}} if tenant else {"match_all": {}}
-        with es_errors("list API keys"):
-            hits = self.client.search(
-                index=self.index,
-                query=query,
-                size=1000,
-                sort=[{"created_at": "asc"}],
-                source_excludes=["secret_sha256"],
-            ).body["hits"]["hits"]
-        return [{"id": h["_id"], **h["_source"]} for h in hits]
+        """The keys (of ``tenant``), oldest first, without their secrets' hashes."""
+        return self.records.list_keys(tenant)
 
     def _cached(self, key_id: str) -> dict[str, Any] | None:
         """The key's document, read at most once per ``cache_s`` (only keys that exist)."""
@@ -116,18 +102,8 @@ class KeyStore:
             hit = self._cache.get(key_id)
         if hit is not None and hit[0] > now:
             return hit[1]
-        stored = self._get(key_id)
+        stored = self.records.get_key(key_id)
         if stored is not None and self.cache_s > 0:
             with self._lock:
                 self._cache[key_id] = (now + self.cache_s, stored)
         return stored
-
-    def _get(self, key_id: str) -> dict[str, Any] | None:
-        with es_errors("read an API key"):
-            try:
-                source: dict[str, Any] = self.client.get(index=self.index, id=key_id).body[
-                    "_source"
-                ]
-            except NotFoundError:
-                return None
-        return source

@@ -19,10 +19,10 @@ from typing import Any
 
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
-from pipeline.models import VIEW_SOURCE_FIELDS, Scope, history_id
+from pipeline.models import Scope, history_id
 from pipeline.store.elastic import scope_filter
 from pipeline.store.protocol import HistoryDoc, ServingStore
-from pipeline.store.queries import not_expired
+from pipeline.store.queries import listing_body, not_expired
 
 PIT_KEEP_ALIVE_S = 300
 PIT_KEEP_ALIVE = f"{PIT_KEEP_ALIVE_S}s"
@@ -117,17 +117,7 @@ def close_pit(store: ServingStore, pit: str) -> None:
 def page_of(
     store: ServingStore, clauses: list[dict[str, Any]], pit: str, after: list[Any] | None, size: int
 ) -> list[dict[str, Any]]:
-    body: dict[str, Any] = {
-        "size": size,
-        "query": {"bool": {"filter": clauses}},
-        "sort": [{"created_at": {"order": "asc", "missing": "_first"}}],
-        "pit": {"id": pit, "keep_alive": PIT_KEEP_ALIVE},
-        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
-        "track_total_hits": False,
-    }
-    if after is not None:
-        body["search_after"] = after
-    hits = store.page(body)
+    hits = store.page(listing_body(clauses, pit, PIT_KEEP_ALIVE, after, size))
     if hits is None:
         raise InvalidInputError("the cursor has expired; start again without it", field="cursor")
     return hits

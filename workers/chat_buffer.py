@@ -11,7 +11,7 @@ from typing import Any, cast
 import redis
 
 from pipeline.chat import ChatEvent
-from workers.state_store import redis_errors
+from pipeline.redis_errors import redis_errors
 
 SEEN_TTL_S = 86_400
 

@@ -9,22 +9,22 @@ Nothing runs here.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from typing import Any
 
 from kombu.exceptions import OperationalError
 
+from pipeline.chat import ChatEvent
+from pipeline.config import Settings
 from pipeline.errors import InvalidInputError, TransientError
+from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import NAMESPACE, AddRequest
 from pipeline.state import JobState
 from workers.batches import make_ready, wait_for_turn
+from workers.erase import erase_user_everywhere
 from workers.runtime import MemqCelery
 
-
-@dataclass(frozen=True)
-class Accepted:
-    record: JobRecord
-    created: bool
+__all__ = ["Accepted", "CeleryIntake", "celery_intake", "replay", "submit"]
 
 
 def job_id_for(request: AddRequest, idempotency_key: str | None) -> str:
@@ -114,3 +114,45 @@ def replay(app: MemqCelery, job_id: str) -> JobRecord:
         job_record(state.with_(backfill=record.backfill), JobStatus.QUEUED, runtime.clock())
     )
     return enqueue(app, state, record.backfill)
+
+
+class CeleryIntake:
+    """``pipeline.intake.Intake`` over one Celery app: jobs go to its broker and queues, their
+    state to its Redis, their records to its store."""
+
+    def __init__(self, app: MemqCelery) -> None:
+        self.app = app
+
+    def submit(
+        self,
+        request: AddRequest,
+        idempotency_key: str | None = None,
+        batch_id: str | None = None,
+        backfill: bool = False,
+    ) -> Accepted:
+        return submit(self.app, request, idempotency_key, batch_id, backfill)
+
+    def replay(self, job_id: str) -> JobRecord:
+        return replay(self.app, job_id)
+
+    def accept_chat(self, event: ChatEvent) -> bool:
+        from workers.chat import accept_event  # the chat module registers tasks: loaded on use
+
+        return accept_event(self.app, event)
+
+    def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
+        chat_tenant = self.app.runtime.settings.chat.tenant
+        return erase_user_everywhere(self.app, tenant, user_id, chat_tenant)
+
+
+def celery_intake(settings: Settings) -> CeleryIntake:
+    """The intake of a serving process: a Celery app of its own for ``settings``, every task
+    registered (chat flushes are sent by name). When tracing is configured, the tasks it sends
+    carry the current trace, which the workers continue."""
+    from workers.app import create_celery
+
+    if settings.otel_endpoint is not None:
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+        CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
+    return CeleryIntake(create_celery(settings))

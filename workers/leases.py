@@ -22,7 +22,8 @@ from enum import StrEnum
 
 import redis
 
-from workers.state_store import BATCH_TTL_S, STATE_TTL_S, redis_errors
+from pipeline.redis_errors import redis_errors
+from workers.state_store import BATCH_TTL_S, STATE_TTL_S
 
 GATHERING = "gather"  # the phase of a run whose gather task has not launched its chain yet
 

@@ -19,18 +19,14 @@ from celery import Celery
 from elasticsearch import Elasticsearch
 
 from pipeline.config import QueueConfig, Settings
-from pipeline.deps import Deps, Limits
-from pipeline.embedding import make_embedder
-from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
+from pipeline.deps import Deps
 from pipeline.models import utcnow
-from pipeline.nlp.entities import RuleEntityExtractor
-from pipeline.nlp.lemmatize import SimplemmaLemmatizer
 from pipeline.phases import PHASES, Workload
-from pipeline.search import Reranker, Searcher
+from pipeline.search import Searcher
+from pipeline.services import build_deps, make_reranker, webhook_sender
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
-from pipeline.webhook import WebhookSender, parse_allow_list
 from workers.chat_buffer import ChatBuffer
 from workers.keeper import Keeper
 from workers.leases import RunLeases
@@ -46,6 +42,9 @@ from workers.names import (
 from workers.state_store import RedisStateStore
 
 log = logging.getLogger("memq.worker")
+
+# made in pipeline.services (the API builds the same), and still importable from here
+__all__ = ["MemqCelery", "Runtime", "build_deps", "make_reranker", "webhook_sender"]
 
 
 class MemqCelery(Celery):
@@ -122,51 +121,6 @@ class Runtime:
             entity_similarity=deps.limits.entity_merge_similarity,
             reranker=make_reranker(self.settings),
         )
-
-
-def make_reranker(settings: Settings) -> Reranker | None:
-    """The configured reranker, or None (rerank is off unless ``MEMQ_RERANK_URL`` is set)."""
-    if settings.rerank.url is None:
-        return None
-    from pipeline.rerank import HttpReranker
-
-    return HttpReranker(settings.rerank)
-
-
-def build_deps(
-    settings: Settings,
-    store: ElasticStore,
-    clock: Callable[[], datetime],
-    llm_observer: LLMObserver | None = None,
-) -> Deps:
-    """The phases' dependencies for ``settings``: the configured embedder and LLM (None when
-    no LLM is configured; ``llm_observer`` sees each of its requests), the lemmatizer and the
-    entity extractor."""
-    llm = (
-        OpenAILLM(settings.llm, settings.llm_api_key(), observer=llm_observer)
-        if settings.llm_configured()
-        else None
-    )
-    return Deps(
-        store=store,
-        embedder=make_embedder(settings),
-        lemmatizer=SimplemmaLemmatizer(),
-        entities=RuleEntityExtractor(),
-        llm=llm,
-        vision=settings.llm.vision,
-        limits=Limits(llm_concurrency=settings.llm.max_concurrency),
-        clock=clock,
-        webhooks=webhook_sender(settings),
-    )
-
-
-def webhook_sender(settings: Settings) -> WebhookSender:
-    """Job webhooks as the settings allow and sign them."""
-    config = settings.webhook
-    secret = config.signing_secret.get_secret_value() if config.signing_secret else None
-    return WebhookSender(
-        allow=parse_allow_list(config.allow), signing_secret=secret, timeout_s=config.timeout_s
-    )
 
 
 def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:

@@ -16,7 +16,7 @@ from datetime import datetime
 
 import redis
 
-from pipeline.errors import TransientError
+from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState
 
 log = logging.getLogger("memq.worker")
@@ -322,19 +322,3 @@ class RedisStateStore:
     def ready_count(self, lane: str) -> int:
         with redis_errors("count ready jobs"):
             return int(self.client.llen(self._ready(lane)))
-
-
-class redis_errors:  # noqa: N801 - used as a context manager, like contextlib's
-    """Translate redis-py failures into ``TransientError`` (Redis down or busy: retry)."""
-
-    def __init__(self, action: str) -> None:
-        self.action = action
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        if isinstance(exc, redis.RedisError):
-            raise TransientError(f"{self.action}: Redis {exc.__class__.__name__}: {exc}") from exc

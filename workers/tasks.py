@@ -38,6 +38,7 @@ from pipeline.health import elasticsearch_health
 from pipeline.jobs import JobStatus, job_record
 from pipeline.logs import log_context
 from pipeline.phases import PHASES, PhaseSpec, Workload, run_batch
+from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase
 from workers.batches import BACKFILL, LIVE, batch_ended, gather, make_ready, send_alone
 from workers.keeper import Held
@@ -45,7 +46,6 @@ from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phase_task_name
 from workers.retry import RetryPolicy, retried
 from workers.runtime import MemqCelery, Runtime, queue_for
-from workers.state_store import redis_errors
 from workers.turns import check_delay, hand_on
 
 log = logging.getLogger("memq.worker")

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from api.deps import PrincipalDep, RuntimeDep
+from api.deps import ClockDep, ElasticStoreDep, PrincipalDep, SettingsDep
 from pipeline.export import ExportOptions, Selector, export_lines
 from pipeline.models import Identifier
 
@@ -22,7 +22,9 @@ router = APIRouter(prefix="/v1", tags=["export"])
 )
 def export(
     *,
-    runtime: RuntimeDep,
+    store: ElasticStoreDep,
+    settings: SettingsDep,
+    clock: ClockDep,
     principal: PrincipalDep,
     user_id: Annotated[Identifier | None, Query(max_length=128)] = None,
     agent_id: Annotated[Identifier | None, Query(max_length=128)] = None,
@@ -35,8 +37,8 @@ def export(
     short. ``memq import`` restores it."""
     selector = Selector(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
     options = ExportOptions(selector=selector, history=history, vectors=vectors)
-    embedder = runtime.settings.embedder
-    lines = export_lines(runtime.store, options, embedder.model, embedder.dims, runtime.clock())
+    embedder = settings.embedder
+    lines = export_lines(store, options, embedder.model, embedder.dims, clock())
     first = next(lines)  # the header; also reaches the store before the status is sent
     filename = f"memq-{principal.tenant}.jsonl"
     return StreamingResponse(

@@ -7,31 +7,30 @@ import uuid
 from fastapi import APIRouter, Request, status
 
 from api.convert import add_request, job_public
-from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.deps import IdPath, IntakeDep, PrincipalDep, SettingsDep, StoreDep
 from api.limits import WriteLimited
 from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
 from pipeline.errors import NotFoundError
 from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
+from pipeline.store.protocol import ServingStore
 from pipeline.webhook import tenant_signing_key
-from workers.intake import replay, submit
-from workers.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-def own_job(runtime: Runtime, principal: Principal, job_id: str) -> JobRecord:
-    record = runtime.store.get_job(job_id)
+def own_job(store: ServingStore, principal: Principal, job_id: str) -> JobRecord:
+    record = store.get_job(job_id)
     if record is None or record.tenant != principal.tenant:
         raise NotFoundError(f"no job {job_id}")
     return record
 
 
 @router.get("/webhook-secret")
-def webhook_secret(runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
+def webhook_secret(settings: SettingsDep, principal: PrincipalDep) -> dict[str, str]:
     """The key this tenant's job webhooks are signed with: ``X-Memq-Signature`` is
     ``sha256=hex(HMAC-SHA256(key, "{X-Memq-Timestamp}.{body}"))``."""
-    secret = runtime.settings.webhook.signing_secret
+    secret = settings.webhook.signing_secret
     if secret is None:
         raise NotFoundError("webhook signing is not enabled on this server")
     key = tenant_signing_key(secret.get_secret_value(), principal.tenant)
@@ -39,9 +38,9 @@ def webhook_secret(runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, st
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, name="get_job")
-def get_job(job_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> JobPublic:
+def get_job(job_id: IdPath, store: StoreDep, principal: PrincipalDep) -> JobPublic:
     """Status (queued, running, succeeded, failed, dead), phase, timings, results, errors."""
-    return job_public(own_job(runtime, principal, job_id))
+    return job_public(own_job(store, principal, job_id))
 
 
 @router.post(
@@ -50,10 +49,12 @@ def get_job(job_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> Job
     response_model=JobPublic,
     dependencies=[WriteLimited],
 )
-def retry_job(job_id: IdPath, app: CeleryDep, principal: PrincipalDep) -> JobPublic:
+def retry_job(
+    job_id: IdPath, store: StoreDep, intake: IntakeDep, principal: PrincipalDep
+) -> JobPublic:
     """Replay a dead or failed job from its recorded request."""
-    own_job(app.runtime, principal, job_id)
-    return job_public(replay(app, job_id))
+    own_job(store, principal, job_id)
+    return job_public(intake.replay(job_id))
 
 
 @router.post(
@@ -63,7 +64,7 @@ def retry_job(job_id: IdPath, app: CeleryDep, principal: PrincipalDep) -> JobPub
     dependencies=[WriteLimited],
 )
 def create_batch(
-    body: BatchCreate, request: Request, app: CeleryDep, principal: PrincipalDep
+    body: BatchCreate, request: Request, intake: IntakeDep, principal: PrincipalDep
 ) -> BatchAccepted:
     """Many conversations at once (importers): one job each, under one batch id. Every item is
     validated before any is queued, so a bad item queues nothing."""
@@ -71,7 +72,7 @@ def create_batch(
     batch_id = str(uuid.uuid4())
     jobs = []
     for add in requests:
-        accepted = submit(app, add, batch_id=batch_id)
+        accepted = intake.submit(add, batch_id=batch_id)
         url = str(request.url_for("get_job", job_id=accepted.record.job_id))
         jobs.append(
             JobAccepted(
@@ -86,17 +87,13 @@ def create_batch(
 
 
 @router.get("/batches/{batch_id}", response_model=BatchPublic, name="get_batch")
-def get_batch(batch_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> BatchPublic:
+def get_batch(batch_id: IdPath, store: StoreDep, principal: PrincipalDep) -> BatchPublic:
     """Counts of the batch's jobs per status (jobs that already existed when the batch was
     posted are counted in their first batch)."""
-    counts = batch_counts(runtime, principal.tenant, batch_id)
+    counts = store.job_counts(tenant=principal.tenant, batch_id=batch_id)
     if not counts:  # posted a moment ago: its job records may not be searchable yet
-        runtime.store.refresh_jobs()
-        counts = batch_counts(runtime, principal.tenant, batch_id)
+        store.refresh_jobs()
+        counts = store.job_counts(tenant=principal.tenant, batch_id=batch_id)
     if not counts:
         raise NotFoundError(f"no batch {batch_id}")
     return BatchPublic(batch_id=batch_id, total=sum(counts.values()), counts=counts)
-
-
-def batch_counts(runtime: Runtime, tenant: str, batch_id: str) -> dict[str, int]:
-    return runtime.store.job_counts(tenant=tenant, batch_id=batch_id)

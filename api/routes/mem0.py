@@ -13,7 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.convert import SCOPE_KEYS, memory_public, scope_from_filters, scope_of, split_filters
-from api.deps import CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.deps import (
+    ClockDep,
+    IdPath,
+    IntakeDep,
+    PhaseDepsDep,
+    PrincipalDep,
+    SearcherDep,
+    SettingsDep,
+    StoreDep,
+)
 from api.limits import LimitsDep, SearchLimited, WriteLimited
 from api.routes.memories import accept, wait_for
 from api.schemas import (
@@ -34,8 +43,7 @@ from pipeline.jobs import JobStatus, public_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
-from workers.erase import erase_user_everywhere
-from workers.runtime import Runtime
+from pipeline.store.protocol import ServingStore
 
 router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
 
@@ -85,8 +93,11 @@ def ping(principal: PrincipalDep) -> dict[str, str]:
     dependencies=[WriteLimited],
 )
 async def add(
+    *,
     request: Request,
-    app: CeleryDep,
+    intake: IntakeDep,
+    store: StoreDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
@@ -99,7 +110,7 @@ async def add(
         k: v for k, v in body.items() if k not in (*MEM0_IGNORED, *SCOPE_KEYS) and v is not None
     }
     create = MemoryCreate.model_validate({**fields, **ids})
-    accepted, record = await run_in_threadpool(accept, app, request, create, principal, None)
+    accepted, record = await run_in_threadpool(accept, intake, request, create, principal, None)
     if body.get("async_mode"):
         return {
             "results": [],
@@ -107,7 +118,7 @@ async def add(
             "event_id": accepted.job_id,
             "job_id": accepted.job_id,
         }
-    record = await wait_for(app, record, app.runtime.settings.api.wait_max_s)
+    record = await wait_for(store, record, settings.api.wait_max_s)
     if not record.ended:
         return {
             "results": [],
@@ -125,7 +136,8 @@ async def add(
 @router.post("/v3/memories/", responses={200: {"model": Mem0Page}})
 def get_all(
     *,
-    runtime: RuntimeDep,
+    store: StoreDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
@@ -136,7 +148,7 @@ def get_all(
     Reaching page N reads the N-1 pages before it, so a page past ``MEMQ_API_PAGE_WALK_MAX``
     memories is refused (422): memq's own ``GET /v1/memories`` pages any depth by cursor."""
     scope, rest = split_filters(principal, body.get("filters"))
-    walk_max = runtime.settings.api.page_walk_max
+    walk_max = settings.api.page_walk_max
     if (page - 1) * page_size > walk_max:
         raise InvalidInputError(
             f"page {page} lies past the first {walk_max} memories: page by cursor with "
@@ -144,8 +156,8 @@ def get_all(
             field="page",
         )
     limits.may_open_cursor(principal.tenant)
-    items, cursor = walk_to(runtime, scope, rest, page, page_size)
-    total = runtime.store.count_memories(scope)
+    items, cursor = walk_to(store, scope, rest, page, page_size)
+    total = store.count_memories(scope)
     return {
         "count": total,
         "next": page + 1 if cursor else None,
@@ -155,18 +167,18 @@ def get_all(
 
 
 def walk_to(
-    runtime: Runtime, scope: Scope, rest: dict[str, Any] | None, page: int, page_size: int
+    store: ServingStore, scope: Scope, rest: dict[str, Any] | None, page: int, page_size: int
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The items of page ``page``, and whether more follow (its point in time is given back
     either way: mem0's clients page by number, not by cursor)."""
     cursor, items = None, []
     for _ in range(page):
-        result = list_memories(runtime.store, scope, rest, page_size=page_size, cursor=cursor)
+        result = list_memories(store, scope, rest, page_size=page_size, cursor=cursor)
         items, cursor = result.items, result.cursor
         if cursor is None:
             return items, None
     if cursor is not None:
-        close_cursor(runtime.store, cursor)
+        close_cursor(store, cursor)
     return items, cursor
 
 
@@ -177,14 +189,14 @@ def walk_to(
     dependencies=[SearchLimited],
 )
 def search(
-    runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
+    searcher: SearcherDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
     asked = Mem0Search.model_validate(body)
     scope, rest = split_filters(principal, asked.filters)
     query = SearchQuery(
         query=asked.query, scope=scope, filters=rest, top_k=asked.top_k, threshold=asked.threshold
     )
-    hits = runtime.searcher.search(query)
+    hits = searcher.search(query)
     return {
         "results": [
             mem0_memory({**h.model_dump(exclude={"explain"}), "text": h.memory})
@@ -197,8 +209,8 @@ def search(
 @router.get(
     "/v1/memories/{memory_id}/", response_model=MemoryPublic, response_model_exclude_none=True
 )
-def get(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
-    return mem0_memory(crud.get_memory(runtime.store, principal.tenant, memory_id))
+def get(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> dict[str, Any]:
+    return mem0_memory(crud.get_memory(store, principal.tenant, memory_id))
 
 
 @router.put(
@@ -209,13 +221,14 @@ def get(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict
 )
 def update(
     memory_id: IdPath,
-    runtime: RuntimeDep,
+    store: StoreDep,
+    deps: PhaseDepsDep,
     principal: PrincipalDep,
     body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     updated = crud.update_memory(
-        runtime.store,
-        runtime.deps,
+        store,
+        deps,
         principal.tenant,
         memory_id,
         text=body.get("text"),
@@ -225,15 +238,18 @@ def update(
 
 
 @router.delete("/v1/memories/{memory_id}/", response_model=Message, dependencies=[WriteLimited])
-def delete(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, str]:
-    crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
+def delete(
+    memory_id: IdPath, store: StoreDep, clock: ClockDep, principal: PrincipalDep
+) -> dict[str, str]:
+    crud.delete_memory(store, principal.tenant, memory_id, clock())
     return {"message": "Memory deleted successfully!"}
 
 
 @router.delete("/v1/memories/", response_model=Deleted, dependencies=[WriteLimited])
 def delete_everything(
     *,
-    runtime: RuntimeDep,
+    store: StoreDep,
+    clock: ClockDep,
     principal: PrincipalDep,
     user_id: str | None = None,
     agent_id: str | None = None,
@@ -247,27 +263,21 @@ def delete_everything(
     }
     ids |= scope_from_filters(literal(filters)) if filters else {}
     scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
-    deleted = delete_all(runtime.store, scope, None, runtime.clock())
+    deleted = delete_all(store, scope, None, clock())
     return {"message": "Memories deleted successfully!", "deleted": deleted}
 
 
 @router.delete("/v2/entities/user/{user_id}/", dependencies=[WriteLimited])
-def delete_user(
-    user_id: IdPath, request: Request, app: CeleryDep, principal: PrincipalDep
-) -> dict[str, Any]:
+def delete_user(user_id: IdPath, intake: IntakeDep, principal: PrincipalDep) -> dict[str, Any]:
     """mem0's ``delete_users(user_id=...)``: memq erases the user completely (as
     ``DELETE /v1/users/{user_id}``)."""
-    erased = erase_user_everywhere(
-        app, principal.tenant, user_id, request.app.state.settings.chat.tenant
-    )
+    erased = intake.erase_user(principal.tenant, user_id)
     return {"message": "Entity deleted successfully!", **erased}
 
 
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[Mem0HistoryEntry])
-def history(
-    memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
-) -> list[dict[str, Any]]:
-    rows = crud.memory_history(runtime.store, principal.tenant, memory_id)
+def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+    rows = crud.memory_history(store, principal.tenant, memory_id)
     return [
         {
             "id": r["id"],
@@ -283,16 +293,19 @@ def history(
 
 @router.put("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
 def batch_update(
-    runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
+    store: StoreDep,
+    deps: PhaseDepsDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     items = batch_items(body)
     for item in items:  # all checked first: a bad item changes nothing
         crud.check_update(item.get("text"), item.get("metadata"))
-        crud.get_memory(runtime.store, principal.tenant, item["memory_id"])
+        crud.get_memory(store, principal.tenant, item["memory_id"])
     for item in items:
         crud.update_memory(
-            runtime.store,
-            runtime.deps,
+            store,
+            deps,
             principal.tenant,
             item["memory_id"],
             text=item.get("text"),
@@ -303,13 +316,16 @@ def batch_update(
 
 @router.delete("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
 def batch_delete(
-    runtime: RuntimeDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
+    store: StoreDep,
+    clock: ClockDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     items = batch_items(body)
     for item in items:
-        crud.get_memory(runtime.store, principal.tenant, item["memory_id"])
+        crud.get_memory(store, principal.tenant, item["memory_id"])
     for item in items:
-        crud.delete_memory(runtime.store, principal.tenant, item["memory_id"], runtime.clock())
+        crud.delete_memory(store, principal.tenant, item["memory_id"], clock())
     return {"message": f"Successfully deleted {len(items)} memories"}
 
 

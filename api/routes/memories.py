@@ -12,7 +12,18 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.convert import add_request, job_public, memory_public, scope_of, split_filters
-from api.deps import AdminDep, CeleryDep, IdPath, PrincipalDep, RuntimeDep
+from api.deps import (
+    AdminDep,
+    ClockDep,
+    ElasticStoreDep,
+    IdPath,
+    IntakeDep,
+    PhaseDepsDep,
+    PrincipalDep,
+    SearcherDep,
+    SettingsDep,
+    StoreDep,
+)
 from api.limits import LimitsDep, SearchLimited, WriteLimited
 from api.schemas import (
     BatchSearchRequest,
@@ -31,13 +42,12 @@ from api.schemas import (
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
+from pipeline.intake import Intake
 from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
 from pipeline.search import SearchHit, SearchQuery
-from workers.app import MemqCelery
-from workers.erase import erase_user_everywhere
-from workers.intake import submit
+from pipeline.store.protocol import ServingStore
 
 log = logging.getLogger("memq.api")
 router = APIRouter(prefix="/v1", tags=["memories"])
@@ -45,10 +55,10 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_lengt
 
 
 def accept(
-    app: MemqCelery, request: Request, body: MemoryCreate, principal: Principal, key: str | None
+    intake: Intake, request: Request, body: MemoryCreate, principal: Principal, key: str | None
 ) -> tuple[JobAccepted, JobRecord]:
     started = time.perf_counter()
-    accepted = submit(app, add_request(body, principal), idempotency_key=key)
+    accepted = intake.submit(add_request(body, principal), idempotency_key=key)
     request.app.state.metrics.enqueue_seconds.observe(time.perf_counter() - started)
     record = accepted.record
     log.info(
@@ -63,12 +73,11 @@ def accept(
     ), record
 
 
-async def wait_for(app: MemqCelery, record: JobRecord, timeout_s: float) -> JobRecord:
+async def wait_for(store: ServingStore, record: JobRecord, timeout_s: float) -> JobRecord:
     """Poll the job until it ends or ``timeout_s`` passes, without holding a server thread.
     A finished job's memories are made visible to search before it is returned (a caller who
     waited is about to read)."""
     deadline = time.monotonic() + timeout_s
-    store = app.runtime.store
     while not record.ended and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
         latest: JobRecord | None = await run_in_threadpool(store.get_job, record.job_id)
@@ -89,7 +98,9 @@ async def add_memories(
     body: MemoryCreate,
     request: Request,
     response: Response,
-    app: CeleryDep,
+    intake: IntakeDep,
+    store: StoreDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     idempotency_key: IdempotencyKey = None,
     wait: Annotated[bool, Query(description="wait (bounded) for the job to finish")] = False,
@@ -98,11 +109,11 @@ async def add_memories(
     """Queue a conversation; answers at once with the job. ``wait=true`` waits for the result
     (up to ``wait_s``, capped by the server) and returns the finished job, else 202."""
     accepted, record = await run_in_threadpool(
-        accept, app, request, body, principal, idempotency_key
+        accept, intake, request, body, principal, idempotency_key
     )
     if not wait:
         return accepted
-    record = await wait_for(app, record, min(wait_s, app.runtime.settings.api.wait_max_s))
+    record = await wait_for(store, record, min(wait_s, settings.api.wait_max_s))
     if record.ended:
         response.status_code = status.HTTP_200_OK
         return job_public(record)
@@ -112,7 +123,7 @@ async def add_memories(
 @router.get("/memories", response_model=MemoryPage)
 def get_all(
     *,
-    runtime: RuntimeDep,
+    store: StoreDep,
     principal: PrincipalDep,
     limits: LimitsDep,
     user_id: str | None = None,
@@ -126,9 +137,7 @@ def get_all(
     scope = scope_of(principal, user_id, agent_id, run_id)
     if cursor is None:
         limits.may_open_cursor(principal.tenant)
-    page = list_memories(
-        runtime.store, scope, parse_filters(filters), page_size=page_size, cursor=cursor
-    )
+    page = list_memories(store, scope, parse_filters(filters), page_size=page_size, cursor=cursor)
     if page.cursor is not None:
         limits.cursor_open(principal.tenant, page.cursor)
     elif cursor is not None:
@@ -150,7 +159,9 @@ def parse_filters(raw: str | None) -> dict[str, Any] | None:
 
 @router.delete("/memories", response_model=Deleted, dependencies=[WriteLimited])
 def delete_scope(
-    runtime: RuntimeDep,
+    *,
+    store: StoreDep,
+    clock: ClockDep,
     principal: PrincipalDep,
     user_id: str | None = None,
     agent_id: str | None = None,
@@ -158,40 +169,36 @@ def delete_scope(
 ) -> dict[str, Any]:
     """Delete every memory of a scope (at least one id required)."""
     scope = scope_of(principal, user_id, agent_id, run_id)
-    deleted = delete_all(runtime.store, scope, None, runtime.clock())
+    deleted = delete_all(store, scope, None, clock())
     return {"message": f"deleted {deleted} memories", "deleted": deleted}
 
 
 @router.delete("/users/{user_id}", dependencies=[WriteLimited])
-def erase_user(
-    user_id: IdPath, request: Request, app: CeleryDep, principal: PrincipalDep
-) -> dict[str, Any]:
+def erase_user(user_id: IdPath, intake: IntakeDep, principal: PrincipalDep) -> dict[str, Any]:
     """Forget a user completely: memories, history text, raw messages and session windows,
     entities and links, job records, job state and buffered chat messages (docs/ARCHITECTURE.md,
     "Erasure"). What stays: one content-free ERASE audit row. Safe to repeat; ``in_flight``
     lists jobs of the user that were unfinished (repeat the call once they have ended)."""
-    return erase_user_everywhere(
-        app, principal.tenant, user_id, request.app.state.settings.chat.tenant
-    )
+    return intake.erase_user(principal.tenant, user_id)
 
 
 @router.post("/memories/search", response_model=SearchResults, dependencies=[SearchLimited])
 def search(
-    body: SearchRequest, runtime: RuntimeDep, principal: PrincipalDep
+    body: SearchRequest, searcher: SearcherDep, principal: PrincipalDep
 ) -> dict[str, list[SearchHit]]:
     """Hybrid search in a scope: vectors + BM25 + entities, with filters and explain."""
-    return {"results": runtime.searcher.search(search_query(body, principal))}
+    return {"results": searcher.search(search_query(body, principal))}
 
 
 @router.post("/memories/search/batch", response_model=BatchSearchResults)
 def search_batch(
-    body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep, limits: LimitsDep
+    body: BatchSearchRequest, searcher: SearcherDep, principal: PrincipalDep, limits: LimitsDep
 ) -> dict[str, list[list[SearchHit]]]:
     """Several searches in one call, answered in the order given (each counts against the
     tenant's searches per second)."""
     limits.charge(principal.tenant, "search", cost=len(body.queries))
     queries = [search_query(q, principal) for q in body.queries]
-    return {"results": runtime.searcher.search_many(queries)}
+    return {"results": searcher.search_many(queries)}
 
 
 def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:
@@ -203,18 +210,22 @@ def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:
 
 
 @router.get("/memories/{memory_id}", response_model=MemoryPublic)
-def get_memory(memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep) -> MemoryPublic:
-    return memory_public(crud.get_memory(runtime.store, principal.tenant, memory_id))
+def get_memory(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> MemoryPublic:
+    return memory_public(crud.get_memory(store, principal.tenant, memory_id))
 
 
 @router.put("/memories/{memory_id}", response_model=MemoryPublic, dependencies=[WriteLimited])
 def update_memory(
-    memory_id: IdPath, body: MemoryUpdate, runtime: RuntimeDep, principal: PrincipalDep
+    memory_id: IdPath,
+    body: MemoryUpdate,
+    store: StoreDep,
+    deps: PhaseDepsDep,
+    principal: PrincipalDep,
 ) -> MemoryPublic:
     """New text (re-embedded) and/or metadata; the id stays, the history records the change."""
     updated = crud.update_memory(
-        runtime.store,
-        runtime.deps,
+        store,
+        deps,
         principal.tenant,
         memory_id,
         text=body.text,
@@ -225,22 +236,20 @@ def update_memory(
 
 @router.delete("/memories/{memory_id}", response_model=Message, dependencies=[WriteLimited])
 def delete_memory(
-    memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
+    memory_id: IdPath, store: StoreDep, clock: ClockDep, principal: PrincipalDep
 ) -> dict[str, str]:
-    crud.delete_memory(runtime.store, principal.tenant, memory_id, runtime.clock())
+    crud.delete_memory(store, principal.tenant, memory_id, clock())
     return {"message": "Memory deleted successfully!"}
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[HistoryEntry])
-def history(
-    memory_id: IdPath, runtime: RuntimeDep, principal: PrincipalDep
-) -> list[dict[str, Any]]:
+def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list[dict[str, Any]]:
     """ADD, UPDATE and DELETE events of a memory, oldest first."""
-    return crud.memory_history(runtime.store, principal.tenant, memory_id)
+    return crud.memory_history(store, principal.tenant, memory_id)
 
 
 @router.post("/reset", response_model=Message)
-def reset(runtime: RuntimeDep, _admin: AdminDep) -> dict[str, str]:
+def reset(store: ElasticStoreDep, settings: SettingsDep, _admin: AdminDep) -> dict[str, str]:
     """Delete every memory, entity, history row, message and job of every tenant (keys stay)."""
-    runtime.store.reset(runtime.settings.es, runtime.settings.embedder.dims)
+    store.reset(settings.es, settings.embedder.dims)
     return {"message": "memq reset"}

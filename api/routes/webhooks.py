@@ -9,13 +9,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import CeleryDep
+from api.deps import ClockDep, IntakeDep
 from api.schemas import SlackChallenge, WebhookAck
 from pipeline import chat
 from pipeline.config import ChatConfig, Settings
 from pipeline.errors import NotFoundError
-from workers.app import MemqCelery
-from workers.chat import accept_event
+from pipeline.intake import Intake
+from pipeline.services import Clock
 
 router = APIRouter(prefix="/v1/webhooks", tags=["chat platforms"])
 
@@ -34,10 +34,11 @@ def enabled(secret: Any, platform: str) -> str:
 
 
 async def verified(
-    request: Request, scheme: chat.HmacScheme, secret: str, timestamp: str, signature: str
+    request: Request, clock: Clock, scheme: chat.HmacScheme, secret: str, headers: tuple[str, str]
 ) -> bytes:
     """The body, once its signature headers check out (``SignatureError`` → 401 otherwise)."""
     config = chat_config(request)
+    timestamp, signature = headers
     signed = chat.SignedBody(
         await request.body(), request.headers.get(timestamp), request.headers.get(signature)
     )
@@ -45,42 +46,46 @@ async def verified(
         scheme,
         secret,
         signed,
-        now=request.app.state.celery.runtime.clock(),
+        now=clock(),
         tolerance_s=config.signature_tolerance_s,
     )
     return signed.body
 
 
-async def accept(app: MemqCelery, event: chat.ChatEvent | None) -> WebhookAck:
-    accepted = event is not None and await run_in_threadpool(accept_event, app, event)
+async def accept(intake: Intake, event: chat.ChatEvent | None) -> WebhookAck:
+    accepted = event is not None and await run_in_threadpool(intake.accept_chat, event)
     return WebhookAck(accepted=accepted)
 
 
 @router.post("/slack")
-async def slack(request: Request, app: CeleryDep) -> WebhookAck | SlackChallenge:
+async def slack(
+    request: Request, intake: IntakeDep, clock: ClockDep
+) -> WebhookAck | SlackChallenge:
     """Slack Events API: answers the url_verification handshake; keeps message events."""
     secret = enabled(chat_config(request).slack_signing_secret, "slack")
     body = await verified(
-        request, chat.SLACK, secret, "x-slack-request-timestamp", "x-slack-signature"
+        request, clock, chat.SLACK, secret, ("x-slack-request-timestamp", "x-slack-signature")
     )
     payload = chat.load_json(body)
     if payload.get("type") == "url_verification":
         return SlackChallenge(challenge=str(payload.get("challenge", "")))
-    return await accept(app, chat.slack_event(payload))
+    return await accept(intake, chat.slack_event(payload))
 
 
 @router.post("/telegram")
-async def telegram(request: Request, app: CeleryDep) -> WebhookAck:
+async def telegram(request: Request, intake: IntakeDep) -> WebhookAck:
     """Telegram Bot API updates (the bot's webhook secret_token is
     MEMQ_CHAT_TELEGRAM_SECRET_TOKEN)."""
     secret = enabled(chat_config(request).telegram_secret_token, "telegram")
     chat.verify_telegram(secret, request.headers.get("x-telegram-bot-api-secret-token"))
-    return await accept(app, chat.telegram_event(chat.load_json(await request.body())))
+    return await accept(intake, chat.telegram_event(chat.load_json(await request.body())))
 
 
 @router.post("/generic")
-async def generic(request: Request, app: CeleryDep) -> WebhookAck:
+async def generic(request: Request, intake: IntakeDep, clock: ClockDep) -> WebhookAck:
     """Any other source: HMAC-SHA256 of "{X-Memq-Timestamp}.{body}" in X-Memq-Signature."""
     secret = enabled(chat_config(request).webhook_secret, "generic")
-    body = await verified(request, chat.GENERIC, secret, "x-memq-timestamp", "x-memq-signature")
-    return await accept(app, chat.generic_event(chat.load_json(body), app.runtime.clock()))
+    body = await verified(
+        request, clock, chat.GENERIC, secret, ("x-memq-timestamp", "x-memq-signature")
+    )
+    return await accept(intake, chat.generic_event(chat.load_json(body), clock()))

@@ -18,6 +18,7 @@ from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import TransientError
+from pipeline.health import elasticsearch_health
 from pipeline.jobs import JobRecord
 from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.client import error_reason, es_errors, item_error
@@ -39,6 +40,7 @@ STATUS_AGGREGATION = {"status": {"terms": {"field": "status", "size": 10}}}
 _BULK_ITEM_RETRIES = 3
 WINDOW_KEEP = 50  # messages kept in a session's window document (phases read the last 10)
 _LINK_ATTEMPTS = 20
+KEYS_LISTED_MAX = 1000
 
 
 def scope_filter(scope: Scope) -> list[dict[str, Any]]:
@@ -566,6 +568,47 @@ class ElasticStore:
             d["_id"]: JobRecord.model_validate(d["_source"]) if d.get("found") else None
             for d in docs
         }
+
+    def health(self) -> dict[str, Any]:
+        return elasticsearch_health(self.client)
+
+    # -- API keys ------------------------------------------------------------------------
+
+    def create_key(self, key_id: str, document: dict[str, Any]) -> None:
+        with es_errors("create an API key"):
+            self.client.create(
+                index=self.names.keys, id=key_id, document=document, refresh="wait_for"
+            )
+
+    def get_key(self, key_id: str) -> dict[str, Any] | None:
+        with es_errors("read an API key"):
+            try:
+                source: dict[str, Any] = self.client.get(index=self.names.keys, id=key_id).body[
+                    "_source"
+                ]
+            except NotFoundError:
+                return None
+        return source
+
+    def update_key(self, key_id: str, fields: dict[str, Any]) -> bool:
+        with es_errors("update an API key"):
+            try:
+                self.client.update(index=self.names.keys, id=key_id, doc=fields, refresh="wait_for")
+            except NotFoundError:
+                return False
+        return True
+
+    def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        query = {"term": {"tenant": tenant}} if tenant else {"match_all": {}}
+        with es_errors("list API keys"):
+            hits = self.client.search(
+                index=self.names.keys,
+                query=query,
+                size=KEYS_LISTED_MAX,
+                sort=[{"created_at": "asc"}],
+                source_excludes=["secret_sha256"],
+            ).body["hits"]["hits"]
+        return [{"id": h["_id"], **h["_source"]} for h in hits]
 
     def reset(self, config: ElasticsearchConfig, dims: int) -> None:
         """Delete every index but the keys', and create them again, empty."""

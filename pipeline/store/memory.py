@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pipeline.errors import PermanentError
 from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.protocol import (
@@ -39,6 +40,7 @@ class InMemoryStore:
         self.entities: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, JobRecord] = {}
+        self.keys: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
 
     def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
@@ -205,3 +207,34 @@ class InMemoryStore:
                 for i in entity_ids
                 if i in self.entities
             }
+
+    def health(self) -> dict[str, Any]:
+        """Always reachable: it is this process."""
+        return {"cluster": "in-memory", "status": "green", "nodes": 1}
+
+    def create_key(self, key_id: str, document: dict[str, Any]) -> None:
+        with self._lock:
+            if key_id in self.keys:
+                raise PermanentError(f"create an API key: key {key_id} already exists")
+            self.keys[key_id] = dict(document)
+
+    def get_key(self, key_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            held = self.keys.get(key_id)
+            return None if held is None else dict(held)
+
+    def update_key(self, key_id: str, fields: dict[str, Any]) -> bool:
+        with self._lock:
+            if key_id not in self.keys:
+                return False
+            self.keys[key_id] = {**self.keys[key_id], **fields}
+            return True
+
+    def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            held = [
+                {"id": key_id, **{k: v for k, v in doc.items() if k != "secret_sha256"}}
+                for key_id, doc in self.keys.items()
+                if tenant is None or doc.get("tenant") == tenant
+            ]
+        return sorted(held, key=lambda key: str(key.get("created_at", "")))

@@ -22,6 +22,7 @@ __all__ = [
     "EntityLink",
     "HistoryDoc",
     "JobRecord",
+    "KeyRecords",
     "MemoryDoc",
     "ServingStore",
     "SessionMessages",
@@ -320,3 +321,32 @@ class ServingStore(Store, Protocol):
     def refresh_jobs(self) -> None: ...
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...
+
+    def health(self) -> dict[str, Any]:
+        """``{"cluster", "status", "nodes"}`` of the storage behind the store (``status`` is
+        ``green``, ``yellow`` or ``red``); ``TransientError`` when it cannot be reached."""
+        ...
+
+
+@runtime_checkable
+class KeyRecords(Protocol):
+    """The stored documents of API keys (``pipeline.keys`` makes, hashes and checks them).
+    Writes are visible to every reader when they return. Failures raise ``TransientError``
+    or ``PermanentError``."""
+
+    def create_key(self, key_id: str, document: dict[str, Any]) -> None:
+        """Store a new key; ``PermanentError`` when ``key_id`` is already taken."""
+        ...
+
+    def get_key(self, key_id: str) -> dict[str, Any] | None:
+        """The key's document, or None when there is no such key."""
+        ...
+
+    def update_key(self, key_id: str, fields: dict[str, Any]) -> bool:
+        """Set ``fields`` on the key's document; False when there is no such key."""
+        ...
+
+    def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Every key (of ``tenant`` when given), oldest first: ``{"id", **document}`` without
+        the secret's hash."""
+        ...

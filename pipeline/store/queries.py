@@ -1,4 +1,4 @@
-"""Elasticsearch request bodies of a search, and readers of its responses.
+"""Elasticsearch request bodies of a search and of a listing page, and readers of responses.
 
 Plain functions from values to dicts (and back): the store and the searcher share them, and
 nothing here calls Elasticsearch.
@@ -62,6 +62,24 @@ def vectors_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any
         "_source": {"includes": ["embedding"], "exclude_vectors": False},
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
+
+
+def listing_body(
+    clauses: list[dict[str, Any]], pit: str, keep_alive: str, after: list[Any] | None, size: int
+) -> dict[str, Any]:
+    """One page of a listing over the point in time ``pit``: oldest first (the point in time's
+    own tiebreaker settles equal dates), after the sort values ``after`` of the last page."""
+    body: dict[str, Any] = {
+        "size": size,
+        "query": {"bool": {"filter": clauses}},
+        "sort": [{"created_at": {"order": "asc", "missing": "_first"}}],
+        "pit": {"id": pit, "keep_alive": keep_alive},
+        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
+        "track_total_hits": False,
+    }
+    if after is not None:
+        body["search_after"] = after
+    return body
 
 
 def hits_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from api.app import create_app
 from pipeline.config import Settings
 from pipeline.store.indices import IndexNames
 from workers.app import MemqCelery
+from workers.intake import CeleryIntake
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,9 @@ def client(settings: Settings, celery_app: MemqCelery, indices: IndexNames) -> I
         }
     )
     chat = settings.chat.model_copy(update={"webhook_secret": SecretStr(GENERIC)})
-    app = create_app(settings.model_copy(update={"api": api, "chat": chat}), celery_app)
+    app = create_app(
+        settings.model_copy(update={"api": api, "chat": chat}), CeleryIntake(celery_app)
+    )
     with TestClient(app) as test_client:
         yield test_client
 
@@ -99,7 +102,7 @@ def test_writes_over_the_tenant_rate_are_429(client: TestClient) -> None:
 def test_a_tenant_cannot_hold_more_open_cursors_than_its_share(client: TestClient) -> None:
     headers = tenant_headers(client)
     user = f"cur-{uuid.uuid4().hex[:8]}"
-    store = client.app.state.celery.runtime.store  # type: ignore[attr-defined]
+    store = client.app.state.resources.services.store  # type: ignore[attr-defined]
     tenant = client.get("/v1/ping/", headers=headers).json()["org_id"]
     seed_memories(store, tenant, user, 3)
     params = {"user_id": user, "page_size": 1}

@@ -24,6 +24,7 @@ from pipeline.state import JobState
 from pipeline.store.indices import IndexNames
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
+from workers.intake import celery_intake
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,8 @@ def client(
     settings: Settings, celery_app: MemqCelery, worker: WorkerProcess
 ) -> Iterator[TestClient]:
     chat = settings.chat.model_copy(update={"tenant": TENANT})
-    app = create_app(settings.model_copy(update={"chat": chat}), celery_app)
+    # the intake is made from the app's own settings, chat tenant included (as in production)
+    app = create_app(settings.model_copy(update={"chat": chat}), celery_intake)
     with TestClient(app) as test_client:
         yield test_client
 

@@ -19,6 +19,7 @@ from elasticsearch import Elasticsearch
 
 from pipeline.jobs import JobStatus
 from pipeline.keys import KeyStore
+from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from tests.processes import ApiProcess, WorkerProcess
 
@@ -79,7 +80,7 @@ OPEN: list[Tenant] = []
 def new_tenant(es: Elasticsearch, indices: IndexNames, api: ApiProcess) -> Tenant:
     """A tenant of its own with a key; its HTTP client is closed when the module ends."""
     name = f"exp-{uuid.uuid4().hex[:8]}"
-    _, key = KeyStore(es, indices).create(name, "export tests", datetime.now(UTC))
+    _, key = KeyStore(ElasticStore(es, indices)).create(name, "export tests", datetime.now(UTC))
     OPEN.append(Tenant(name, key, api.url))
     return OPEN[-1]
 

@@ -11,25 +11,31 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.keys import KeyStore
+from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 
 pytestmark = pytest.mark.integration
 
 
 def new_key(es: Elasticsearch, indices: IndexNames) -> tuple[str, str]:
-    return KeyStore(es, indices).create(f"cache-{uuid.uuid4().hex[:8]}", "cache", datetime.now(UTC))
+    return KeyStore(ElasticStore(es, indices)).create(
+        f"cache-{uuid.uuid4().hex[:8]}", "cache", datetime.now(UTC)
+    )
 
 
 def revoke_elsewhere(es: Elasticsearch, indices: IndexNames, key_id: str) -> None:
     """What another API process's revocation leaves in the index."""
-    KeyStore(es, indices).revoke(key_id, datetime.now(UTC))
+    KeyStore(ElasticStore(es, indices)).revoke(key_id, datetime.now(UTC))
 
 
 def test_a_cached_key_sees_a_revocation_elsewhere_only_after_its_window(
     es: Elasticsearch, indices: IndexNames
 ) -> None:
     key_id, token = new_key(es, indices)
-    cached, uncached = KeyStore(es, indices, cache_s=300), KeyStore(es, indices, cache_s=0)
+    cached, uncached = (
+        KeyStore(ElasticStore(es, indices), cache_s=300),
+        KeyStore(ElasticStore(es, indices), cache_s=0),
+    )
     assert cached.authenticate(token, None) is not None
     assert uncached.authenticate(token, None) is not None
     revoke_elsewhere(es, indices, key_id)
@@ -43,7 +49,7 @@ def test_a_revocation_through_the_same_store_is_seen_at_once(
     es: Elasticsearch, indices: IndexNames
 ) -> None:
     key_id, token = new_key(es, indices)
-    keys = KeyStore(es, indices, cache_s=300)
+    keys = KeyStore(ElasticStore(es, indices), cache_s=300)
     principal = keys.authenticate(token, None)
     assert principal is not None and principal.key_id == key_id
     keys.revoke(key_id, datetime.now(UTC))
@@ -54,7 +60,7 @@ def test_a_wrong_secret_is_refused_from_the_cache_and_unknown_keys_are_not_cache
     es: Elasticsearch, indices: IndexNames
 ) -> None:
     key_id, token = new_key(es, indices)
-    keys = KeyStore(es, indices, cache_s=300)
+    keys = KeyStore(ElasticStore(es, indices), cache_s=300)
     assert keys.authenticate(token, None) is not None
     assert keys.authenticate(token[:-4] + "AAAA", None) is None
     unknown = f"mq_{uuid.uuid4().hex[:16]}_{'x' * 43}"

@@ -28,6 +28,7 @@ from mcp_types import CallToolResult, TextContent
 
 from pipeline.jobs import JobStatus
 from pipeline.keys import KeyStore
+from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from tests.processes import ApiProcess, WorkerProcess
 
@@ -47,7 +48,7 @@ TOOLS = {
 @pytest.fixture(scope="module")
 def keys(es: Elasticsearch, indices: IndexNames) -> dict[str, str]:
     """Two tenants of their own, a key each."""
-    store = KeyStore(es, indices)
+    store = KeyStore(ElasticStore(es, indices))
     now = datetime.now(UTC)
     return {
         name: store.create(f"mcp-{name}-{uuid.uuid4().hex[:6]}", "mcp tests", now)[1]

@@ -16,6 +16,7 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
 from pipeline.deps import Deps
+from pipeline.errors import PermanentError
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.memory import Memory
 from pipeline.models import AddRequest, ContextMessage, MessageIn, Scope, md5_hex, memory_id
@@ -312,3 +313,50 @@ def test_a_lost_race_on_one_fact_is_a_duplicate_not_a_second_memory(
     assert state.stored == [] and state.counts["duplicates"] == 1
     held = store.get_memory(winner["results"][0]["id"])
     assert held is not None and held["job_id"] == early
+
+
+def key_document(tenant: str, created_at: datetime, secret: str = "a" * 64) -> dict[str, str]:
+    return {
+        "tenant": tenant,
+        "name": "contract",
+        "role": "tenant",
+        "secret_sha256": secret,
+        "created_at": created_at.isoformat(),
+    }
+
+
+def test_a_key_is_created_once_read_back_and_updated(store: ElasticStore | InMemoryStore) -> None:
+    key_id, missing = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
+    store.create_key(key_id, key_document("contract-keys", NOW))
+    with pytest.raises(PermanentError):
+        store.create_key(key_id, key_document("someone-else", NOW, secret="b" * 64))
+    assert store.get_key(key_id) == key_document("contract-keys", NOW)
+    assert store.get_key(missing) is None
+    revoked = (NOW + timedelta(hours=1)).isoformat()
+    assert store.update_key(key_id, {"revoked_at": revoked}) is True
+    assert store.get_key(key_id) == {**key_document("contract-keys", NOW), "revoked_at": revoked}
+    assert store.update_key(missing, {"revoked_at": revoked}) is False
+    assert store.get_key(missing) is None
+
+
+def test_keys_are_listed_oldest_first_per_tenant_without_their_secret(
+    store: ElasticStore | InMemoryStore,
+) -> None:
+    tenant, other = f"keys-{uuid.uuid4().hex[:8]}", f"keys-{uuid.uuid4().hex[:8]}"
+    ids = [uuid.uuid4().hex[:16] for _ in range(3)]
+    store.create_key(ids[1], key_document(tenant, NOW + timedelta(minutes=1)))
+    store.create_key(ids[0], key_document(tenant, NOW))
+    store.create_key(ids[2], key_document(other, NOW))
+    listed = store.list_keys(tenant)
+    assert [key["id"] for key in listed] == ids[:2]
+    shown = {k: v for k, v in key_document(tenant, NOW).items() if k != "secret_sha256"}
+    assert listed[0] == {"id": ids[0], **shown}
+    assert all("secret_sha256" not in key for key in listed)
+    assert {key["id"] for key in store.list_keys()} >= set(ids)
+
+
+def test_the_store_reports_its_health(store: ElasticStore | InMemoryStore) -> None:
+    health = store.health()
+    assert set(health) == {"cluster", "status", "nodes"}
+    assert health["status"] in {"green", "yellow"}
+    assert health["nodes"] >= 1

@@ -21,6 +21,7 @@ from pipeline.jobs import JobStatus
 from pipeline.store.elastic import ElasticStore
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
+from workers.intake import CeleryIntake
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,7 @@ def client(
             "webhook_secret": SecretStr(GENERIC),
         }
     )
-    app = create_app(settings.model_copy(update={"chat": chat}), celery_app)
+    app = create_app(settings.model_copy(update={"chat": chat}), CeleryIntake(celery_app))
     with TestClient(app) as test_client:
         yield test_client
 
@@ -209,7 +210,7 @@ def test_generic_webhook_is_hmac_signed(client: TestClient) -> None:
 
 
 def test_a_platform_without_a_secret_is_off(settings: Settings, celery_app: MemqCelery) -> None:
-    with TestClient(create_app(settings, celery_app)) as plain:
+    with TestClient(create_app(settings, CeleryIntake(celery_app))) as plain:
         assert plain.post("/v1/webhooks/slack", json={}).status_code == 404
 
 

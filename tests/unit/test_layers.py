@@ -1,6 +1,7 @@
 """The package picture holds: ``pipeline`` (the domain) imports neither Celery nor FastAPI,
 and nothing under it reaches back up into ``workers``, ``api`` or ``memq``; ``api`` imports no
-Elasticsearch client of its own (it reaches the node through the store)."""
+Elasticsearch client of its own (it reaches the node through the store) and no Celery, and
+names ``workers`` in one place only: ``api.resources``, where its default intake is made."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def imported(package: str) -> dict[str, set[str]]:
     ("package", "forbidden"),
     [
         ("pipeline", {"celery", "kombu", "fastapi", "starlette", "workers", "api", "memq"}),
-        ("api", {"elasticsearch"}),
+        ("api", {"elasticsearch", "celery", "kombu"}),
     ],
 )
 def test_a_package_imports_nothing_above_or_beside_its_layer(
@@ -38,3 +39,8 @@ def test_a_package_imports_nothing_above_or_beside_its_layer(
 ) -> None:
     offending = {f: sorted(n & forbidden) for f, n in imported(package).items() if n & forbidden}
     assert offending == {}
+
+
+def test_the_api_names_the_workers_only_where_its_default_intake_is_made() -> None:
+    naming = sorted(f for f, names in imported("api").items() if "workers" in names)
+    assert naming == ["api/resources.py"]

@@ -1,0 +1,113 @@
+"""The serving side's resources for one ``Settings``: the store, the API keys, the search, the
+phases' dependencies and the clock, each built on first use and kept for the process.
+
+Building a ``Services`` touches nothing: the store (and with it the indices) is made by the
+first call that needs it, so a process starts, and ``memq openapi`` runs, with Elasticsearch
+down; a request that needs the node then fails as a ``TransientError`` (a 503), and the next
+one tries again. ``build_deps`` is also how the workers' runtime makes the phases'
+dependencies, so both sides run with the same models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from functools import cached_property
+
+from pipeline.config import Settings
+from pipeline.deps import Deps, Limits
+from pipeline.embedding import make_embedder
+from pipeline.keys import KeyStore
+from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
+from pipeline.models import utcnow
+from pipeline.nlp.entities import RuleEntityExtractor
+from pipeline.nlp.lemmatize import SimplemmaLemmatizer
+from pipeline.search import Reranker, Searcher
+from pipeline.store.client import make_client
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.indices import ensure_indices
+from pipeline.webhook import WebhookSender, parse_allow_list
+
+Clock = Callable[[], datetime]
+
+
+class Services:
+    """What serving requests needs, for ``settings`` (see the module's docstring)."""
+
+    def __init__(self, settings: Settings, clock: Clock = utcnow) -> None:
+        self.settings = settings
+        self.clock = clock
+
+    @cached_property
+    def store(self) -> ElasticStore:
+        """The store, its indices made or checked on first use."""
+        client = make_client(self.settings.es)
+        names = ensure_indices(client, self.settings.es, self.settings.embedder.dims)
+        return ElasticStore(client, names)
+
+    @cached_property
+    def keys(self) -> KeyStore:
+        return KeyStore(self.store, self.settings.api.key_cache_s)
+
+    @cached_property
+    def deps(self) -> Deps:
+        return build_deps(self.settings, self.store, self.clock)
+
+    @cached_property
+    def searcher(self) -> Searcher:
+        deps = self.deps
+        return Searcher(
+            store=self.store,
+            embedder=deps.embedder,
+            lemmatizer=deps.lemmatizer,
+            entities=deps.entities,
+            config=self.settings.search,
+            entity_similarity=deps.limits.entity_merge_similarity,
+            reranker=make_reranker(self.settings),
+            clock=self.clock,
+        )
+
+
+def make_reranker(settings: Settings) -> Reranker | None:
+    """The configured reranker, or None (rerank is off unless ``MEMQ_RERANK_URL`` is set)."""
+    if settings.rerank.url is None:
+        return None
+    from pipeline.rerank import HttpReranker
+
+    return HttpReranker(settings.rerank)
+
+
+def build_deps(
+    settings: Settings,
+    store: ElasticStore,
+    clock: Clock,
+    llm_observer: LLMObserver | None = None,
+) -> Deps:
+    """The phases' dependencies for ``settings``: the configured embedder and LLM (None when
+    no LLM is configured; ``llm_observer`` sees each of its requests), the lemmatizer and the
+    entity extractor."""
+    llm = (
+        OpenAILLM(settings.llm, settings.llm_api_key(), observer=llm_observer)
+        if settings.llm_configured()
+        else None
+    )
+    return Deps(
+        store=store,
+        embedder=make_embedder(settings),
+        lemmatizer=SimplemmaLemmatizer(),
+        entities=RuleEntityExtractor(),
+        llm=llm,
+        vision=settings.llm.vision,
+        limits=Limits(llm_concurrency=settings.llm.max_concurrency),
+        clock=clock,
+        webhooks=webhook_sender(settings),
+    )
+
+
+def webhook_sender(settings: Settings) -> WebhookSender:
+    """Job webhooks as the settings allow and sign them."""
+    config = settings.webhook
+    secret = config.signing_secret.get_secret_value() if config.signing_secret else None
+    return WebhookSender(
+        allow=parse_allow_list(config.allow), signing_secret=secret, timeout_s=config.timeout_s
+    )
