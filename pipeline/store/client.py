@@ -11,7 +11,7 @@ from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError, Elasticsearch
 
 from pipeline.config import ElasticsearchConfig
-from pipeline.errors import PermanentError, TransientError
+from pipeline.errors import ConfigurationError, PermanentError, TransientError
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -30,6 +30,8 @@ def make_client(config: ElasticsearchConfig) -> Elasticsearch:
     retried, and a timeout is not (the request may have run; a second node would only double
     the wait before memq's own retry).
     """
+    if config.urls[:1] != (config.url,):  # a copy that changed one without the other
+        raise ConfigurationError(f"url {config.url} is not the first of urls {config.urls}")
     auth: tuple[str, str] | None = None
     if config.username is not None and config.password is not None:
         auth = (config.username, config.password.get_secret_value())
