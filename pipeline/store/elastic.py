@@ -312,7 +312,7 @@ class ElasticStore:
         ]
         if actions:
             with es_errors("delete history rows"):
-                self.client.bulk(operations=actions)
+                self._bulk(operations=actions)
 
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]
@@ -503,7 +503,7 @@ class ElasticStore:
             for i, s in memories.items()
         ]
         with es_errors("delete memories"):
-            items = self.client.bulk(operations=actions, refresh="wait_for").body["items"]
+            items = self._bulk(operations=actions, refresh="wait_for")["items"]
         return {i["delete"]["_id"] for i in items if i["delete"].get("result") == "deleted"}
 
     def delete_matching(self, index: str, query: dict[str, Any], routing: str | None = None) -> int:
@@ -519,7 +519,7 @@ class ElasticStore:
             try:
                 for hits in self._pages(pit, query):
                     ops = [{"delete": hit_address(h)} for h in hits]
-                    items = self.client.bulk(operations=ops).body["items"]
+                    items = self._bulk(operations=ops)["items"]
                     deleted += sum(1 for i in items if i["delete"].get("result") == "deleted")
             finally:
                 self.client.options(ignore_status=404).close_point_in_time(id=pit)
@@ -706,6 +706,19 @@ class ElasticStore:
 
     # -- internals -------------------------------------------------------------------------
 
+    def _bulk(self, **kwargs: Any) -> dict[str, Any]:
+        """A bulk request whose items refused by an index block (a reindex pausing writes
+        for its catch-up, see ``pipeline.store.reindex``) fail the whole call as transient:
+        the caller's retry writes them once the block is lifted, instead of reporting them
+        lost item by item."""
+        body: dict[str, Any] = self.client.bulk(**kwargs).body
+        if body.get("errors"):
+            for item in body["items"]:
+                error = next(iter(item.values())).get("error") or {}
+                if isinstance(error, dict) and error.get("type") == "cluster_block_exception":
+                    raise TransientError(f"bulk write: {error_reason(error)}")
+        return body
+
     def _create_all(
         self, items: dict[tuple[str, str, str], dict[str, Any]]
     ) -> dict[str, WriteOutcome]:
@@ -734,7 +747,7 @@ class ElasticStore:
             actions.append({"create": {"_index": index, "_id": doc_id, "routing": routing}})
             actions.append(source)
         with es_errors("bulk create"):
-            items = self.client.bulk(operations=actions).body["items"]
+            items = self._bulk(operations=actions)["items"]
         retry: dict[tuple[str, str, str], dict[str, Any]] = {}
         for (key, source), item in zip(pending.items(), items, strict=True):
             result, outcome = item["create"], outcomes[key[0]]
@@ -771,7 +784,7 @@ class ElasticStore:
         """Run a bulk whose every item must succeed, except that ids in ``may_conflict`` may
         meet a version conflict (409): those are returned. Any other item error raises."""
         with es_errors(what):
-            body = self.client.bulk(operations=actions).body
+            body = self._bulk(operations=actions)
         conflicted: set[str] = set()
         if not body.get("errors"):
             return conflicted

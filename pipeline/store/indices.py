@@ -243,14 +243,21 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
     for kind in Kind:
         _check_dims(client, names, kind, dims)
         _check_routing(client, names, kind)
+    put_templates(client, config, dims)
+    for kind in Kind:
+        _ensure_index(client, names, kind)
+        _add_new_fields(client, names, kind, dims)
+    return names
+
+
+def put_templates(client: Elasticsearch, config: ElasticsearchConfig, dims: int) -> None:
+    """Put the index template of every kind (the mapping and settings a new index gets)."""
+    names = IndexNames(config.index_prefix)
     for kind in Kind:
         with es_errors(f"put index template {names.template(kind)}"):
             client.indices.put_index_template(
                 name=names.template(kind), **template_body(names, kind, config, dims)
             )
-        _ensure_index(client, names, kind)
-        _add_new_fields(client, names, kind, dims)
-    return names
 
 
 def _add_new_fields(client: Elasticsearch, names: IndexNames, kind: Kind, dims: int) -> None:
@@ -300,8 +307,8 @@ def _check_routing(client: Elasticsearch, names: IndexNames, kind: Kind) -> None
         if not required and shards > 1:
             raise ConfigurationError(
                 f"index {index} predates routing by scope and has {shards} shards, so its "
-                "documents are not where memq now looks for them: move them with "
-                "`memq export` into a new MEMQ_ES_INDEX_PREFIX and `memq import`"
+                "documents are not where memq now looks for them: move them onto a routed "
+                f"index with `memq reindex --shards {shards} --kind {kind.value}`"
             )
 
 
