@@ -166,7 +166,7 @@ def recopy_changed(client: Elasticsearch, kind: Kind, source: str, target: str) 
         held = versions(client, target, [h["_id"] for h in hits])
         stale = [h["_id"] for h in hits if held.get(h["_id"]) != h["_version"]]
         if stale:
-            write_copies(client, kind, target, by_ids(client, source, stale))
+            write_copies(client, kind, target, by_ids(client, source, stale), versioned=False)
             recopied += len(stale)
     return recopied
 
@@ -244,13 +244,21 @@ def by_ids(client: Elasticsearch, index: str, ids: list[str]) -> list[dict[str, 
 
 
 def write_copies(
-    client: Elasticsearch, kind: Kind, target: str, hits: list[dict[str, Any]]
+    client: Elasticsearch,
+    kind: Kind,
+    target: str,
+    hits: list[dict[str, Any]],
+    versioned: bool = True,
 ) -> None:
-    """Index each hit into ``target`` under its id, routing and version: an older version
-    never replaces a newer one."""
+    """Index each hit into ``target`` under its id and routing; ``versioned`` (the copy):
+    with the old document's version too, for the catch-up to compare. The catch-up itself
+    overwrites (no one else writes to the target yet): a document deleted and written again
+    meanwhile whose version started over lower than its copy's still replaces it."""
     ops: list[dict[str, Any]] = []
     for hit in hits:
-        header = address(target, hit) | {"version": hit["_version"], "version_type": "external"}
+        header = address(target, hit)
+        if versioned:
+            header |= {"version": hit["_version"], "version_type": "external"}
         if kind in ROUTED and "routing" not in header:  # written before routing (schema 1)
             header["routing"] = routing_of(kind, hit["_id"], hit["_source"])
         ops += [{"index": header}, hit["_source"]]
