@@ -34,7 +34,7 @@ from pipeline.errors import InvalidInputError
 from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
-from pipeline.search import SearchHit, SearchQuery
+from pipeline.search import SearchQuery
 from workers.app import MemqCelery
 from workers.erase import erase_user_everywhere
 from workers.intake import submit
@@ -176,22 +176,27 @@ def erase_user(
 
 
 @router.post("/memories/search", response_model=SearchResults, dependencies=[SearchLimited])
-def search(
-    body: SearchRequest, runtime: RuntimeDep, principal: PrincipalDep
-) -> dict[str, list[SearchHit]]:
-    """Hybrid search in a scope: vectors + BM25 + entities, with filters and explain."""
-    return {"results": runtime.searcher.search(search_query(body, principal))}
+def search(body: SearchRequest, runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Hybrid search in a scope: vectors + BM25 + entities, with filters and explain. A
+    result that some shards could not give is flagged ``partial``, never passed off as whole."""
+    found = runtime.searcher.search_reported(search_query(body, principal))
+    return {"results": found.hits, "partial": found.partial, "shards": found.shards}
 
 
 @router.post("/memories/search/batch", response_model=BatchSearchResults)
 def search_batch(
     body: BatchSearchRequest, runtime: RuntimeDep, principal: PrincipalDep, limits: LimitsDep
-) -> dict[str, list[list[SearchHit]]]:
+) -> dict[str, Any]:
     """Several searches in one call, answered in the order given (each counts against the
     tenant's searches per second)."""
     limits.charge(principal.tenant, "search", cost=len(body.queries))
     queries = [search_query(q, principal) for q in body.queries]
-    return {"results": runtime.searcher.search_many(queries)}
+    found = runtime.searcher.search_many_reported(queries)
+    return {
+        "results": [f.hits for f in found],
+        "partial": any(f.partial for f in found),
+        "shards": [f.shards for f in found],
+    }
 
 
 def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:

@@ -77,10 +77,19 @@ def translate(action: str, exc: Exception) -> TransientError | PermanentError:
     if isinstance(exc, ApiError):
         status = exc.meta.status
         reason = f"{action}: HTTP {status} {error_reason(exc.body)}"
-        return TransientError(reason) if status in _RETRYABLE_STATUS else PermanentError(reason)
+        if status in _RETRYABLE_STATUS or _blocked(exc.body):
+            return TransientError(reason)
+        return PermanentError(reason)
     if isinstance(exc, TransportError):
         return TransientError(f"{action}: {exc}")
     return PermanentError(f"{action}: {exc}")
+
+
+def _blocked(body: Any) -> bool:
+    """An index block (writes paused while ``memq reindex`` catches up) lifts by itself: a
+    write it refused is retried, not failed."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and error.get("type") == "cluster_block_exception"
 
 
 @contextmanager

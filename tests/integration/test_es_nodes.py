@@ -126,13 +126,13 @@ def test_every_store_call_carries_on_through_a_dead_first_node(
     calls: list[tuple[str, Callable[[], object]]] = [
         ("bulk create", lambda: fresh().create_memories([doc])),
         ("get", lambda: fresh().get_memory(doc.id)),
-        ("update", lambda: fresh().update_memory(doc.id, {"text": "dogs"})),
+        ("update", lambda: fresh().update_memory(doc.id, {"text": "dogs"}, scope)),
         ("refresh", lambda: fresh().make_visible()),
         ("count", lambda: fresh().count_memories(scope)),
         ("msearch", lambda: fresh().hashes_in_scope(scope, ["cats"])),
         ("save job", lambda: fresh().save_job(job)),
         ("get job", lambda: fresh().get_job(job.job_id)),
-        ("delete", lambda: fresh().delete_memories([doc.id])),
+        ("delete", lambda: fresh().delete_memories({doc.id: scope})),
     ]
     results = {}
     for name, call in calls:
