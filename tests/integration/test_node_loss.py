@@ -128,6 +128,7 @@ class Searches:
     """Searches sent through the API in a loop while the node is gone."""
 
     answered: list[float] = field(default_factory=list)  # seconds each took
+    partial: int = 0  # answers flagged partial (some shard could not answer)
     failed: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -186,6 +187,7 @@ def search_loop(http: httpx.Client, searches: Searches) -> None:
         else:
             if response.status_code == 200:
                 searches.answered.append(time.monotonic() - began)
+                searches.partial += response.json()["partial"] is True
             else:
                 searches.failed.append(f"{response.status_code} {response.text[:200]}")
         session += 1
@@ -251,7 +253,8 @@ def node_loss(
             f"{len(during)} while node {KILLED} was down; all terminal {settled_s:.1f} s after "
             f"the kill ({settled}); cluster {yellow['status']} with "
             f"{yellow['number_of_nodes']} nodes meanwhile; {len(searches.answered)} searches "
-            f"answered (p95 {p95 * 1000:.0f} ms), {len(searches.failed)} failed; node back "
+            f"answered (p95 {p95 * 1000:.0f} ms, {searches.partial} flagged partial), "
+            f"{len(searches.failed)} failed; node back "
             f"in {restart_s:.0f} s, cluster {green['status']} {green_s:.0f} s after the jobs "
             "settled"
         )
