@@ -203,12 +203,31 @@ class Deleted(Message):
     deleted: int = Field(description="how many memories were deleted")
 
 
+class ShardsPublic(BaseModel):
+    """How much of the index answered a search."""
+
+    total: int = Field(description="shards the search asked")
+    successful: int = Field(description="shards that answered")
+    failed: int = Field(description="shards that failed: their memories are missing")
+    timed_out: bool = Field(description="the search ran out of time before every shard answered")
+
+
+_PARTIAL = (
+    "true when a shard failed or the search timed out: the hits are the best of what answered, "
+    "and memories held by the shards that did not may be missing"
+)
+
+
 class SearchResults(BaseModel):
     results: list[SearchHit]
+    partial: bool = Field(default=False, description=_PARTIAL)
+    shards: ShardsPublic | None = None
 
 
 class BatchSearchResults(BaseModel):
     results: list[list[SearchHit]] = Field(description="one list of hits per query, in order")
+    partial: bool = Field(default=False, description=f"any query partial; {_PARTIAL}")
+    shards: list[ShardsPublic] = Field(default_factory=list, description="per query, in order")
 
 
 class HistoryEntry(BaseModel):
@@ -289,6 +308,9 @@ class Mem0Hit(MemoryPublic):
 
 class Mem0Results(BaseModel):
     results: list[Mem0Hit]
+    # only present (true) when the result is partial: mem0's own answers have no such key
+    partial: bool | None = Field(default=None, description=_PARTIAL)
+    shards: ShardsPublic | None = None
 
 
 class Mem0Page(BaseModel):

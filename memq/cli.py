@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memq.dump import add_commands as add_dump_commands
 
     add_dump_commands(sub)  # memq export, memq import
+    from memq.reindex import add_commands as add_reindex_commands
+
+    add_reindex_commands(sub)  # memq reindex
     return parser
 
 

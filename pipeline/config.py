@@ -8,8 +8,10 @@ SDK (``memq.Client``): no section may be named ``client``, and these settings ig
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -20,7 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _INDEX_PREFIX = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -38,10 +40,36 @@ class _Section(BaseModel):
         return data
 
 
+def _node_urls(value: object) -> list[str]:
+    """Node URLs from a comma-separated string, a JSON list in a string, or a list."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"is not a JSON list of URLs ({exc})") from exc
+        else:
+            value = text.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError("must be node URLs, comma-separated or a JSON list")
+    urls = [v.strip().rstrip("/") for v in value if v.strip()]
+    if not urls:
+        raise ValueError("needs at least one Elasticsearch node URL")
+    return urls
+
+
 class ElasticsearchConfig(_Section):
-    """Where memories live. ``index_prefix`` namespaces every index and template."""
+    """Where memories live. ``index_prefix`` namespaces every index and template.
+
+    ``urls`` lists the cluster's nodes (``MEMQ_ES_URLS``, comma-separated or a JSON list);
+    ``MEMQ_ES_URL`` may list them too, comma-separated. Whichever is given is the one source:
+    ``urls`` holds every node, ``url`` the first (for callers that need one address). Both
+    given and different is refused rather than one silently winning."""
 
     url: str = "http://127.0.0.1:9200"
+    # not JSON-decoded by the settings source: ``_node_urls`` reads both spellings itself
+    urls: Annotated[tuple[str, ...], NoDecode] = ()
     username: str | None = None
     password: SecretStr | None = None
     index_prefix: str = "memq"
@@ -49,12 +77,38 @@ class ElasticsearchConfig(_Section):
     shards: int = Field(default=1, ge=1, le=64)
     replicas: int = Field(default=0, ge=0, le=8)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_list_of_nodes(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        data = {key: value for key, value in data.items() if value != ""}
+        if "url" not in data and "urls" not in data:
+            return data
+        from_url = _node_urls(data["url"]) if "url" in data else None
+        from_urls = _node_urls(data["urls"]) if "urls" in data else None
+        if from_url is not None and from_urls is not None and from_url != from_urls:
+            raise ValueError(
+                "MEMQ_ES_URL and MEMQ_ES_URLS name different nodes: set only one of them"
+            )
+        urls = from_urls or from_url or []
+        return {**data, "url": urls[0], "urls": urls}
+
     @field_validator("url")
     @classmethod
     def _url_is_http(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/")
+        return _http_url(value)
+
+    @field_validator("urls")
+    @classmethod
+    def _urls_are_http(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_http_url(url) for url in value)
+
+    @model_validator(mode="after")
+    def _urls_default_to_url(self) -> ElasticsearchConfig:
+        if not self.urls:  # built from defaults: the one default node
+            object.__setattr__(self, "urls", (self.url,))
+        return self
 
     @field_validator("index_prefix")
     @classmethod
@@ -64,6 +118,14 @@ class ElasticsearchConfig(_Section):
                 "must be 1-41 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
             )
         return value
+
+
+def _http_url(value: str) -> str:
+    """One node's URL: http(s), with a host, no trailing slash."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{value!r} must be an http:// or https:// URL with a host")
+    return value.rstrip("/")
 
 
 class RedisConfig(_Section):

@@ -43,7 +43,7 @@ def update_memory(
         fields |= text_fields(deps, text, current.get("speaker"))
     if metadata is not None:
         fields |= {"metadata": metadata, "metadata_kv": metadata_pairs(metadata)}
-    store.update_memory(memory_id, fields)
+    store.update_memory(memory_id, fields, scope_of(current))
     row_at = deps.clock()
     store.write_history([history_row(current, "UPDATE", row_at, old=current["text"], new=text)])
     return get_memory(store, tenant, memory_id)
@@ -82,7 +82,7 @@ def text_fields(deps: Deps, text: str, speaker: str | None = None) -> dict[str, 
 
 def delete_memory(store: ServingStore, tenant: str, memory_id: str, now: datetime) -> None:
     current = get_memory(store, tenant, memory_id)
-    store.delete_memories([memory_id])
+    store.delete_memories({memory_id: scope_of(current)})
     store.write_history([history_row(current, "DELETE", now, old=current["text"])])
 
 
@@ -97,6 +97,16 @@ def memory_history(store: ServingStore, tenant: str, memory_id: str) -> list[dic
     return [{k: v for k, v in row.items() if k != "tenant" and v != ""} for row in rows]
 
 
+def scope_of(current: dict[str, Any]) -> Scope:
+    """The scope a stored memory belongs to, from its own fields."""
+    return Scope(
+        tenant=current["tenant"],
+        user_id=current.get("user_id"),
+        agent_id=current.get("agent_id"),
+        run_id=current.get("run_id"),
+    )
+
+
 def history_row(
     current: dict[str, Any],
     event: str,
@@ -104,16 +114,10 @@ def history_row(
     old: str | None = None,
     new: str | None = None,
 ) -> HistoryDoc:
-    scope = Scope(
-        tenant=current["tenant"],
-        user_id=current.get("user_id"),
-        agent_id=current.get("agent_id"),
-        run_id=current.get("run_id"),
-    )
     return HistoryDoc(
         id=history_id(current["id"], event, at.isoformat()),
         memory_id=current["id"],
-        scope=scope,
+        scope=scope_of(current),
         event=event,
         job_id="",
         created_at=at,

@@ -24,6 +24,7 @@ from typing import Any
 from pipeline.models import Scope, history_id
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import HistoryDoc
+from pipeline.store.routing import scope_routing
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,14 @@ def erase_user(store: ElasticStore, tenant: str, user_id: str, now: datetime) ->
         )
     ]
     query = user_query(tenant, user_id)
+    # the user's memories, entities and messages all live on the shard of their routing;
+    # history rows are routed by memory and jobs not at all, so those read every shard
+    routing = scope_routing(Scope(tenant=tenant, user_id=user_id))
     counts = {
-        "memories": store.delete_matching(names.memories, query),
-        "entities": store.delete_matching(names.entities, query),
+        "memories": store.delete_matching(names.memories, query, routing),
+        "entities": store.delete_matching(names.entities, query, routing),
         "history": store.delete_matching(names.history, query),
-        "messages": store.delete_matching(names.messages, query),
+        "messages": store.delete_matching(names.messages, query, routing),
         "jobs": store.delete_matching(names.jobs, jobs_query(tenant, user_id)),
     }
     store.write_history([audit_row(tenant, user_id, counts, now)])

@@ -51,7 +51,7 @@ def list_memories(
     clauses = [*scope_filter(scope), *translate_filters(filters)]
     if not show_expired:
         clauses.append(not_expired())
-    pit, after = decode_cursor(cursor) if cursor else (open_pit(store), None)
+    pit, after = decode_cursor(cursor) if cursor else (open_pit(store, scope), None)
     hits = page_of(store, clauses, pit, after, page_size)
     items = [{"id": h["_id"], **h["_source"]} for h in hits]
     if len(hits) < page_size:
@@ -81,11 +81,17 @@ def delete_all(
     deleted = 0
     store.make_visible()  # a memory stored a moment ago must not escape its deletion
     for page in iter_pages(store, scope, filters):
-        gone = store.delete_memories([item["id"] for item in page.items])
+        gone = store.delete_memories({item["id"]: owner(item, scope) for item in page.items})
         rows = [deletion_row(item, scope, now) for item in page.items if item["id"] in gone]
         store.write_history(rows)
         deleted += len(gone)
     return deleted
+
+
+def owner(item: dict[str, Any], scope: Scope) -> Scope:
+    """The full scope of a listed memory (a listing of an agent spans its users)."""
+    fields = {k: item.get(k) for k in ("user_id", "agent_id", "run_id")}
+    return Scope(tenant=scope.tenant, **fields)
 
 
 def deletion_row(item: dict[str, Any], scope: Scope, now: datetime) -> HistoryDoc:
@@ -100,8 +106,10 @@ def deletion_row(item: dict[str, Any], scope: Scope, now: datetime) -> HistoryDo
     )
 
 
-def open_pit(store: ServingStore) -> str:
-    return store.open_memories_cursor(PIT_KEEP_ALIVE)
+def open_pit(store: ServingStore, scope: Scope) -> str:
+    """A point in time over the memories of ``scope``'s shard (all shards when the scope
+    does not name its user); the cursor carries it, so the next pages need no scope."""
+    return store.open_memories_cursor(PIT_KEEP_ALIVE, scope)
 
 
 def close_cursor(store: ServingStore, cursor: str) -> None:

@@ -39,7 +39,14 @@ from pipeline.nlp.timeexpr import asks_when, periods
 from pipeline.phases.link import normalize_entity
 from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
 from pipeline.replies import followed_by_reply, reply_key
-from pipeline.search_models import Explain, SearchHit, SearchOptions, SearchQuery
+from pipeline.search_models import (
+    Explain,
+    SearchHit,
+    SearchOptions,
+    SearchQuery,
+    SearchResult,
+    Shards,
+)
 from pipeline.store.elastic import cosine_from_score, scope_filter
 from pipeline.store.protocol import ServingStore
 from pipeline.store.queries import (
@@ -87,19 +94,32 @@ class Searcher:
 
     def search_many(self, queries: Sequence[SearchQuery]) -> list[list[SearchHit]]:
         """Several searches, batched: one msearch per round trip for all of them."""
+        return [result.hits for result in self.search_many_reported(queries)]
+
+    def search_reported(self, query: SearchQuery) -> SearchResult:
+        return self.search_many_reported([query])[0]
+
+    def search_many_reported(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
+        """``search_many``, each with what the shards said: a shard that failed or a search
+        that timed out makes its result ``partial`` (its hits are the best of what answered),
+        which callers pass on instead of hiding."""
         for query in queries:
             self._check(query)
         vectors = self.embedder.embed([q.query for q in queries])
         filters = [self._filter(q) for q in queries]
-        found = self._first_round(queries, vectors, filters)
+        shards = [Shards() for _ in queries]
+        found = self._first_round(queries, vectors, filters, shards)
         hops = [self._hop_plan(q, c) for q, c in zip(queries, found, strict=True)]
-        docs, bm25 = self._second_round(queries, found, filters, hops)
+        docs, bm25 = self._second_round(queries, found, filters, hops, shards)
         ranked = [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
-        ranked = self._with_replies(queries, ranked, docs, filters)
-        return [self._cut(q, hits) for q, hits in zip(queries, ranked, strict=True)]
+        ranked = self._with_replies(queries, ranked, docs, filters, shards)
+        return [
+            SearchResult(self._cut(q, hits), s)
+            for q, hits, s in zip(queries, ranked, shards, strict=True)
+        ]
 
     # -- validation and filters -------------------------------------------------------------
 
@@ -131,6 +151,7 @@ class Searcher:
         queries: Sequence[SearchQuery],
         vectors: list[list[float]],
         filters: list[list[dict[str, Any]]],
+        shards: list[Shards],
     ) -> list[Candidates]:
         searches: list[dict[str, Any]] = []
         for query, vector, clauses in zip(queries, vectors, filters, strict=True):
@@ -139,9 +160,12 @@ class Searcher:
                 knn_body(vector, clauses, size),
                 self._bm25_body(query.query, clauses, size),
             ]
-        responses = self.store.search_memories(searches, "hybrid search")
+        scopes = [q.scope for q in queries for _ in range(2)]
+        responses = self.store.search_memories(searches, "hybrid search", scopes=scopes)
         found = []
         for i, query in enumerate(queries):
+            for response in responses[2 * i : 2 * i + 2]:
+                shards[i] = shards[i].worst(Shards.of(response))
             candidates = Candidates()
             read_hits(
                 responses[2 * i], candidates.semantic, candidates.rank_semantic, cosine_from_score
@@ -202,7 +226,8 @@ class Searcher:
             ):
                 if near is not None and near[1] >= self.entity_similarity:
                     by_name[name] = near[0]
-        return [links for links in self.store.entity_links(list(set(by_name.values()))).values()]
+        ids = list(set(by_name.values()))
+        return [links for links in self.store.entity_links(scope, ids).values()]
 
     # -- round 2: every candidate scored on every signal --------------------------------------
 
@@ -212,6 +237,7 @@ class Searcher:
         found: list[Candidates],
         filters: list[list[dict[str, Any]]],
         hops: Sequence[HopPlan | None],
+        shards: list[Shards],
     ) -> tuple[list[dict[str, dict[str, Any]]], list[dict[str, float]]]:
         """Per query, three searches: every candidate's fields (filters re-applied); the
         vectors of the candidates the kNN list did not score; the BM25 score of those the BM25
@@ -229,10 +255,16 @@ class Searcher:
         for hop, clauses in zip(hops, filters, strict=True):
             searches += [hop.search(clauses)] if hop else []
         named = any(hops)  # a hop reads the question's BM25 score of its matches
-        responses = self.store.search_memories(searches, "hybrid search (scoring)", named=named)
+        scopes = [q.scope for q in queries for _ in range(3)]
+        scopes += [q.scope for q, hop in zip(queries, hops, strict=True) if hop]
+        responses = self.store.search_memories(
+            searches, "hybrid search (scoring)", named=named, scopes=scopes
+        )
         hop_responses = iter(responses[3 * len(found) :])
         docs, bm25_scores = [], []
         for i, (candidates, hop) in enumerate(zip(found, hops, strict=True)):
+            for response in responses[3 * i : 3 * i + 3]:
+                shards[i] = shards[i].worst(Shards.of(response))
             fields, vectors, scored = (hits_of(responses[3 * i + k]) for k in range(3))
             embeddings = {h["_id"]: h["_source"].get("embedding") for h in vectors}
             docs.append(
@@ -242,7 +274,9 @@ class Searcher:
                 {**candidates.bm25, **{h["_id"]: float(h["_score"]) for h in scored}}
             )
             if hop:
-                reached = read_hop(hits_of(next(hop_responses)))
+                hop_response = next(hop_responses)
+                shards[i] = shards[i].worst(Shards.of(hop_response))
+                reached = read_hop(hits_of(hop_response))
                 docs[-1].update(reached.docs)
                 bm25_scores[-1].update(reached.bm25)
                 candidates.hop.update(
@@ -316,6 +350,7 @@ class Searcher:
         ranked: list[list[SearchHit]],
         docs: list[dict[str, dict[str, Any]]],
         filters: list[list[dict[str, Any]]],
+        shards: list[Shards],
     ) -> list[list[SearchHit]]:
         """Each query's best hit followed by its reply (``pipeline.replies``): one more round
         trip, for the queries whose best hit is a verbatim message, when the reply is on."""
@@ -328,9 +363,14 @@ class Searcher:
                 asked.append((i, reply_body(key, filters[i])))
         if not asked:
             return ranked
-        responses = self.store.search_memories([body for _, body in asked], "hybrid search (reply)")
+        responses = self.store.search_memories(
+            [body for _, body in asked],
+            "hybrid search (reply)",
+            scopes=[queries[i].scope for i, _ in asked],
+        )
         ranked = list(ranked)
         for (i, _), response in zip(asked, responses, strict=True):
+            shards[i] = shards[i].worst(Shards.of(response))
             found = hits_of(response)
             if found:
                 ranked[i] = followed_by_reply(

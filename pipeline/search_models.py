@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -70,3 +72,52 @@ class SearchHit(MemoryView):
 
     score: float
     explain: Explain | None = None
+
+
+class Shards(BaseModel):
+    """How much of the index a search heard from: the shards it asked, those that answered
+    and those that failed, and whether it ran out of time. A search is ``partial`` when any
+    shard failed or it timed out: its hits are then the best of what answered, which may
+    miss memories held by the shards that did not."""
+
+    total: int = 0
+    successful: int = 0
+    failed: int = 0
+    timed_out: bool = False
+
+    @property
+    def partial(self) -> bool:
+        return self.failed > 0 or self.timed_out
+
+    @classmethod
+    def of(cls, response: Mapping[str, Any]) -> Shards:
+        """The shard counts of one Elasticsearch search response."""
+        shards = response.get("_shards", {})
+        return cls(
+            total=int(shards.get("total", 0)),
+            successful=int(shards.get("successful", 0)),
+            failed=int(shards.get("failed", 0)),
+            timed_out=bool(response.get("timed_out", False)),
+        )
+
+    def worst(self, other: Shards) -> Shards:
+        """Of two reports on one search's requests, the one that heard from less (a report
+        of no request yet, ``total`` 0, gives way to any)."""
+        if self.total == 0:
+            return other
+        mine = (self.failed, self.timed_out, -self.successful)
+        theirs = (other.failed, other.timed_out, -other.successful)
+        worse = other if theirs > mine else self
+        return worse.model_copy(update={"timed_out": self.timed_out or other.timed_out})
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One search's hits and what the shards said (``shards.partial``: some did not answer)."""
+
+    hits: list[SearchHit]
+    shards: Shards = field(default_factory=Shards)
+
+    @property
+    def partial(self) -> bool:
+        return self.shards.partial

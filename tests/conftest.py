@@ -74,9 +74,10 @@ def fake_llm() -> Iterator[FakeLLMServer]:
 def test_env(stack_settings: Settings, test_id: str, fake_llm: FakeLLMServer) -> dict[str, str]:
     """Environment for memq processes the tests start: same services, private names, the
     scripted LLM, and short timeouts so retries and redeliveries happen within a test."""
+    inherited = {k: v for k, v in os.environ.items() if k != "MEMQ_ES_URLS"}  # one source: URL
     return {
-        **os.environ,
-        "MEMQ_ES_URL": stack_settings.es.url,
+        **inherited,
+        "MEMQ_ES_URL": ",".join(stack_settings.es.urls),
         "MEMQ_REDIS_URL": stack_settings.redis.url,
         "MEMQ_ES_INDEX_PREFIX": f"memqtest-{test_id}",
         "MEMQ_QUEUES_IO": f"test-{test_id}.io",

@@ -196,14 +196,14 @@ def search(
     query = SearchQuery(
         query=asked.query, scope=scope, filters=rest, top_k=asked.top_k, threshold=asked.threshold
     )
-    hits = searcher.search(query)
-    return {
-        "results": [
-            mem0_memory({**h.model_dump(exclude={"explain"}), "text": h.memory})
-            | {"score": h.score}
-            for h in hits
-        ]
-    }
+    found = searcher.search_reported(query)
+    results = [
+        mem0_memory({**h.model_dump(exclude={"explain"}), "text": h.memory}) | {"score": h.score}
+        for h in found.hits
+    ]
+    if found.partial:
+        return {"results": results, "partial": True, "shards": found.shards}
+    return {"results": results}
 
 
 @router.get(

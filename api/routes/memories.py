@@ -46,7 +46,7 @@ from pipeline.intake import Intake
 from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
-from pipeline.search import SearchHit, SearchQuery
+from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
 
 log = logging.getLogger("memq.api")
@@ -183,22 +183,27 @@ def erase_user(user_id: IdPath, intake: IntakeDep, principal: PrincipalDep) -> d
 
 
 @router.post("/memories/search", response_model=SearchResults, dependencies=[SearchLimited])
-def search(
-    body: SearchRequest, searcher: SearcherDep, principal: PrincipalDep
-) -> dict[str, list[SearchHit]]:
-    """Hybrid search in a scope: vectors + BM25 + entities, with filters and explain."""
-    return {"results": searcher.search(search_query(body, principal))}
+def search(body: SearchRequest, searcher: SearcherDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Hybrid search in a scope: vectors + BM25 + entities, with filters and explain. A
+    result that some shards could not give is flagged ``partial``, never passed off as whole."""
+    found = searcher.search_reported(search_query(body, principal))
+    return {"results": found.hits, "partial": found.partial, "shards": found.shards}
 
 
 @router.post("/memories/search/batch", response_model=BatchSearchResults)
 def search_batch(
     body: BatchSearchRequest, searcher: SearcherDep, principal: PrincipalDep, limits: LimitsDep
-) -> dict[str, list[list[SearchHit]]]:
+) -> dict[str, Any]:
     """Several searches in one call, answered in the order given (each counts against the
     tenant's searches per second)."""
     limits.charge(principal.tenant, "search", cost=len(body.queries))
     queries = [search_query(q, principal) for q in body.queries]
-    return {"results": searcher.search_many(queries)}
+    found = searcher.search_many_reported(queries)
+    return {
+        "results": [f.hits for f in found],
+        "partial": any(f.partial for f in found),
+        "shards": [f.shards for f in found],
+    }
 
 
 def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:

@@ -31,6 +31,7 @@ from elasticsearch.helpers import bulk
 from pipeline.config import Settings
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
+from pipeline.store.routing import history_routing, owner_routing, source_routing
 
 PREFIX = f"memqbench-export-{os.getpid()}"
 FULL = ("--history", "--vectors")
@@ -68,6 +69,7 @@ def memory_actions(names: IndexNames, tenant: str, count: int) -> Iterator[dict[
         yield {
             "_index": names.memories,
             "_id": f"{tenant}-mem-{n}",
+            "_routing": source_routing(scope),
             "_source": {
                 **scope,
                 "text": text,
@@ -89,6 +91,7 @@ def memory_actions(names: IndexNames, tenant: str, count: int) -> Iterator[dict[
         yield {
             "_index": names.history,
             "_id": f"{tenant}-hist-{n}",
+            "_routing": history_routing(f"{tenant}-mem-{n}", f"{tenant}-hist-{n}"),
             "_source": {
                 **scope,
                 "memory_id": f"{tenant}-mem-{n}",
@@ -107,6 +110,7 @@ def entity_actions(names: IndexNames, tenant: str) -> Iterator[dict[str, Any]]:
             yield {
                 "_index": names.entities,
                 "_id": f"{tenant}-{user}-{word}",
+                "_routing": owner_routing(tenant, f"user-{user}", None, None),
                 "_source": {
                     "tenant": tenant,
                     "user_id": f"user-{user}",

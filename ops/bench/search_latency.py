@@ -53,6 +53,7 @@ from pipeline.store.client import make_client
 from pipeline.store.elastic import scope_filter
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from pipeline.store.protocol import EntityDoc, MemoryDoc
+from pipeline.store.routing import scope_routing
 from workers.runtime import Runtime
 
 MEMQ_PREFIX = "memqbench-latency"
@@ -251,6 +252,7 @@ def memq_actions(
             "_op_type": "create",
             "_index": names.memories,
             "_id": doc.id,
+            "_routing": scope_routing(doc.scope),
             "_source": doc.source(),
         }
 
@@ -280,7 +282,12 @@ def entity_actions(
             embedding=vectors[name],
             created_at=now,
         )
-        yield {"_index": names.entities, "_id": doc.id, "_source": doc.source(linked)}
+        yield {
+            "_index": names.entities,
+            "_id": doc.id,
+            "_routing": scope_routing(doc.scope),
+            "_source": doc.source(linked),
+        }
 
 
 # --- mem0's documents ------------------------------------------------------------------------

@@ -31,7 +31,7 @@ class Written:
     stored: list[MemoryDoc] = field(default_factory=list)
     errors: list[ItemError] = field(default_factory=list)
     raced: int = 0
-    stray: list[str] = field(default_factory=list)  # history rows of memories not ours
+    stray: list[HistoryDoc] = field(default_factory=list)  # history rows of memories not ours
 
 
 def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
@@ -97,7 +97,7 @@ def take(
                 written.errors.append(ItemError(phase=Phase.PERSIST, reason=reason))
             continue
         if row in history.created:
-            written.stray.append(row)
+            written.stray.append(history_row(state, doc))
         if doc_id in memories.failed:
             reason = memories.failed[doc_id]
             written.errors.append(ItemError(phase=Phase.PERSIST, reason=reason, text=doc.text))

@@ -11,22 +11,40 @@ from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError, Elasticsearch
 
 from pipeline.config import ElasticsearchConfig
-from pipeline.errors import PermanentError, TransientError
+from pipeline.errors import ConfigurationError, PermanentError, TransientError
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
 def make_client(config: ElasticsearchConfig) -> Elasticsearch:
-    """A client for ``config.url``. Retries stay off here: memq retries at one layer of its own."""
+    """A client over every node of ``config.urls``: a call goes to one live node of the pool,
+    and moves on to the next when that node cannot be reached.
+
+    Retries across nodes are on for connection errors only: a refused or reset connection
+    means the request never ran, so sending it to another node within the same call is safe
+    and is what makes a dead node invisible to callers. ``max_retries`` is one less than the
+    number of nodes, so each node is tried at most once per call (a single node: no retry, as
+    before). Everything else stays off here, because memq retries at one layer of its own
+    (``pipeline.errors`` → tenacity or Celery): no status is retried (``retry_on_status=()``,
+    the client's default would retry 429/502/503/504 under memq's own backoff), a 4xx is never
+    retried, and a timeout is not (the request may have run; a second node would only double
+    the wait before memq's own retry).
+    """
+    if config.urls[:1] != (config.url,):  # a copy that changed one without the other
+        raise ConfigurationError(f"url {config.url} is not the first of urls {config.urls}")
     auth: tuple[str, str] | None = None
     if config.username is not None and config.password is not None:
         auth = (config.username, config.password.get_secret_value())
     return Elasticsearch(
-        config.url,
+        list(config.urls),
         basic_auth=auth,
         request_timeout=config.timeout_s,
-        max_retries=0,
+        max_retries=len(config.urls) - 1,
+        retry_on_status=(),
         retry_on_timeout=False,
+        # the order given is the order tried (then round robin): a dead first node costs
+        # one refused connection per call until the pool marks it dead
+        randomize_nodes_in_pool=False,
     )
 
 
@@ -59,10 +77,19 @@ def translate(action: str, exc: Exception) -> TransientError | PermanentError:
     if isinstance(exc, ApiError):
         status = exc.meta.status
         reason = f"{action}: HTTP {status} {error_reason(exc.body)}"
-        return TransientError(reason) if status in _RETRYABLE_STATUS else PermanentError(reason)
+        if status in _RETRYABLE_STATUS or _blocked(exc.body):
+            return TransientError(reason)
+        return PermanentError(reason)
     if isinstance(exc, TransportError):
         return TransientError(f"{action}: {exc}")
     return PermanentError(f"{action}: {exc}")
+
+
+def _blocked(body: Any) -> bool:
+    """An index block (writes paused while ``memq reindex`` catches up) lifts by itself: a
+    write it refused is retried, not failed."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and error.get("type") == "cluster_block_exception"
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from elasticsearch import NotFoundError
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.store.client import error_reason, es_errors
 from pipeline.store.elastic import ElasticStore
+from pipeline.store.routing import history_routing, source_routing
 
 PIT_KEEP_ALIVE = "5m"
 PAGE_SIZE = 1000
@@ -155,29 +156,41 @@ class DumpStore:
         return hits
 
     def owners(self, ids: Sequence[str]) -> dict[str, str]:
-        """Memory id -> the tenant holding it, for the ids that exist."""
+        """Memory id -> the tenant holding it, for the ids that exist: whoever holds an id,
+        on whatever shard, so a search of every shard after a refresh (an import is rare and
+        must see what was written a moment ago)."""
         if not ids:
             return {}
         with es_errors("read memory owners"):
-            docs = self.client.mget(
-                index=self.names.memories, ids=list(ids), source_includes=["tenant"]
-            ).body["docs"]
-        return {d["_id"]: d["_source"].get("tenant", "") for d in docs if d.get("found")}
+            self.client.indices.refresh(index=self.names.memories)
+            hits = self.client.search(
+                index=self.names.memories,
+                query={"ids": {"values": list(ids)}},
+                size=len(ids),
+                source_includes=["tenant"],
+                track_total_hits=False,
+            )["hits"]["hits"]
+        return {h["_id"]: h["_source"].get("tenant", "") for h in hits}
 
     def put_memories(self, sources: Mapping[str, dict[str, Any]]) -> None:
-        self._index_all(self.names.memories, sources, "restore memories")
+        routed = {i: (s, source_routing(s)) for i, s in sources.items()}
+        self._index_all(self.names.memories, routed, "restore memories")
 
     def put_history(self, sources: Mapping[str, dict[str, Any]]) -> None:
-        self._index_all(self.names.history, sources, "restore history")
+        routed = {i: (s, history_routing(s.get("memory_id", ""), i)) for i, s in sources.items()}
+        self._index_all(self.names.history, routed, "restore history")
 
-    def _index_all(self, index: str, sources: Mapping[str, dict[str, Any]], what: str) -> None:
-        """Index every document under its id; any refused item raises (a mapping refusal is
-        the input's fault: ``InvalidInputError``; anything else ``TransientError``)."""
+    def _index_all(
+        self, index: str, sources: Mapping[str, tuple[dict[str, Any], str]], what: str
+    ) -> None:
+        """Index every document (id -> source, routing) under its id; any refused item
+        raises (a mapping refusal is the input's fault: ``InvalidInputError``; anything else
+        ``TransientError``)."""
         if not sources:
             return
         actions: list[dict[str, Any]] = []
-        for doc_id, source in sources.items():
-            actions += [{"index": {"_index": index, "_id": doc_id}}, source]
+        for doc_id, (source, routing) in sources.items():
+            actions += [{"index": {"_index": index, "_id": doc_id, "routing": routing}}, source]
         with es_errors(what):
             body = self.client.bulk(operations=actions).body
         if not body.get("errors"):

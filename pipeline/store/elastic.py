@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,11 @@ from pipeline.store.protocol import (
     SessionMessages,
     StoredHash,
     WriteOutcome,
+)
+from pipeline.store.routing import (
+    history_routing,
+    scope_routing,
+    search_routing,
 )
 
 log = logging.getLogger("memq.store")
@@ -53,6 +58,12 @@ def jobs_query(tenant: str | None, batch_id: str | None) -> dict[str, Any]:
     terms = {"tenant": tenant, "batch_id": batch_id}
     clauses = [{"term": {k: v}} for k, v in terms.items() if v is not None]
     return {"bool": {"filter": clauses}}
+
+
+def hit_address(hit: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a search hit lives: its index, id and routing (when it has one)."""
+    address = {"_index": hit["_index"], "_id": hit["_id"]}
+    return address | ({"routing": hit["_routing"]} if "_routing" in hit else {})
 
 
 def window_id(scope: Scope) -> str:
@@ -118,10 +129,17 @@ class ElasticStore:
         self, entry: SessionMessages, window: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         scope, job_id, at = entry.scope, entry.job_id, entry.at
+        routing = scope_routing(scope)
         actions: list[dict[str, Any]] = []
         for seq, message in enumerate(entry.messages):
             actions.append(
-                {"index": {"_index": self.names.messages, "_id": message_id(job_id, seq)}}
+                {
+                    "index": {
+                        "_index": self.names.messages,
+                        "_id": message_id(job_id, seq),
+                        "routing": routing,
+                    }
+                }
             )
             actions.append(
                 {
@@ -142,7 +160,9 @@ class ElasticStore:
             {"job_id": job_id, "seq": seq, "message": m.model_dump()}
             for seq, m in enumerate(entry.messages)
         ]
-        actions.append({"index": {"_index": self.names.messages, "_id": window_id(scope)}})
+        actions.append(
+            {"index": {"_index": self.names.messages, "_id": window_id(scope), "routing": routing}}
+        )
         actions.append(
             {
                 **scope.fields(),
@@ -161,7 +181,7 @@ class ElasticStore:
         with es_errors("read the message windows"):
             docs = self.client.mget(
                 index=self.names.messages,
-                ids=[window_id(scope) for scope in scopes],
+                docs=[{"_id": window_id(s), "routing": scope_routing(s)} for s in scopes],
                 source_includes=["window"],
             ).body["docs"]
         return [d["_source"].get("window", []) if d.get("found") else [] for d in docs]
@@ -177,7 +197,7 @@ class ElasticStore:
         """For each (scope, vector), the scope's ``k`` nearest memories: one msearch."""
         searches: list[dict[str, Any]] = []
         for scope, vector in queries:
-            searches.append({"index": self.names.memories})
+            searches.append(self._header(self.names.memories, scope))
             searches.append(
                 {
                     "knn": {
@@ -212,7 +232,7 @@ class ElasticStore:
             return found
         searches: list[dict[str, Any]] = []
         for _, scope, hashes in asked:
-            searches.append({"index": self.names.memories})
+            searches.append(self._header(self.names.memories, scope))
             searches.append(
                 {
                     "query": {
@@ -230,9 +250,18 @@ class ElasticStore:
             found[i] = {h["_source"]["hash"] for h in hits}
         return found
 
+    @staticmethod
+    def _header(index: str, scope: Scope | None) -> dict[str, Any]:
+        """An msearch header for a read of ``scope``: its one shard when the scope names it
+        (``search_routing``), every shard otherwise."""
+        routing = search_routing(scope) if scope is not None else None
+        return {"index": index} | ({"routing": routing} if routing else {})
+
     def _msearch(self, searches: list[dict[str, Any]], what: str) -> list[list[dict[str, Any]]]:
         """The hits of each search; any search that failed fails the call (the batch then
-        falls back to one call per job, which isolates the failing one)."""
+        falls back to one call per job, which isolates the failing one). So does a search that
+        did not hear from every shard: a dedup or an entity lookup that missed one could
+        miss a duplicate, so the phase is retried rather than run on half an answer."""
         if not searches:
             return []
         with es_errors(what):
@@ -240,6 +269,13 @@ class ElasticStore:
         for response in responses:
             if "error" in response:
                 raise item_error(what, response.get("status"), response["error"])
+            shards = response.get("_shards", {})
+            if shards.get("failed") or response.get("timed_out"):
+                reason = error_reason((shards.get("failures") or [{}])[0].get("reason", ""))
+                raise TransientError(
+                    f"{what}: {shards.get('failed', 0)} of {shards.get('total', 0)} shards "
+                    f"failed or timed out ({reason})"
+                )
         return [response["hits"]["hits"] for response in responses]
 
     def create_memories(self, docs: Sequence[MemoryDoc]) -> WriteOutcome:
@@ -253,20 +289,32 @@ class ElasticStore:
     ) -> tuple[WriteOutcome, WriteOutcome]:
         """Memories and history rows in one bulk create; conflicting memories are read back
         (one mget, only when there are any) to tell our own earlier write from another's."""
-        items = {(self.names.memories, d.id): d.source() for d in docs}
-        items |= {(self.names.history, r.id): r.source() for r in rows}
+        items = {(self.names.memories, d.id, scope_routing(d.scope)): d.source() for d in docs}
+        items |= {
+            (self.names.history, r.id, history_routing(r.memory_id, r.id)): r.source() for r in rows
+        }
         outcomes = self._create_all(items)
         memories = outcomes[self.names.memories]
         if memories.conflicts:
-            memories.conflicts = self._stored_hashes(list(memories.conflicts))
+            routings = {d.id: scope_routing(d.scope) for d in docs}
+            memories.conflicts = self._stored_hashes({i: routings[i] for i in memories.conflicts})
         return memories, outcomes[self.names.history]
 
-    def delete_history(self, ids: Sequence[str]) -> None:
+    def delete_history(self, rows: Sequence[HistoryDoc]) -> None:
         """Remove history rows (written for memories that turned out not to be stored)."""
-        actions = [{"delete": {"_index": self.names.history, "_id": i}} for i in ids]
+        actions = [
+            {
+                "delete": {
+                    "_index": self.names.history,
+                    "_id": r.id,
+                    "routing": history_routing(r.memory_id, r.id),
+                }
+            }
+            for r in rows
+        ]
         if actions:
             with es_errors("delete history rows"):
-                self.client.bulk(operations=actions)
+                self._bulk(operations=actions)
 
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]
@@ -280,7 +328,7 @@ class ElasticStore:
         msearch."""
         searches: list[dict[str, Any]] = []
         for scope, vector in queries:
-            searches.append({"index": self.names.entities})
+            searches.append(self._header(self.names.entities, scope))
             searches.append(
                 {
                     "knn": {
@@ -306,20 +354,23 @@ class ElasticStore:
         wanted: dict[str, set[str]] = {}
         creatable: dict[str, EntityDoc] = {}
         memories: dict[str, set[str]] = {}
+        # an entity, its memories and the entity it merges into share one scope, so one routing
+        routing: dict[str, str] = {}
         for link in links:
             wanted.setdefault(link.target, set()).update(link.memory_ids)
             if link.target == link.entity.id:
                 creatable[link.target] = link.entity
             for memory in link.memory_ids:
                 memories.setdefault(memory, set()).add(link.target)
+                routing[memory] = scope_routing(link.entity.scope)
+            routing[link.target] = scope_routing(link.entity.scope)
         extra: list[dict[str, Any]] = []
         for memory, targets in memories.items():
-            extra.append(
-                {"update": {"_index": self.names.memories, "_id": memory, "retry_on_conflict": 3}}
-            )
+            header = {"_index": self.names.memories, "_id": memory, "routing": routing[memory]}
+            extra.append({"update": {**header, "retry_on_conflict": 3}})
             extra.append({"doc": {"entity_ids": sorted(targets)}})
         for _ in range(_LINK_ATTEMPTS):
-            actions = self._entity_link_actions(wanted, creatable) + extra
+            actions = self._entity_link_actions(wanted, creatable, routing) + extra
             if not actions:
                 return
             conflicted = self._bulk_all_or_raise(actions, "link entities", frozenset(wanted))
@@ -334,6 +385,7 @@ class ElasticStore:
         with es_errors("look up entities by name"):
             body = self.client.search(
                 index=self.names.entities,
+                routing=search_routing(scope),
                 query={
                     "bool": {
                         "filter": [*scope_filter(scope), {"terms": {"normalized": list(names)}}]
@@ -344,17 +396,33 @@ class ElasticStore:
             ).body
         return {h["_source"]["normalized"]: h["_id"] for h in body["hits"]["hits"]}
 
-    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
-        """Entity id -> the ids of the memories it is linked to."""
+    def entity_links(self, scope: Scope, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to, for entities of ``scope``
+        (found by a search of it). A scope that names its user names their shard: a realtime
+        mget there. Otherwise the entities may sit on any shard: a search of every one."""
         if not entity_ids:
             return {}
+        routing = search_routing(scope)
+        if routing is not None:
+            with es_errors("read entity links"):
+                docs = self.client.mget(
+                    index=self.names.entities,
+                    ids=list(entity_ids),
+                    routing=routing,
+                    source_includes=["linked_memory_ids"],
+                ).body["docs"]
+            return {
+                d["_id"]: d["_source"].get("linked_memory_ids", []) for d in docs if d.get("found")
+            }
         with es_errors("read entity links"):
-            docs = self.client.mget(
+            hits = self.client.search(
                 index=self.names.entities,
-                ids=list(entity_ids),
+                query={"ids": {"values": list(entity_ids)}},
+                size=len(entity_ids),
                 source_includes=["linked_memory_ids"],
-            ).body["docs"]
-        return {d["_id"]: d["_source"].get("linked_memory_ids", []) for d in docs if d.get("found")}
+                track_total_hits=False,
+            )["hits"]["hits"]
+        return {h["_id"]: h["_source"].get("linked_memory_ids", []) for h in hits}
 
     def make_visible(self) -> None:
         """Refresh the memories index: what was written is searchable when this returns. For
@@ -363,20 +431,55 @@ class ElasticStore:
             self.client.indices.refresh(index=self.names.memories)
 
     def get_memory(self, memory_id: str) -> dict[str, Any] | None:
-        """A memory's source (without its vector), or None."""
+        """A memory's source (without its vector), or None.
+
+        A read by id alone does not know the memory's scope, hence its routing: the routing
+        is found first (``_routing_of``, every shard asked), then the memory is read by a
+        realtime get on its shard, so a change made a moment ago (a link, an edit) is seen."""
+        routing = self._routing_of(memory_id)
+        if routing is None:
+            return None
         with es_errors(f"read memory {memory_id}"):
             try:
-                body = self.client.get(index=self.names.memories, id=memory_id).body
-            except NotFoundError:
+                body = self.client.get(
+                    index=self.names.memories, id=memory_id, routing=routing
+                ).body
+            except NotFoundError:  # deleted in between
                 return None
         source: dict[str, Any] = body["_source"]
         source.pop("embedding", None)
         return source
 
-    def update_memory(self, memory_id: str, fields: dict[str, Any]) -> None:
+    def _routing_of(self, memory_id: str) -> str | None:
+        """The routing of a memory known by id alone: a search of every shard on the id (the
+        routing of a document never changes). A search sees what the last refresh made
+        visible, so a miss refreshes the memories and asks once more: a memory stored a moment
+        ago is found, and an absent one costs one refresh (a no-op when nothing is new)."""
+        for attempt in range(2):
+            with es_errors(f"find memory {memory_id}"):
+                if attempt:
+                    self.client.indices.refresh(index=self.names.memories)
+                hits = self.client.search(
+                    index=self.names.memories,
+                    query={"ids": {"values": [memory_id]}},
+                    size=1,
+                    source=False,
+                    track_total_hits=False,
+                )["hits"]["hits"]
+            if hits:
+                routing: str = hits[0]["_routing"]
+                return routing
+        return None
+
+    def update_memory(self, memory_id: str, fields: dict[str, Any], scope: Scope) -> None:
+        """Change fields of the memory ``memory_id`` of ``scope`` (its routing)."""
         with es_errors(f"update memory {memory_id}"):
             self.client.update(
-                index=self.names.memories, id=memory_id, doc=fields, refresh="wait_for"
+                index=self.names.memories,
+                id=memory_id,
+                routing=scope_routing(scope),
+                doc=fields,
+                refresh="wait_for",
             )
 
     def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
@@ -385,32 +488,40 @@ class ElasticStore:
             self.client.indices.refresh(index=self.names.history)  # rows written a moment ago
             body = self.client.search(
                 index=self.names.history,
+                routing=memory_id,  # history_routing: a memory's rows live together
                 query={"term": {"memory_id": memory_id}},
                 sort=[{"created_at": "asc"}],
                 size=limit,
             ).body
         return [{"id": h["_id"], **h["_source"]} for h in body["hits"]["hits"]]
 
-    def delete_memories(self, ids: Sequence[str]) -> set[str]:
-        """Delete memories by id; returns the ids that existed and are now gone."""
-        if not ids:
+    def delete_memories(self, memories: Mapping[str, Scope]) -> set[str]:
+        """Delete memories (id -> its scope, for its routing); returns the ids that existed
+        and are now gone."""
+        if not memories:
             return set()
-        actions = [{"delete": {"_index": self.names.memories, "_id": i}} for i in ids]
+        actions = [
+            {"delete": {"_index": self.names.memories, "_id": i, "routing": scope_routing(s)}}
+            for i, s in memories.items()
+        ]
         with es_errors("delete memories"):
-            items = self.client.bulk(operations=actions, refresh="wait_for").body["items"]
+            items = self._bulk(operations=actions, refresh="wait_for")["items"]
         return {i["delete"]["_id"] for i in items if i["delete"].get("result") == "deleted"}
 
-    def delete_matching(self, index: str, query: dict[str, Any]) -> int:
+    def delete_matching(self, index: str, query: dict[str, Any], routing: str | None = None) -> int:
         """Delete every document of ``index`` matching ``query``, page by page from one point
-        in time (the minimal distribution has no delete-by-query); returns how many."""
+        in time (the minimal distribution has no delete-by-query); returns how many. With a
+        ``routing`` only its shard is read; each hit is deleted under its own routing."""
         deleted = 0
         with es_errors(f"delete from {index}"):
             self.client.indices.refresh(index=index)
-            pit = self.client.open_point_in_time(index=index, keep_alive="1m")["id"]
+            pit = self.client.open_point_in_time(index=index, keep_alive="1m", routing=routing)[
+                "id"
+            ]
             try:
                 for hits in self._pages(pit, query):
-                    ops = [{"delete": {"_index": h["_index"], "_id": h["_id"]}} for h in hits]
-                    items = self.client.bulk(operations=ops).body["items"]
+                    ops = [{"delete": hit_address(h)} for h in hits]
+                    items = self._bulk(operations=ops)["items"]
                     deleted += sum(1 for i in items if i["delete"].get("result") == "deleted")
             finally:
                 self.client.options(ignore_status=404).close_point_in_time(id=pit)
@@ -418,12 +529,15 @@ class ElasticStore:
         return deleted
 
     def matching_sources(
-        self, index: str, query: dict[str, Any], fields: Sequence[str]
+        self, index: str, query: dict[str, Any], fields: Sequence[str], routing: str | None = None
     ) -> list[dict[str, Any]]:
-        """``fields`` of every document of ``index`` matching ``query``."""
+        """``fields`` of every document of ``index`` matching ``query`` (on the shard of
+        ``routing`` only, when given)."""
         with es_errors(f"read from {index}"):
             self.client.indices.refresh(index=index)
-            pit = self.client.open_point_in_time(index=index, keep_alive="1m")["id"]
+            pit = self.client.open_point_in_time(index=index, keep_alive="1m", routing=routing)[
+                "id"
+            ]
             try:
                 return [
                     h.get("_source", {})
@@ -484,14 +598,19 @@ class ElasticStore:
     # -- reads that serve the API, the CLI and search -----------------------------------
 
     def search_memories(
-        self, bodies: Sequence[dict[str, Any]], what: str, named: bool = False
+        self,
+        bodies: Sequence[dict[str, Any]],
+        what: str,
+        named: bool = False,
+        scopes: Sequence[Scope | None] | None = None,
     ) -> list[dict[str, Any]]:
         """Run each search body over the memories index in one msearch: one full response per
-        body, in order. ``named``: hits carry the score of each named query they matched. A
+        body, in order. ``scopes`` (one per body) route each to its scope's shard when the
+        scope names it. ``named``: hits carry the score of each named query they matched. A
         failed search fails the call (``TransientError``)."""
         searches: list[dict[str, Any]] = []
-        for body in bodies:
-            searches += [{"index": self.names.memories}, body]
+        for body, scope in zip(bodies, scopes or [None] * len(bodies), strict=True):
+            searches += [self._header(self.names.memories, scope), body]
         with es_errors(what):
             responses: list[dict[str, Any]] = self.client.msearch(
                 searches=searches, include_named_queries_score=named or None
@@ -501,11 +620,14 @@ class ElasticStore:
                 raise TransientError(f"{what}: {error_reason(response['error'])}")
         return responses
 
-    def open_memories_cursor(self, keep_alive: str) -> str:
-        """A point in time over the memories index (its id), for paging without overlap."""
+    def open_memories_cursor(self, keep_alive: str, scope: Scope | None = None) -> str:
+        """A point in time over the memories index (its id), for paging without overlap; over
+        the one shard of ``scope`` when the scope names it."""
         with es_errors("open a point in time"):
             pit: str = self.client.open_point_in_time(
-                index=self.names.memories, keep_alive=keep_alive
+                index=self.names.memories,
+                keep_alive=keep_alive,
+                routing=search_routing(scope) if scope is not None else None,
             )["id"]
         return pit
 
@@ -527,7 +649,9 @@ class ElasticStore:
     def count_memories(self, scope: Scope) -> int:
         with es_errors("count memories"):
             count: int = self.client.count(
-                index=self.names.memories, query={"bool": {"filter": scope_filter(scope)}}
+                index=self.names.memories,
+                routing=search_routing(scope),
+                query={"bool": {"filter": scope_filter(scope)}},
             )["count"]
         return count
 
@@ -614,18 +738,36 @@ class ElasticStore:
         """Delete every index but the keys', and create them again, empty."""
         with es_errors("reset indices"):
             for kind in Kind:
-                if kind is not Kind.KEYS:
-                    self.client.indices.delete(
-                        index=self.names.concrete(kind), ignore_unavailable=True
+                if kind is not Kind.KEYS:  # every index behind the alias (a reindex renames)
+                    found = self.client.options(ignore_status=404).indices.get_alias(
+                        name=self.names.alias(kind)
                     )
+                    concrete = [i for i in found.body if i not in {"error", "status"}]
+                    if concrete:
+                        self.client.indices.delete(index=",".join(concrete))
         ensure_indices(self.client, config, dims)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _create_all(self, items: dict[tuple[str, str], dict[str, Any]]) -> dict[str, WriteOutcome]:
-        """Bulk-create ``items`` ((index, id) -> source); items rejected with 429 are retried,
-        item by item. One outcome per index."""
-        outcomes: dict[str, WriteOutcome] = {index: WriteOutcome() for index, _ in items}
+    def _bulk(self, **kwargs: Any) -> dict[str, Any]:
+        """A bulk request whose items refused by an index block (a reindex pausing writes
+        for its catch-up, see ``pipeline.store.reindex``) fail the whole call as transient:
+        the caller's retry writes them once the block is lifted, instead of reporting them
+        lost item by item."""
+        body: dict[str, Any] = self.client.bulk(**kwargs).body
+        if body.get("errors"):
+            for item in body["items"]:
+                error = next(iter(item.values())).get("error") or {}
+                if isinstance(error, dict) and error.get("type") == "cluster_block_exception":
+                    raise TransientError(f"bulk write: {error_reason(error)}")
+        return body
+
+    def _create_all(
+        self, items: dict[tuple[str, str, str], dict[str, Any]]
+    ) -> dict[str, WriteOutcome]:
+        """Bulk-create ``items`` ((index, id, routing) -> source); items rejected with 429 are
+        retried, item by item. One outcome per index."""
+        outcomes: dict[str, WriteOutcome] = {index: WriteOutcome() for index, _, _ in items}
         outcomes.setdefault(self.names.memories, WriteOutcome())
         outcomes.setdefault(self.names.history, WriteOutcome())
         pending = dict(items)
@@ -639,17 +781,17 @@ class ElasticStore:
 
     def _create_round(
         self,
-        pending: dict[tuple[str, str], dict[str, Any]],
+        pending: dict[tuple[str, str, str], dict[str, Any]],
         outcomes: dict[str, WriteOutcome],
         last: bool,
-    ) -> dict[tuple[str, str], dict[str, Any]]:
+    ) -> dict[tuple[str, str, str], dict[str, Any]]:
         actions: list[dict[str, Any]] = []
-        for (index, doc_id), source in pending.items():
-            actions.append({"create": {"_index": index, "_id": doc_id}})
+        for (index, doc_id, routing), source in pending.items():
+            actions.append({"create": {"_index": index, "_id": doc_id, "routing": routing}})
             actions.append(source)
         with es_errors("bulk create"):
-            items = self.client.bulk(operations=actions).body["items"]
-        retry: dict[tuple[str, str], dict[str, Any]] = {}
+            items = self._bulk(operations=actions)["items"]
+        retry: dict[tuple[str, str, str], dict[str, Any]] = {}
         for (key, source), item in zip(pending.items(), items, strict=True):
             result, outcome = item["create"], outcomes[key[0]]
             status, doc_id = result["status"], key[1]
@@ -663,10 +805,13 @@ class ElasticStore:
                 outcome.failed[doc_id] = f"HTTP {status} {error_reason(result.get('error'))}"
         return retry
 
-    def _stored_hashes(self, ids: list[str]) -> dict[str, StoredHash]:
+    def _stored_hashes(self, routings: dict[str, str]) -> dict[str, StoredHash]:
+        """The hash and job of each memory id (id -> its routing) that exists."""
         with es_errors("read conflicting memories"):
             docs = self.client.mget(
-                index=self.names.memories, ids=ids, source_includes=["hash", "job_id"]
+                index=self.names.memories,
+                docs=[{"_id": i, "routing": r} for i, r in routings.items()],
+                source_includes=["hash", "job_id"],
             ).body["docs"]
         return {
             d["_id"]: StoredHash(
@@ -682,7 +827,7 @@ class ElasticStore:
         """Run a bulk whose every item must succeed, except that ids in ``may_conflict`` may
         meet a version conflict (409): those are returned. Any other item error raises."""
         with es_errors(what):
-            body = self.client.bulk(operations=actions).body
+            body = self._bulk(operations=actions)
         conflicted: set[str] = set()
         if not body.get("errors"):
             return conflicted
@@ -696,27 +841,33 @@ class ElasticStore:
         return conflicted
 
     def _entity_link_actions(
-        self, wanted: dict[str, set[str]], creatable: dict[str, EntityDoc]
+        self,
+        wanted: dict[str, set[str]],
+        creatable: dict[str, EntityDoc],
+        routing: dict[str, str],
     ) -> list[dict[str, Any]]:
         if not wanted:
             return []
         with es_errors("read entity links"):
             docs = self.client.mget(
-                index=self.names.entities, ids=list(wanted), source_includes=["linked_memory_ids"]
+                index=self.names.entities,
+                docs=[{"_id": t, "routing": routing[t]} for t in wanted],
+                source_includes=["linked_memory_ids"],
             ).body["docs"]
         actions: list[dict[str, Any]] = []
         for doc in docs:
             target, memory_ids = doc["_id"], wanted[doc["_id"]]
+            header = {"_index": self.names.entities, "_id": target, "routing": routing[target]}
             if not doc.get("found"):
                 if target not in creatable:  # merged into an entity deleted since the search
                     raise TransientError(f"entity {target} is gone; linking again")
-                actions.append({"create": {"_index": self.names.entities, "_id": target}})
+                actions.append({"create": header})
                 actions.append(creatable[target].source(sorted(memory_ids)))
                 continue
             linked = set(doc["_source"].get("linked_memory_ids", []))
             if linked.issuperset(memory_ids):
                 continue
             guard = {"if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]}
-            actions.append({"update": {"_index": self.names.entities, "_id": target, **guard}})
+            actions.append({"update": {**header, **guard}})
             actions.append({"doc": {"linked_memory_ids": sorted(linked | memory_ids)}})
         return actions

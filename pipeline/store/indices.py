@@ -21,7 +21,8 @@ from pipeline.config import ElasticsearchConfig
 from pipeline.errors import ConfigurationError, PermanentError
 from pipeline.store.client import error_reason, es_errors
 
-SCHEMA_VERSION = 1
+# 2: memories, entities, messages and history require their routing (pipeline.store.routing)
+SCHEMA_VERSION = 2
 
 _KEYWORD: dict[str, Any] = {"type": "keyword"}
 _DATE: dict[str, Any] = {"type": "date"}
@@ -41,6 +42,10 @@ class Kind(StrEnum):
     MESSAGES = "messages"
     JOBS = "jobs"
     KEYS = "keys"
+
+
+# the kinds whose documents carry a routing value (see pipeline.store.routing)
+ROUTED = frozenset({Kind.MEMORIES, Kind.ENTITIES, Kind.HISTORY, Kind.MESSAGES})
 
 
 @dataclass(frozen=True)
@@ -202,11 +207,14 @@ def mappings(kind: Kind, dims: int) -> dict[str, Any]:
         Kind.JOBS: job_properties,
         Kind.KEYS: key_properties,
     }[kind]()
-    return {
+    mapping: dict[str, Any] = {
         "dynamic": "strict",
         "_meta": {"memq_schema": SCHEMA_VERSION, "kind": kind.value, "dims": dims},
         "properties": properties,
     }
+    if kind in ROUTED:
+        mapping["_routing"] = {"required": True}
+    return mapping
 
 
 def template_body(names: IndexNames, kind: Kind, config: ElasticsearchConfig, dims: int) -> Any:
@@ -235,20 +243,29 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
     names = IndexNames(config.index_prefix)
     for kind in Kind:
         _check_dims(client, names, kind, dims)
+        _check_routing(client, names, kind)
+    put_templates(client, config, dims)
+    for kind in Kind:
+        _ensure_index(client, names, kind)
+        _add_new_fields(client, names, kind, dims)
+    return names
+
+
+def put_templates(client: Elasticsearch, config: ElasticsearchConfig, dims: int) -> None:
+    """Put the index template of every kind (the mapping and settings a new index gets)."""
+    names = IndexNames(config.index_prefix)
     for kind in Kind:
         with es_errors(f"put index template {names.template(kind)}"):
             client.indices.put_index_template(
                 name=names.template(kind), **template_body(names, kind, config, dims)
             )
-        _ensure_index(client, names, kind)
-        _add_new_fields(client, names, kind, dims)
-    return names
 
 
 def _add_new_fields(client: Elasticsearch, names: IndexNames, kind: Kind, dims: int) -> None:
     """Bring an existing index up to the declared mapping. Adding fields is allowed in place;
     a changed field is a conflict that needs a new versioned index, reported as such."""
     declared = mappings(kind, dims)
+    declared.pop("_routing", None)  # fixed when the index is made; checked by _check_routing
     try:
         with es_errors(f"update the mapping of {names.alias(kind)}"):
             client.indices.put_mapping(
@@ -272,6 +289,28 @@ def _ensure_index(client: Elasticsearch, names: IndexNames, kind: Kind) -> None:
         except BadRequestError as exc:
             if "resource_already_exists" not in error_reason(exc.body):
                 raise
+
+
+def _check_routing(client: Elasticsearch, names: IndexNames, kind: Kind) -> None:
+    """An index made before routing (schema 1) may go on with one shard: every routing value
+    leads to that shard, so its documents are all found. With more shards they were placed by
+    id, and a routed read would miss them: refused, with the way out."""
+    if kind not in ROUTED:
+        return
+    with es_errors(f"read settings of {names.alias(kind)}"):
+        try:
+            found = client.indices.get(index=names.alias(kind), features=["mappings", "settings"])
+        except NotFoundError:
+            return
+    for index, body in found.body.items():
+        required = body["mappings"].get("_routing", {}).get("required", False)
+        shards = int(body["settings"]["index"]["number_of_shards"])
+        if not required and shards > 1:
+            raise ConfigurationError(
+                f"index {index} predates routing by scope and has {shards} shards, so its "
+                "documents are not where memq now looks for them: move them onto a routed "
+                f"index with `memq reindex --shards {shards} --kind {kind.value}`"
+            )
 
 
 def _check_dims(client: Elasticsearch, names: IndexNames, kind: Kind, dims: int) -> None:

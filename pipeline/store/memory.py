@@ -89,10 +89,10 @@ class InMemoryStore:
     ) -> tuple[WriteOutcome, WriteOutcome]:
         return self.create_memories(docs), self.write_history(rows)
 
-    def delete_history(self, ids: Sequence[str]) -> None:
+    def delete_history(self, rows: Sequence[HistoryDoc]) -> None:
         with self._lock:
-            for row in ids:
-                self.history.pop(row, None)
+            for row in rows:
+                self.history.pop(row.id, None)
 
     def nearest_entities_many(
         self, queries: Sequence[tuple[Scope, Sequence[float]]]
@@ -199,13 +199,16 @@ class InMemoryStore:
                 if e["normalized"] in wanted and in_scope(e, scope)
             }
 
-    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
-        """Entity id -> the ids of the memories it is linked to (unknown ids left out)."""
+    def entity_links(self, scope: Scope, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to (unknown ids, and entities
+        of another scope, left out)."""
+        wanted = scope.fields()
         with self._lock:
             return {
                 i: list(self.entities[i]["linked_memory_ids"])
                 for i in entity_ids
                 if i in self.entities
+                and all(self.entities[i].get(k) == v for k, v in wanted.items())
             }
 
     def health(self) -> dict[str, Any]:

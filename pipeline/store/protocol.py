@@ -7,7 +7,7 @@ tests/integration/test_store_contract.py, runs over both against a real node.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -234,7 +234,9 @@ class Store(Protocol):
         """``create_memories`` and ``write_history`` in one call: the outcome of each."""
         ...
 
-    def delete_history(self, ids: Sequence[str]) -> None: ...
+    def delete_history(self, rows: Sequence[HistoryDoc]) -> None:
+        """Remove these history rows (written for memories that turned out not to be ours)."""
+        ...
 
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]
@@ -268,18 +270,23 @@ class ServingStore(Store, Protocol):
     ``pipeline.store.queries``. Failures raise ``TransientError`` or ``PermanentError``."""
 
     def search_memories(
-        self, bodies: Sequence[dict[str, Any]], what: str, named: bool = False
+        self,
+        bodies: Sequence[dict[str, Any]],
+        what: str,
+        named: bool = False,
+        scopes: Sequence[Scope | None] | None = None,
     ) -> list[dict[str, Any]]:
         """One full search response per body over the memories, in one round trip (``named``:
-        with the score of each named query a hit matched)."""
+        with the score of each named query a hit matched; ``scopes``: the scope each body
+        reads, so it visits only that scope's shard when it can)."""
         ...
 
     def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
         """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
         ...
 
-    def entity_links(self, entity_ids: Sequence[str]) -> dict[str, list[str]]:
-        """Entity id -> the ids of the memories it is linked to."""
+    def entity_links(self, scope: Scope, entity_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Entity id -> the ids of the memories it is linked to, for entities of ``scope``."""
         ...
 
     def make_visible(self) -> None:
@@ -287,21 +294,24 @@ class ServingStore(Store, Protocol):
         ...
 
     def get_memory(self, memory_id: str) -> dict[str, Any] | None:
-        """A memory's source without its vector, or None."""
+        """A memory's source without its vector, or None (its scope unknown: every shard)."""
         ...
 
-    def update_memory(self, memory_id: str, fields: dict[str, Any]) -> None: ...
+    def update_memory(self, memory_id: str, fields: dict[str, Any], scope: Scope) -> None:
+        """Change fields of the memory ``memory_id``, which belongs to ``scope``."""
+        ...
 
     def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         """History rows of a memory, oldest first."""
         ...
 
-    def delete_memories(self, ids: Sequence[str]) -> set[str]:
-        """Delete memories by id; the ids that existed and are now gone."""
+    def delete_memories(self, memories: Mapping[str, Scope]) -> set[str]:
+        """Delete memories (id -> the scope it belongs to); the ids that existed and are now
+        gone."""
         ...
 
-    def open_memories_cursor(self, keep_alive: str) -> str:
-        """A point in time over the memories (its id)."""
+    def open_memories_cursor(self, keep_alive: str, scope: Scope | None = None) -> str:
+        """A point in time over the memories (its id); over ``scope``'s shard when it can."""
         ...
 
     def close_cursor(self, pit: str) -> None: ...

@@ -25,6 +25,7 @@ from pydantic import SecretStr
 from api.app import create_app
 from pipeline.config import Settings
 from pipeline.store.indices import IndexNames
+from pipeline.store.routing import source_routing
 from workers.app import MemqCelery
 from workers.intake import CeleryIntake
 
@@ -130,7 +131,9 @@ def seed_memories(store: Any, tenant: str, user: str, count: int) -> None:
         for i in range(count)
     ]
     for i, doc in enumerate(body):
-        store.client.index(index=store.names.memories, id=f"{user}-{i}", document=doc)
+        store.client.index(
+            index=store.names.memories, id=f"{user}-{i}", document=doc, routing=source_routing(doc)
+        )
     store.make_visible()
 
 

@@ -64,6 +64,7 @@ def outage_app(outage_env: dict[str, str], settings: Settings) -> Iterator[MemqC
             "es": settings.es.model_copy(
                 update={
                     "url": outage_env["MEMQ_ES_URL"],
+                    "urls": (outage_env["MEMQ_ES_URL"],),
                     "index_prefix": outage_env["MEMQ_ES_INDEX_PREFIX"],
                 }
             ),

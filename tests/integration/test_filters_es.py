@@ -14,6 +14,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.filters import metadata_pairs, translate_filters
 from pipeline.store.indices import IndexNames
+from pipeline.store.routing import source_routing
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +83,7 @@ def memories(es: Elasticsearch, indices: IndexNames, settings: Settings) -> str:
             index=indices.memories,
             id=f"{USER}-{i}",
             document=_document(i, settings.embedder.dims),
+            routing=source_routing(_document(i, settings.embedder.dims)),
             refresh="wait_for",
         )
     return indices.memories

@@ -54,7 +54,7 @@ def test_vectors_are_quantized_hnsw_with_the_embedder_dims(
 
 def test_unknown_fields_are_refused_not_mapped(es: Elasticsearch, indices: IndexNames) -> None:
     with pytest.raises(PermanentError) as caught, es_errors("index a memory"):
-        es.index(index=indices.memories, document={"text": "x", "surprise": {"a": 1}})
+        es.index(index=indices.memories, document={"text": "x", "surprise": {"a": 1}}, routing="r")
     assert "strict_dynamic_mapping" in caught.value.reason
     assert es.count(index=indices.memories, query={"term": {"text": "x"}})["count"] == 0
 
@@ -65,6 +65,7 @@ def test_metadata_bomb_does_not_grow_the_mapping(es: Elasticsearch, indices: Ind
     es.index(
         index=indices.memories,
         id="metadata-bomb",
+        routing="r",
         document={"text": "bomb", "tenant": "t", "metadata": bomb},
         refresh="wait_for",
     )
@@ -74,7 +75,7 @@ def test_metadata_bomb_does_not_grow_the_mapping(es: Elasticsearch, indices: Ind
         index=indices.memories, query={"term": {"metadata.key_1999.nested": "value 1999"}}
     )
     assert hits["hits"]["total"]["value"] == 1
-    es.delete(index=indices.memories, id="metadata-bomb", refresh="wait_for")
+    es.delete(index=indices.memories, id="metadata-bomb", routing="r", refresh="wait_for")
 
 
 def test_applying_twice_changes_nothing(

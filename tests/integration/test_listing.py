@@ -13,6 +13,7 @@ from pipeline.listing import delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
+from pipeline.store.routing import scope_routing
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +35,7 @@ def fill(
         {
             "_index": names.memories,
             "_id": doc_id,
+            "_routing": scope_routing(scope),
             "_source": {
                 **scope.fields(),
                 "text": f"memory {i}",
@@ -80,6 +82,7 @@ def test_pages_come_from_one_point_in_time(
     es.index(
         index=indices.memories,
         id="late",
+        routing=scope_routing(scope),
         refresh="wait_for",
         document={**scope.fields(), "text": "late", "created_at": T0.isoformat()},
     )

@@ -365,7 +365,11 @@ def test_a_failure_that_cannot_be_recorded_keeps_its_state_until_it_is(
     from workers.tasks import record_failure
 
     down = settings.model_copy(
-        update={"es": settings.es.model_copy(update={"url": "http://127.0.0.1:9"})}
+        update={
+            "es": settings.es.model_copy(
+                update={"url": "http://127.0.0.1:9", "urls": ("http://127.0.0.1:9",)}
+            )
+        }
     )
     app = create_celery(down)
     runtime = app.runtime

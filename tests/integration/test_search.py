@@ -17,6 +17,7 @@ from pipeline.models import Scope, memory_id
 from pipeline.search import Searcher, SearchQuery
 from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import EntityDoc, EntityLink, MemoryDoc
+from pipeline.store.routing import scope_routing
 from workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -159,9 +160,10 @@ def test_jobs_linking_one_entity_at_once_lose_no_link(runtime: Runtime, scope: S
     with ThreadPoolExecutor(max_workers=6) as pool:
         list(pool.map(link, memories))
     names = runtime.store.names
-    held = runtime.es.get(index=names.entities, id=entity.id)["_source"]
+    routing = scope_routing(entity.scope)
+    held = runtime.es.get(index=names.entities, id=entity.id, routing=routing)["_source"]
     assert sorted(held["linked_memory_ids"]) == sorted(memories)
-    docs = runtime.es.mget(index=names.memories, ids=memories)["docs"]
+    docs = runtime.es.mget(index=names.memories, ids=memories, routing=routing)["docs"]
     assert all(d["_source"]["entity_ids"] == [entity.id] for d in docs)
 
 

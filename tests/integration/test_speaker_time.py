@@ -92,7 +92,8 @@ def test_the_speaker_is_an_entity_of_what_they_said(
     messages = [said("Maria_Lopez", "I started learning the violin.")]
     ingest(celery_app, store, AddRequest(scope=scope, messages=messages, infer=False))
     es.indices.refresh(index=store.names.entities)  # entities are found by a search
-    links = store.entity_links(list(store.entities_by_name(scope, ["maria lopez"]).values()))
+    found = store.entities_by_name(scope, ["maria lopez"])
+    links = store.entity_links(scope, list(found.values()))
     (linked,) = links.values()
     assert len(linked) == 1
 

@@ -24,7 +24,7 @@ from pipeline.nlp.lemmatize import normalize_for_hash
 from pipeline.phases import PHASES
 from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
-from pipeline.store.indices import IndexNames
+from pipeline.store.indices import IndexNames, drop_indices
 from pipeline.store.memory import InMemoryStore
 from pipeline.store.protocol import (
     EntityDoc,
@@ -34,6 +34,7 @@ from pipeline.store.protocol import (
     SessionMessages,
     StoredHash,
 )
+from tests.integration.test_routing import sharded_settings
 from workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -46,11 +47,20 @@ def runtime(settings: Settings, indices: IndexNames) -> Runtime:
     return Runtime(settings)
 
 
-@pytest.fixture(params=["elastic", "memory"])
+@pytest.fixture(scope="module")
+def sharded(settings: Settings, indices: IndexNames, es: Elasticsearch) -> Iterator[Runtime]:
+    """The real store on indices of three shards: every call must pass its routing."""
+    runtime = Runtime(sharded_settings(settings))
+    yield runtime
+    drop_indices(es, runtime.store.names)
+
+
+@pytest.fixture(params=["elastic", "elastic-3-shards", "memory"])
 def store(
-    request: pytest.FixtureRequest, runtime: Runtime
+    request: pytest.FixtureRequest, runtime: Runtime, sharded: Runtime
 ) -> Iterator[ElasticStore | InMemoryStore]:
-    yield runtime.store if request.param == "elastic" else InMemoryStore()
+    stores = {"elastic": lambda: runtime.store, "elastic-3-shards": lambda: sharded.store}
+    yield stores.get(request.param, InMemoryStore)()
 
 
 @pytest.fixture
@@ -189,7 +199,7 @@ def test_memories_and_history_are_written_together_and_history_rows_deleted(
     memories, rows = store.create_memories_with_history([doc], [history(doc)])
     assert memories.created == [doc.id] and rows.created == [history(doc).id]
     assert store.write_history([history(doc)]).conflicts.keys() == {history(doc).id}
-    store.delete_history([history(doc).id])
+    store.delete_history([history(doc)])
     assert store.write_history([history(doc)]).created == [history(doc).id]
 
 
@@ -232,7 +242,7 @@ def test_links_are_recorded_on_both_sides_and_accumulate(
     lisbon = entity(deps, scope, "Lisbon")
     store.link_entities([EntityLink(lisbon, [first.id], lisbon.id)])
     store.link_entities([EntityLink(entity(deps, scope, "Lisbon"), [second.id], lisbon.id)])
-    assert store.entity_links([lisbon.id]) == {lisbon.id: sorted([first.id, second.id])}
+    assert store.entity_links(scope, [lisbon.id]) == {lisbon.id: sorted([first.id, second.id])}
     assert (store.get_memory(second.id) or {}).get("entity_ids") == [lisbon.id]
     visible(store, es)
     assert store.entities_by_name(scope, ["lisbon", "porto"]) == {"lisbon": lisbon.id}

@@ -28,8 +28,27 @@ def ops_commands() -> dict[str, str]:
     return {name: table.get(name, name) for name in MEMQ_SERVICES}
 
 
+CLUSTER_NODES = {"es01", "es02", "es03"}
+
+
 def test_every_service_of_the_stack_is_there() -> None:
-    assert set(load()["services"]) == {"redis", "elasticsearch", *MEMQ_SERVICES}
+    services = load()["services"]
+    default = {name for name, service in services.items() if "profiles" not in service}
+    assert default == {"redis", "elasticsearch", *MEMQ_SERVICES}
+    assert set(services) - default == CLUSTER_NODES
+
+
+def test_the_cluster_profile_is_three_master_eligible_nodes_of_one_cluster() -> None:
+    services = load()["services"]
+    for name in CLUSTER_NODES:
+        service = services[name]
+        env = service["environment"]
+        assert service["profiles"] == ["cluster"], name
+        assert env["node.name"] == name
+        assert env["cluster.name"] == "memq-cluster"
+        assert set(env["discovery.seed_hosts"].split(",")) == CLUSTER_NODES
+        assert "node.roles" not in env  # every role: master-eligible and data
+        assert all(port.startswith("127.0.0.1:") for port in service["ports"]), name
 
 
 METRICS_PORT = re.compile(r" --metrics-port \S+")
@@ -79,7 +98,8 @@ def test_memq_services_point_at_the_compose_hosts() -> None:
     services = load()["services"]
     for name in MEMQ_SERVICES:
         env = services[name]["environment"]
-        assert env["MEMQ_ES_URL"] == "http://elasticsearch:9200"
+        # the single node unless MEMQ_COMPOSE_ES_URLS names the cluster profile's nodes
+        assert env["MEMQ_ES_URL"] == "${MEMQ_COMPOSE_ES_URLS:-http://elasticsearch:9200}"
         assert env["MEMQ_REDIS_URL"].startswith("redis://redis:6379")
 
 

@@ -133,3 +133,61 @@ def test_a_killed_workers_metrics_dir_is_removed_by_the_next_worker(
     assert not stale.exists() and alive.exists()
     assert fresh.parent == tmp_path and fresh.name.startswith(f"memq-metrics-{os.getpid()}-")
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(fresh)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("MEMQ_ES_URLS", "http://es1:9200, http://es2:9200/,https://es3:9200"),
+        ("MEMQ_ES_URLS", '["http://es1:9200", "http://es2:9200", "https://es3:9200"]'),
+        ("MEMQ_ES_URL", "http://es1:9200,http://es2:9200,https://es3:9200"),
+    ],
+)
+def test_many_node_urls_are_one_list_and_url_is_the_first(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    es = Settings().es
+    assert es.urls == ("http://es1:9200", "http://es2:9200", "https://es3:9200")
+    assert es.url == "http://es1:9200"
+
+
+def test_one_node_url_is_a_list_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().es.urls == ("http://127.0.0.1:9200",)
+    monkeypatch.setenv("MEMQ_ES_URL", "http://es.internal:9201/")
+    assert Settings().es.urls == ("http://es.internal:9201",)
+    monkeypatch.setenv("MEMQ_ES_URLS", "http://es.internal:9201")  # the same node: agreed
+    assert Settings().es.urls == ("http://es.internal:9201",)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "complaint"),
+    [
+        ("MEMQ_ES_URLS", ",", "at least one Elasticsearch node URL"),
+        ("MEMQ_ES_URLS", "[]", "at least one Elasticsearch node URL"),
+        ("MEMQ_ES_URLS", "http://es1:9200,es2:9200", "'es2:9200' must be an http://"),
+        ("MEMQ_ES_URLS", "http://es1:9200,ftp://es2", "'ftp://es2' must be an http://"),
+        ("MEMQ_ES_URLS", '["http://es1:9200"', "not a JSON list"),
+        ("MEMQ_ES_URLS", "[1, 2]", "node URLs"),
+        ("MEMQ_ES_URL", "http://,http://es2:9200", "must be an http://"),
+    ],
+)
+def test_bad_node_lists_are_refused_clearly(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, complaint: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError, match="es") as caught:
+        Settings()
+    assert complaint in str(caught.value)
+
+
+def test_url_and_urls_naming_different_nodes_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_ES_URL", "http://es1:9200")
+    monkeypatch.setenv("MEMQ_ES_URLS", "http://es1:9200,http://es2:9200")
+    with pytest.raises(ValidationError, match="set only one of them"):
+        Settings()
+
+
+def test_an_empty_urls_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_ES_URLS", "")
+    assert Settings().es.urls == ("http://127.0.0.1:9200",)
