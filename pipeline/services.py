@@ -55,17 +55,23 @@ class Services:
 
     @cached_property
     def searcher(self) -> Searcher:
-        deps = self.deps
-        return Searcher(
-            store=self.store,
-            embedder=deps.embedder,
-            lemmatizer=deps.lemmatizer,
-            entities=deps.entities,
-            config=self.settings.search,
-            entity_similarity=deps.limits.entity_merge_similarity,
-            reranker=make_reranker(self.settings),
-            clock=self.clock,
-        )
+        return make_searcher(self.settings, self.store, self.deps, self.clock)
+
+
+def make_searcher(
+    settings: Settings, store: ElasticStore, deps: Deps, clock: Clock = utcnow
+) -> Searcher:
+    """The hybrid searcher over ``store`` with the phases' models (the API's and the workers')."""
+    return Searcher(
+        store=store,
+        embedder=deps.embedder,
+        lemmatizer=deps.lemmatizer,
+        entities=deps.entities,
+        config=settings.search,
+        entity_similarity=deps.limits.entity_merge_similarity,
+        reranker=make_reranker(settings),
+        clock=clock,
+    )
 
 
 def make_reranker(settings: Settings) -> Reranker | None:

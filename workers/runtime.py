@@ -23,7 +23,7 @@ from pipeline.deps import Deps
 from pipeline.models import utcnow
 from pipeline.phases import PHASES, Workload
 from pipeline.search import Searcher
-from pipeline.services import build_deps, make_reranker, webhook_sender
+from pipeline.services import build_deps, make_reranker, make_searcher, webhook_sender
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
@@ -111,16 +111,7 @@ class Runtime:
 
     @cached_property
     def searcher(self) -> Searcher:
-        deps = self.deps
-        return Searcher(
-            store=self.store,
-            embedder=deps.embedder,
-            lemmatizer=deps.lemmatizer,
-            entities=deps.entities,
-            config=self.settings.search,
-            entity_similarity=deps.limits.entity_merge_similarity,
-            reranker=make_reranker(self.settings),
-        )
+        return make_searcher(self.settings, self.store, self.deps, self.clock)
 
 
 def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:
