@@ -356,7 +356,8 @@ class Searcher:
         trip, for the queries whose best hit is a verbatim message, when the reply is on."""
         asked: list[tuple[int, dict[str, Any]]] = []
         for i, (query, hits) in enumerate(zip(queries, ranked, strict=True)):
-            if not (query.reply and self.config.reply and hits):
+            # top_k 1 keeps only the best hit: the reply would be fetched to be cut off
+            if not (query.reply and self.config.reply and hits and query.top_k > 1):
                 continue
             key = reply_key(docs[i].get(hits[0].id, {}))
             if key is not None:
