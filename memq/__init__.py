@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         Memory,
         MemoryPage,
         SearchHit,
+        SearchHits,
     )
 
 _TYPES = frozenset(
@@ -41,6 +42,7 @@ _TYPES = frozenset(
         "Memory",
         "MemoryPage",
         "SearchHit",
+        "SearchHits",
     }
 )
 
@@ -59,6 +61,7 @@ __all__ = [
     "MemqTimeoutError",
     "NotFoundError",
     "SearchHit",
+    "SearchHits",
     "UnavailableError",
     "ValidationError",
     "__version__",

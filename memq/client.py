@@ -47,6 +47,8 @@ from memq.types import (
     Message,
     Readiness,
     SearchHit,
+    SearchHits,
+    Shards,
 )
 from pipeline.jobs import TERMINAL_STATUSES
 
@@ -285,6 +287,36 @@ def _results(value: Any) -> Any:
     if not isinstance(value, dict) or "results" not in value:
         raise MemqAPIError(None, "invalid_response", f"expected results, got {value!r:.200}")
     return value["results"]
+
+
+def _search_hits(value: Any) -> SearchHits:
+    """A search's answer: its hits, with the partial flag and the shard counts."""
+    hits = _parse_list(SearchHit, _results(value))
+    shards = value.get("shards")
+    return SearchHits(
+        hits,
+        partial=value.get("partial") is True,
+        shards=None if shards is None else _parse(Shards, shards),
+    )
+
+
+def _search_many_hits(value: Any) -> list[SearchHits]:
+    """A batch search's answer: one ``SearchHits`` per query, in order, each flagged from
+    its own shard counts."""
+    answers = _results(value)
+    if not isinstance(answers, list):
+        raise MemqAPIError(None, "invalid_response", f"expected lists, got {answers!r:.200}")
+    counts = _parse_list(Shards, value.get("shards") or [])
+    if counts and len(counts) != len(answers):
+        raise MemqAPIError(
+            None, "invalid_response", f"{len(counts)} shard counts for {len(answers)} queries"
+        )
+    found = []
+    for i, hits in enumerate(answers):
+        shards = counts[i] if counts else None
+        partial = shards.partial if shards else value.get("partial") is True
+        found.append(SearchHits(_parse_list(SearchHit, hits), partial=partial, shards=shards))
+    return found
 
 
 def _accepted_or_job(value: Any) -> JobAccepted | Job:
@@ -549,7 +581,7 @@ class Client:
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
-    ) -> list[SearchHit]:
+    ) -> SearchHits:
         """Hybrid search in a scope (at least one id); hits best first. ``reference_time`` is
         the moment relative times in the query ("last week") are read against (default: the
         server's now)."""
@@ -564,15 +596,13 @@ class Client:
             "reference_time": reference_time,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
-        return _parse_list(SearchHit, _results(self._send(call)))
+        return _search_hits(self._send(call))
 
-    def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[list[SearchHit]]:
-        """Several searches (each a ``search`` body with ``query``), answered in order."""
+    def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[SearchHits]:
+        """Several searches (each a ``search`` body with ``query``), answered in order, each
+        with its own ``partial`` flag."""
         call = _Call("POST", "/v1/memories/search/batch", body={"queries": queries})
-        answers = _results(self._send(call))
-        if not isinstance(answers, list):
-            raise MemqAPIError(None, "invalid_response", f"expected lists, got {answers!r:.200}")
-        return [_parse_list(SearchHit, hits) for hits in answers]
+        return _search_many_hits(self._send(call))
 
     def get(self, memory_id: str) -> Memory:
         """One memory; ``NotFoundError`` when it does not exist (or was deleted)."""
@@ -800,7 +830,7 @@ class AsyncClient:
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
-    ) -> list[SearchHit]:
+    ) -> SearchHits:
         """See ``Client.search``."""
         options = {
             **_scope(user_id, agent_id, run_id),
@@ -813,15 +843,12 @@ class AsyncClient:
             "reference_time": reference_time,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
-        return _parse_list(SearchHit, _results(await self._send(call)))
+        return _search_hits(await self._send(call))
 
-    async def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[list[SearchHit]]:
+    async def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[SearchHits]:
         """See ``Client.search_many``."""
         call = _Call("POST", "/v1/memories/search/batch", body={"queries": queries})
-        answers = _results(await self._send(call))
-        if not isinstance(answers, list):
-            raise MemqAPIError(None, "invalid_response", f"expected lists, got {answers!r:.200}")
-        return [_parse_list(SearchHit, hits) for hits in answers]
+        return _search_many_hits(await self._send(call))
 
     async def get(self, memory_id: str) -> Memory:
         """See ``Client.get``."""

@@ -12,6 +12,7 @@ plain JSON-shaped dict.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +34,8 @@ __all__ = [
     "Message",
     "Readiness",
     "SearchHit",
+    "SearchHits",
+    "Shards",
     "TokenUsage",
 ]
 
@@ -193,6 +196,42 @@ class SearchHit(Memory):
 
     score: float
     explain: Explain | None = None
+
+
+class Shards(MemqModel):
+    """How much of the index answered a search: the shards asked, those that answered and
+    those that failed, and whether the search ran out of time."""
+
+    total: int
+    successful: int
+    failed: int
+    timed_out: bool = False
+
+    @property
+    def partial(self) -> bool:
+        """A shard failed or the search timed out: memories held elsewhere may be missing."""
+        return self.failed > 0 or self.timed_out
+
+
+class SearchHits(list[SearchHit]):
+    """The hits of one search, best first: a plain list, which also says how much of the index
+    answered. ``partial`` is true when a shard failed or the search timed out, so that memories
+    held by the shards that did not answer may be missing (on a cluster that lost a node, for
+    instance); ``shards`` has the counts, or ``None`` when the server sent none."""
+
+    def __init__(
+        self,
+        hits: Iterable[SearchHit] = (),
+        *,
+        partial: bool = False,
+        shards: Shards | None = None,
+    ) -> None:
+        super().__init__(hits)
+        self.partial = partial
+        self.shards = shards
+
+    def __repr__(self) -> str:
+        return f"SearchHits({list.__repr__(self)}, partial={self.partial})"
 
 
 class MemoryPage(MemqModel):

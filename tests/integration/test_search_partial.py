@@ -6,14 +6,17 @@ with the shard counts, and the ingestion's own searches refuse to go on with hal
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from elasticsearch import Elasticsearch
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from memq import AsyncClient, SearchHits
 from pipeline.config import Settings
 from pipeline.errors import TransientError
 from pipeline.memory import Memory
@@ -140,6 +143,26 @@ def test_a_result_missing_a_shard_is_flagged_with_the_counts(
     assert batch["partial"] is True and batch["shards"][0]["failed"] == 1
     mem0 = search(client, headers, "/v3/memories/search/", filters={"user_id": "alice"})
     assert mem0["partial"] is True and mem0["shards"]["failed"] == 1
+
+
+@pytest.mark.usefixtures("rogue_shard")
+def test_the_sdk_hands_the_flag_to_its_caller(client: TestClient, headers: dict[str, str]) -> None:
+    """``memq.AsyncClient`` against the same app (over ASGI, not a socket): the hits are a
+    list, which also says it is partial, per query in a batch too."""
+
+    async def scenario() -> tuple[SearchHits, list[SearchHits]]:
+        transport = httpx.ASGITransport(app=client.app)
+        key = headers["authorization"].removeprefix("Bearer ")
+        async with AsyncClient("http://memq.test", key, transport=transport) as sdk:
+            one = await sdk.search("chess", user_id="alice")
+            many = await sdk.search_many([{"query": "chess", "user_id": "alice"}])
+            return one, many
+
+    one, many = asyncio.run(scenario())
+
+    assert [hit.memory for hit in one] == ["I play chess on Sundays"]
+    assert one.partial is True and one.shards is not None and one.shards.failed == 1
+    assert many[0].partial is True and [hit.memory for hit in many[0]] == [one[0].memory]
 
 
 @pytest.mark.usefixtures("rogue_shard")

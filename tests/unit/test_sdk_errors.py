@@ -407,3 +407,54 @@ def test_the_pager_walks_pages_lazily() -> None:
         first = next(iter(pager.pages()))
         assert [m.id for m in first.results] == ["a"] and first.next_cursor == "c1"
         assert [m.id for m in pager] == ["a", "b"]
+
+
+def hit_json(memory_id: str) -> dict[str, Any]:
+    return {**memory_json(memory_id), "score": 0.5}
+
+
+def shards_json(failed: int) -> dict[str, Any]:
+    return {"total": 3, "successful": 3 - failed, "failed": failed, "timed_out": False}
+
+
+def test_a_search_answer_is_a_list_that_says_whether_it_is_partial() -> None:
+    body = {"results": [hit_json("a")], "partial": True, "shards": shards_json(1)}
+    with sync_client(answering(200, body)) as client:
+        hits = client.search("chess", user_id="alice")
+
+    assert [hit.id for hit in hits] == ["a"] and hits[0].score == 0.5
+    assert hits.partial is True
+    assert hits.shards is not None and (hits.shards.failed, hits.shards.successful) == (1, 2)
+
+
+def test_an_answer_from_an_older_server_is_whole_without_counts() -> None:
+    with sync_client(answering(200, {"results": [hit_json("a")]})) as client:
+        hits = client.search("chess", user_id="alice")
+
+    assert hits.partial is False and hits.shards is None and len(hits) == 1
+
+
+def test_each_query_of_a_batch_search_is_flagged_from_its_own_counts() -> None:
+    body = {
+        "results": [[hit_json("a")], [hit_json("b")]],
+        "partial": True,
+        "shards": [shards_json(0), shards_json(1)],
+    }
+
+    async def scenario() -> list[memq.SearchHits]:
+        transport = httpx.MockTransport(answering(200, body))
+        async with AsyncClient(BASE_URL, "mq_test", transport=transport) as sdk:
+            return await sdk.search_many([{"query": "a"}, {"query": "b"}])
+
+    whole, partial = asyncio.run(scenario())
+
+    assert [hit.id for hit in whole] == ["a"] and whole.partial is False
+    assert [hit.id for hit in partial] == ["b"] and partial.partial is True
+
+
+def test_shard_counts_that_do_not_match_the_queries_are_an_invalid_response() -> None:
+    body = {"results": [[], []], "partial": False, "shards": [shards_json(0)]}
+    with sync_client(answering(200, body)) as client, pytest.raises(MemqAPIError) as raised:
+        client.search_many([{"query": "a"}, {"query": "b"}])
+
+    assert raised.value.type == "invalid_response"
