@@ -60,7 +60,7 @@ class MiniLMEmbedder:
         self.batch_size = config.batch_size
         self._tokenizer = Tokenizer.from_file(str(verified(tokenizer_file(), TOKENIZER_SHA256)))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
-        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer.no_padding()  # padded per run of similar lengths (``length_runs``)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if config.threads:  # cores shared with sibling processes: no spinning on idle threads
@@ -76,16 +76,29 @@ class MiniLMEmbedder:
         return DIMS
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), self.batch_size):
-            vectors.extend(self._embed_batch(texts[start : start + self.batch_size]))
-        return vectors
-
-    def _embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of ``texts``, in order. The model's cost grows with the padded length of
+        each call, so texts are tokenized first, sorted by length and run in groups of similar
+        lengths (``length_runs``): a batch of conversations of 50 to 120 tokens no longer pays 120
+        for each (measured in docs/BENCHMARKS.md, "Embedding in runs of similar length")."""
+        if not texts:
+            return []
         with self._lock:
             encodings = self._tokenizer.encode_batch(list(texts))
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        lengths = [len(e.ids) for e in encodings]
+        vectors: list[list[float]] = [[] for _ in texts]
+        for run in length_runs(lengths, self.batch_size):
+            found = self._embed_run([encodings[i].ids for i in run])
+            for i, vector in zip(run, found, strict=True):
+                vectors[i] = vector
+        return vectors
+
+    def _embed_run(self, token_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        width = max(len(ids) for ids in token_ids)
+        ids = np.zeros((len(token_ids), width), dtype=np.int64)  # 0 is [PAD]
+        mask = np.zeros_like(ids)
+        for row, tokens in enumerate(token_ids):
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
         inputs: dict[str, Any] = {
             "input_ids": ids,
             "attention_mask": mask,
@@ -96,3 +109,27 @@ class MiniLMEmbedder:
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).tolist()  # type: ignore[no-any-return]
+
+
+# A run may pad its texts to at most this much more than their own tokens: beyond it, the
+# padding costs more than a second model call (about the time of a few dozen tokens here).
+RUN_SLACK = 1.15
+RUN_SLACK_TOKENS = 16
+
+
+def length_runs(lengths: Sequence[int], most: int) -> list[list[int]]:
+    """Indices of ``lengths`` grouped for the model: sorted by length, each group at most
+    ``most`` long and padded to its longest at little cost (its longest within RUN_SLACK of
+    its shortest, or within RUN_SLACK_TOKENS of it for short texts)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    runs: list[list[int]] = []
+    for i in order:
+        if runs:
+            run = runs[-1]
+            shortest = lengths[run[0]]
+            fits = lengths[i] <= max(shortest * RUN_SLACK, shortest + RUN_SLACK_TOKENS)
+            if fits and len(run) < most:
+                run.append(i)
+                continue
+        runs.append([i])
+    return runs

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding import make_embedder
-from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.embedding.local import RUN_SLACK, RUN_SLACK_TOKENS, MiniLMEmbedder, length_runs
 from pipeline.embedding.remote import OpenAIEmbedder
 from pipeline.errors import ConfigurationError, PermanentError, TransientError
 from tests.fakellm import Fail, FakeLLMServer
@@ -103,3 +103,36 @@ def test_vectors_of_the_wrong_size_are_a_configuration_mistake(server: FakeLLMSe
     config = EmbedderConfig(kind="openai", model="scripted", dims=16, base_url=server.base_url)
     with pytest.raises(PermanentError, match="MEMQ_EMBEDDER_DIMS"):
         OpenAIEmbedder(config, None).embed(["a"])
+
+
+def test_texts_of_mixed_lengths_come_back_in_order_with_the_vectors_of_each_alone(
+    local: MiniLMEmbedder,
+) -> None:
+    texts = [
+        "hi",
+        "Caroline went hiking in the Alps with her sister in May 2021 and loved it. " * 3,
+        "file your tax return",
+        "a kitten naps on the couch while the rain falls on the old tin roof of the barn",
+        "ok",
+        "",
+    ]
+    together = local.embed(texts)
+    alone = [local.embed([t])[0] for t in texts]
+    assert all(cosine(a, b) > 0.9999 for a, b in zip(together, alone, strict=True))
+    assert local.embed([]) == []
+
+
+def test_runs_group_similar_lengths_in_order_and_within_the_batch_size() -> None:
+    lengths = [100, 8, 60, 10, 9, 104, 58, 300, 12]
+    runs = length_runs(lengths, most=2)
+    assert sorted(i for run in runs for i in run) == list(range(len(lengths)))
+    assert all(len(run) <= 2 for run in runs)
+    for run in runs:
+        shortest, longest = min(lengths[i] for i in run), max(lengths[i] for i in run)
+        assert longest <= max(shortest * RUN_SLACK, shortest + RUN_SLACK_TOKENS)
+    assert [[lengths[i] for i in run] for run in length_runs(lengths, most=64)] == [
+        [8, 9, 10, 12],
+        [58, 60],
+        [100, 104],
+        [300],
+    ]
