@@ -10,12 +10,30 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 import redis
 
 OPS = Path(__file__).resolve().parents[1] / "ops"
+
+
+def private_memq_env(base: Mapping[str, str], tag: str, model_url: str) -> dict[str, str]:
+    """``base`` for memq processes of a test of their own: indices and queues named
+    ``clusterops-<tag>``, the scripted model at ``model_url`` as LLM and embedder, and no node
+    list (the test names its Elasticsearch)."""
+    env = {k: v for k, v in base.items() if k != "MEMQ_ES_URLS"}
+    return env | {
+        "MEMQ_ES_INDEX_PREFIX": f"clusterops-{tag}",
+        "MEMQ_QUEUES_IO": f"clusterops-{tag}.io",
+        "MEMQ_QUEUES_CPU": f"clusterops-{tag}.cpu",
+        "MEMQ_QUEUES_BACKFILL": f"clusterops-{tag}.backfill",
+        "MEMQ_LLM_BASE_URL": model_url,
+        "MEMQ_EMBEDDER_KIND": "openai",
+        "MEMQ_EMBEDDER_BASE_URL": model_url,
+        "MEMQ_EMBEDDER_MODEL": "fake-embedder",
+    }
 
 
 def free_port(low: int, high: int) -> int:

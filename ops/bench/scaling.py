@@ -9,13 +9,13 @@ fine for sizes, which depend on the documents and not on how they arrived. Each 
 synthetic sentence from templates, its vector a seeded random unit vector (HNSW over random
 vectors is a pessimistic case for graph size), spread over SCOPES users of one tenant.
 
-At each size, after a refresh and a flush of every index: disk (``store.size_in_bytes`` of
-the primaries), the vector data Elasticsearch keeps off the heap (``dense_vector.off_heap``:
-the int8 copy searched, the HNSW graph, the raw floats used to rescore), heap held by
-segments, and the p50/p95 of SEARCHES memq hybrid searches (``Searcher.search``: kNN with the
-scope filter, BM25, entity boost; query embedded in process by the local MiniLM), each in one
-user's scope, the same query on every shard count in turn, interleaved, so that the machine's
-load falls on each alike.
+At each size, after a refresh and a flush of every index, and once no merge runs on it:
+disk (``store.size_in_bytes`` of the primaries), the vector data Elasticsearch keeps off the
+heap (``dense_vector.off_heap``: the int8 copy searched, the HNSW graph, the raw floats used to
+rescore), heap held by segments, and the p50/p95 of SEARCHES memq hybrid searches
+(``Searcher.search``: kNN with the scope filter, BM25, entity boost; query embedded in process
+by the local MiniLM), each in one user's scope, the same query on every shard count in turn,
+interleaved, so that the machine's load falls on each alike.
 
     .venv/bin/python ops/bench/scaling.py [--sizes 1000,10000] [--shards 1,3]
 
@@ -113,10 +113,18 @@ def grow(runtime: Runtime, rng: random.Random, have: int, want: int) -> None:
         assert not outcome.failed, list(outcome.failed.items())[:3]
 
 
-def index_stats(runtime: Runtime) -> dict[str, Any]:
+def index_stats(runtime: Runtime, settle_s: float = 600) -> dict[str, Any]:
+    """Sizes after a refresh and a flush, once Elasticsearch has no merge running on the index
+    (the merges a bulk load sets off would otherwise be measured with the searches)."""
     index = runtime.store.names.memories
     runtime.es.indices.refresh(index=index)
     runtime.es.indices.flush(index=index)
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        merges = runtime.es.indices.stats(index=index, metric="merge")["_all"]["total"]["merges"]
+        if merges["current"] == 0:
+            break
+        time.sleep(1)
     stats = runtime.es.indices.stats(index=index, metric="store,segments,dense_vector")
     primaries: dict[str, Any] = stats["_all"]["primaries"]
     return primaries

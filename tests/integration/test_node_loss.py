@@ -31,7 +31,7 @@ from pipeline.store.indices import IndexNames, Kind, drop_indices, ensure_indice
 from tests.conftest import admin_key, running
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_pipeline import facts_from_conversation
-from tests.private_services import PrivateCluster
+from tests.private_services import PrivateCluster, private_memq_env
 from tests.processes import ApiProcess, WorkerProcess, free_port
 from workers.app import create_celery
 
@@ -89,19 +89,10 @@ def stack(
     logs: Path = tmp_path_factory.mktemp("node-loss")
     with FakeLLMServer() as model:
         model.responder = facts_from_conversation
-        env = {k: v for k, v in test_env.items() if k != "MEMQ_ES_URLS"}
-        env |= {
+        env = private_memq_env(test_env, tag, model.base_url) | {
             "MEMQ_ES_URL": ",".join(cluster.urls),
             "MEMQ_ES_SHARDS": "3",
             "MEMQ_ES_REPLICAS": "1",
-            "MEMQ_ES_INDEX_PREFIX": f"clusterops-{tag}",
-            "MEMQ_QUEUES_IO": f"clusterops-{tag}.io",
-            "MEMQ_QUEUES_CPU": f"clusterops-{tag}.cpu",
-            "MEMQ_QUEUES_BACKFILL": f"clusterops-{tag}.backfill",
-            "MEMQ_LLM_BASE_URL": model.base_url,
-            "MEMQ_EMBEDDER_KIND": "openai",
-            "MEMQ_EMBEDDER_BASE_URL": model.base_url,
-            "MEMQ_EMBEDDER_MODEL": "fake-embedder",
             "MEMQ_API_PORT": str(free_port()),
             "MEMQ_API_ADMIN_KEY": admin_key(),
         }

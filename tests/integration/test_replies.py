@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
-from pipeline.jobs import JobStatus
-from pipeline.models import AddRequest, MessageIn, Role, Scope
+from pipeline.models import AddRequest, Scope
 from pipeline.search import Searcher, SearchHit, SearchQuery
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer
-from tests.integration.test_pipeline import memories_of, wait_job
+from tests.integration.test_pipeline import memories_of
+from tests.integration.test_speaker_time import ingest as ingest_job
+from tests.integration.test_speaker_time import said
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
-from workers.intake import submit
 
 pytestmark = pytest.mark.integration
 
@@ -39,13 +39,9 @@ def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
     return celery_app.runtime.store
 
 
-def said(name: str, text: str) -> MessageIn:
-    return MessageIn(role=Role.USER, content=text, name=name)
-
-
 def ingest(app: MemqCelery, store: ElasticStore, request: AddRequest) -> None:
-    record = wait_job(store, submit(app, request).record.job_id)
-    assert record.status == JobStatus.SUCCEEDED, record.reason
+    """The speaker tests' ingestion (submit, wait for success), then visible to search."""
+    ingest_job(app, store, request)
     store.make_visible()
 
 

@@ -32,6 +32,7 @@ from tests.conftest import running
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_node_loss import settings_of
 from tests.integration.test_pipeline import facts_from_conversation
+from tests.private_services import private_memq_env
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery, create_celery
 from workers.intake import submit
@@ -166,17 +167,7 @@ def two_hosts(
     hosts = Hosts()
     with FakeLLMServer() as model:
         model.responder = facts_from_conversation
-        here = {k: v for k, v in test_env.items() if k != "MEMQ_ES_URLS"}
-        here |= {
-            "MEMQ_ES_INDEX_PREFIX": f"clusterops-{tag}",
-            "MEMQ_QUEUES_IO": f"clusterops-{tag}.io",
-            "MEMQ_QUEUES_CPU": f"clusterops-{tag}.cpu",
-            "MEMQ_QUEUES_BACKFILL": f"clusterops-{tag}.backfill",
-            "MEMQ_LLM_BASE_URL": model.base_url,
-            "MEMQ_EMBEDDER_KIND": "openai",
-            "MEMQ_EMBEDDER_BASE_URL": model.base_url,
-            "MEMQ_EMBEDDER_MODEL": "fake-embedder",
-        }
+        here = private_memq_env(test_env, tag, model.base_url)
         settings = settings_of(here, monkeypatch_session)
         names = ensure_indices(es, settings.es, settings.embedder.dims)
         app = create_celery(settings)
