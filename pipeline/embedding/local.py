@@ -69,7 +69,7 @@ class MiniLMEmbedder:
         self._session = ort.InferenceSession(
             str(verified(model_file(), MODEL_SHA256)), options, providers=["CPUExecutionProvider"]
         )
-        self._lock = threading.Lock()  # the tokenizer's padding state is not shared safely
+        self._lock = threading.Lock()  # the tokenizer's settings are not shared safely
 
     @property
     def dims(self) -> int:
@@ -111,8 +111,8 @@ class MiniLMEmbedder:
         return (pooled / np.clip(norms, 1e-12, None)).tolist()  # type: ignore[no-any-return]
 
 
-# A run may pad its texts to at most this much more than their own tokens: beyond it, the
-# padding costs more than a second model call (about the time of a few dozen tokens here).
+# How much longer than its shortest text a run's longest may be: a little padding is cheaper
+# than one more call of the model. Chosen, not tuned; ops/bench/embed_runs.py measures it.
 RUN_SLACK = 1.15
 RUN_SLACK_TOKENS = 16
 
