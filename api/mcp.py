@@ -186,14 +186,19 @@ class MemqTools:
     ) -> dict[str, Any]:
         principal = self.principal_of(ctx)
 
-        def run() -> list[dict[str, Any]]:
+        def run() -> dict[str, Any]:
             scope = scope_of(principal, user_id, agent_id, run_id)
             search = SearchQuery(
                 scope=scope, query=query, filters=filters, top_k=top_k, threshold=threshold
             )
-            return [hit.model_dump(mode="json") for hit in self.services.searcher.search(search)]
+            found = self.services.searcher.search_reported(search)
+            return {
+                "results": [hit.model_dump(mode="json") for hit in found.hits],
+                "partial": found.partial,
+                "shards": found.shards.model_dump(mode="json"),
+            }
 
-        return {"results": await self.call(run)}
+        return await self.call(run)
 
     async def get_memories(
         self,
@@ -302,7 +307,9 @@ TOOLS: list[tuple[str, str, bool, bool]] = [
     (
         "search_memories",
         "Find the memories most relevant to a query (meaning, keywords and named entities), "
-        "best first, with a score; optionally narrowed by filters.",
+        "best first, with a score; optionally narrowed by filters. partial is true when part "
+        "of the store did not answer: memories may then be missing, so do not conclude that "
+        "something was never said.",
         True,
         False,
     ),

@@ -153,11 +153,13 @@ def test_add_search_read_update_delete(
                 client, user, "I am allergic to peanuts", metadata={"topic": "health"}
             )
             await remember(client, user, "My sister lives in Lisbon")
-            hits = payload(
+            found = payload(
                 await client.call_tool(
                     "search_memories", {"query": "what food allergy?", "user_id": user}
                 )
-            )["results"]
+            )
+            assert found["partial"] is False and found["shards"]["failed"] == 0
+            hits = found["results"]
             assert hits[0]["id"] == stored["id"]
             assert hits[0]["memory"] == "I am allergic to peanuts"
             filtered = payload(
