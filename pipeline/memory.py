@@ -101,7 +101,9 @@ class Memory:
         rerank: bool = False,
     ) -> dict[str, Any]:
         """The scope's memories best matching ``query``: ``{"results": [memory + "score"]}``,
-        best first (the same hybrid search as the API's)."""
+        best first (the same hybrid search as the API's). When a shard did not answer, the
+        answer also has ``"partial": True`` and the ``"shards"`` counts, as the API's mem0
+        routes do; a whole answer has mem0's shape exactly."""
         searcher = Searcher(
             store=self._serving(),
             embedder=self.deps.embedder,
@@ -112,7 +114,7 @@ class Memory:
             reranker=self.reranker,
             clock=self.deps.clock,
         )
-        hits = searcher.search(
+        found = searcher.search_reported(
             SearchQuery(
                 query=query,
                 scope=self._scope(user_id, agent_id, run_id),
@@ -122,7 +124,10 @@ class Memory:
                 rerank=rerank,
             )
         )
-        return {"results": [hit.model_dump(mode="json", exclude_none=True) for hit in hits]}
+        results = [hit.model_dump(mode="json", exclude_none=True) for hit in found.hits]
+        if found.partial:
+            return {"results": results, "partial": True, "shards": found.shards.model_dump()}
+        return {"results": results}
 
     def get(self, memory_id: str) -> dict[str, Any]:
         """One memory of the tenant; ``NotFoundError`` otherwise."""

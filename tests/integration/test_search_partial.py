@@ -145,6 +145,22 @@ def test_a_result_missing_a_shard_is_flagged_with_the_counts(
     assert mem0["partial"] is True and mem0["shards"]["failed"] == 1
 
 
+def test_the_in_process_memory_keeps_mem0s_shape_when_whole(runtime: Runtime, tenant: str) -> None:
+    whole = Memory(runtime.deps, tenant=tenant).search("chess", user_id="alice")
+    assert "partial" not in whole and len(whole["results"]) == 1
+
+
+@pytest.mark.usefixtures("rogue_shard")
+def test_the_in_process_memory_flags_a_partial_result_the_mem0_way(
+    runtime: Runtime, tenant: str
+) -> None:
+    """``Memory.search`` (the in-process drop-in) says ``partial`` with the counts when a
+    shard failed, as the API's mem0 routes do."""
+    found = Memory(runtime.deps, tenant=tenant).search("chess", user_id="alice")
+    assert found["partial"] is True and found["shards"]["failed"] == 1
+    assert [hit["memory"] for hit in found["results"]] == ["I play chess on Sundays"]
+
+
 @pytest.mark.usefixtures("rogue_shard")
 def test_the_sdk_hands_the_flag_to_its_caller(client: TestClient, headers: dict[str, str]) -> None:
     """``memq.AsyncClient`` against the same app (over ASGI, not a socket): the hits are a
