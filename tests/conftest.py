@@ -15,6 +15,7 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
 from pipeline.store.client import make_client
+from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from tests.fakellm import FakeLLMServer
 from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
@@ -162,6 +163,13 @@ def worker(
     process = WorkerProcess(env, tmp_path_factory.mktemp("worker") / "worker.log")
     with running(process, lambda: process.wait_ready(celery_app)):
         yield process
+
+
+@pytest.fixture
+def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
+    """The test app's store, with the worker running the jobs it is sent (a module reading a
+    store of its own defines its own ``store``)."""
+    return celery_app.runtime.store
 
 
 @pytest.fixture(scope="session")

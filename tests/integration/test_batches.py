@@ -27,7 +27,6 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from tests.fakellm import Fail, FakeLLMServer, Normal, fake_embedding
 from tests.integration.test_pipeline import facts_from_conversation
-from tests.processes import WorkerProcess
 from workers.app import MemqCelery
 from workers.batches import LIVE
 from workers.names import GATHER_TASK
@@ -63,11 +62,6 @@ def scripted(fake_llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
     fake_llm.responder = poisoned_or_facts
     yield fake_llm
     fake_llm.reset()
-
-
-@pytest.fixture
-def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
-    return celery_app.runtime.store
 
 
 def scope() -> Scope:

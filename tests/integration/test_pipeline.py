@@ -84,11 +84,6 @@ def memories_of(es: Elasticsearch, names: IndexNames, scope: Scope) -> list[dict
     return [h["_source"] | {"_id": h["_id"]} for h in hits["hits"]["hits"]]
 
 
-@pytest.fixture
-def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
-    return celery_app.runtime.store
-
-
 def test_a_conversation_becomes_memories_entities_history_and_a_job_record(
     celery_app: MemqCelery,
     store: ElasticStore,

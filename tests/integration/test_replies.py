@@ -19,7 +19,6 @@ from tests.fakellm import FakeLLMServer
 from tests.integration.test_pipeline import memories_of
 from tests.integration.test_speaker_time import ingest as ingest_job
 from tests.integration.test_speaker_time import said
-from tests.processes import WorkerProcess
 from workers.app import MemqCelery
 
 pytestmark = pytest.mark.integration
@@ -32,11 +31,6 @@ QUESTION = "How long have they been married?"  # names nobody: no hop
 @pytest.fixture
 def scope() -> Scope:
     return Scope(tenant="replies", user_id=f"chat-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
-    return celery_app.runtime.store
 
 
 def ingest(app: MemqCelery, store: ElasticStore, request: AddRequest) -> None:

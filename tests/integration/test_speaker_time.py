@@ -21,7 +21,6 @@ from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import MemoryDoc
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_pipeline import memories_of, wait_job
-from tests.processes import WorkerProcess
 from workers.app import MemqCelery
 from workers.intake import submit
 
@@ -31,11 +30,6 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def scope() -> Scope:
     return Scope(tenant="speaker", user_id=f"chat-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
-    return celery_app.runtime.store
 
 
 @pytest.fixture
