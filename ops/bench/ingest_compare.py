@@ -355,6 +355,7 @@ class Bench:
     es_url: str  # what both systems are given: the counting proxy
     es_requests: Callable[[], Counter[str]]
     embed_calls: Callable[[], int]
+    embed_work: Callable[[], dict[str, float]]  # the endpoint's texts, characters, seconds
     embed_url: str
     llm: FakeLLMServer
     responder: Responder
@@ -478,21 +479,20 @@ def request_for(conv: Conversation, tenant: str = TENANT) -> AddRequest:
 
 
 def wait_terminal(
-    es: Elasticsearch, names: IndexNames, count: int, timeout_s: float, batch: str | None = None
+    es: Elasticsearch, names: IndexNames, job_ids: list[str], timeout_s: float
 ) -> int:
-    """Poll the job records (direct client; of one batch if given) until all are terminal;
-    returns how many failed."""
-    in_batch = [{"term": {"batch_id": batch}}] if batch else []
-
-    def jobs(statuses: list[str]) -> int:
-        query = {"bool": {"filter": [*in_batch, {"terms": {"status": statuses}}]}}
-        return int(es.count(index=names.jobs, query=query)["count"])
-
+    """Poll the job records (direct client) until all are terminal; returns how many failed.
+    A realtime mget of the records by id, as a client polling ``GET /v1/jobs/{id}`` reads
+    them: no refresh of the jobs index, which would cost Elasticsearch work no user causes."""
     deadline = time.monotonic() + timeout_s
+    pending, failed = list(dict.fromkeys(job_ids)), 0
     while time.monotonic() < deadline:
-        es.indices.refresh(index=names.jobs)
-        if jobs(list(TERMINAL)) >= count:
-            return jobs([JobStatus.FAILED, JobStatus.DEAD])
+        docs = es.mget(index=names.jobs, ids=pending, source_includes=["status"])["docs"]
+        status = {d["_id"]: d["_source"]["status"] for d in docs if d.get("found")}
+        failed += sum(1 for s in status.values() if s in (JobStatus.FAILED, JobStatus.DEAD))
+        pending = [job for job in pending if status.get(job) not in TERMINAL]
+        if not pending:
+            return failed
         time.sleep(0.25)
     raise SystemExit(f"ingest_compare: jobs not terminal after {timeout_s:.0f}s")
 
@@ -588,18 +588,20 @@ def api_body(conv: Conversation) -> dict[str, Any]:
     }
 
 
-def post_all(api: tuple[str, str], convs: list[Conversation], clients: int = 8) -> None:
-    """POST every conversation, ``clients`` at a time (a platform's webhook fan-out)."""
+def post_all(api: tuple[str, str], convs: list[Conversation], clients: int = 8) -> list[str]:
+    """POST every conversation, ``clients`` at a time (a platform's webhook fan-out); returns
+    the job ids the API answered with."""
     url, key = api
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as http:
 
-        def post(conv: Conversation) -> None:
+        def post(conv: Conversation) -> str:
             answer = http.post("/v1/memories", json=api_body(conv), timeout=60)
             if answer.status_code != 202:
                 raise SystemExit(f"ingest_compare: POST answered {answer.status_code}")
+            return str(answer.json()["job_id"])
 
         with ThreadPoolExecutor(max_workers=clients) as pool:
-            list(pool.map(post, convs))
+            return list(pool.map(post, convs))
 
 
 def memq_ingest(
@@ -612,11 +614,13 @@ def memq_ingest(
 
     def work() -> tuple[int, int]:
         if api is not None and tenant == TENANT and batch is None:
-            post_all(api, bench.convs)
+            jobs = post_all(api, bench.convs)
         else:
-            for conv in bench.convs:
-                submit(app, request_for(conv, tenant), batch_id=batch)
-        failed = wait_terminal(bench.es, names, len(bench.convs), timeout_s=900, batch=batch)
+            jobs = [
+                submit(app, request_for(conv, tenant), batch_id=batch).record.job_id
+                for conv in bench.convs
+            ]
+        failed = wait_terminal(bench.es, names, jobs, timeout_s=900)
         bench.es.indices.refresh(index=names.memories)
         return stored(bench.es, names.memories) - before, failed
 
@@ -673,9 +677,7 @@ requests = [AddRequest.model_validate(r) for r in json.loads(sys.stdin.readline(
 app.runtime.store
 print("ready", flush=True)
 sys.stdin.readline()
-for request in requests:
-    submit(app, request)
-print("done", flush=True)
+print(json.dumps([submit(app, request).record.job_id for request in requests]), flush=True)
 """
 
 
@@ -705,8 +707,8 @@ def baseline_run(bench: Bench, baseline: Path) -> Result:
             assert intake.stdin is not None and intake.stdout is not None
             intake.stdin.write("go\n")
             intake.stdin.flush()
-            intake.stdout.readline()
-            failed = wait_terminal(bench.es, names, len(bench.convs), timeout_s=900)
+            jobs = json.loads(intake.stdout.readline())
+            failed = wait_terminal(bench.es, names, jobs, timeout_s=900)
             bench.es.indices.refresh(index=names.memories)
             return stored(bench.es, names.memories) - before, failed
 
@@ -922,11 +924,21 @@ def run_rounds(
     results = []
     for round_no in range(1, rounds + 1):
         for mode in modes:
+            work = bench.embed_work()
             result = mode()
             print(f"round {round_no}: {result}")
+            print(f"  embedding: {embedding_work(work, bench.embed_work())}")
             print(f"  LLM prompts seen so far: {dict(bench.responder.kinds)}")
             results.append(result)
     return results
+
+
+def embedding_work(before: dict[str, float], after: dict[str, float]) -> str:
+    """What the embeddings endpoint did between two readings of its counters."""
+    texts = after["embed_texts"] - before["embed_texts"]
+    chars = after["embed_chars"] - before["embed_chars"]
+    cpu = after["process_cpu_seconds"] - before["process_cpu_seconds"]
+    return f"{texts:.0f} texts, {chars:.0f} characters, {cpu:.1f} CPU seconds to embed them"
 
 
 @contextmanager
@@ -945,6 +957,7 @@ def running_bench(count: int, prefix: str, via_api: bool = False, **fields: Any)
                 es_url=proxy.url,
                 es_requests=lambda: Counter(proxy.stats()),
                 embed_calls=lambda: int(embeddings.stats()["embed_calls"]),
+                embed_work=embeddings.stats,
                 embed_url=f"{embeddings.url}/v1",
                 llm=llm,
                 responder=responder,

@@ -20,6 +20,7 @@ to turns by their text and scored with locomo_recall's functions. Needs the stac
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import statistics
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 from api_stack import running_stack
 from elasticsearch import Elasticsearch
 from locomo_recall import (
@@ -69,6 +71,8 @@ class Endpoints:
     turns: int
     embed_calls: int = 0
     embed_seconds: float = 0.0
+    embed_texts: int = 0
+    embed_chars: int = 0
     llm_calls: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -79,10 +83,13 @@ class Endpoints:
         with self.lock:
             self.embed_calls += 1
             self.embed_seconds += time.perf_counter() - started
+            self.embed_texts += len(texts)
+            self.embed_chars += sum(len(t) for t in texts)
         return {
             "object": "list",
             "data": [
-                {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
+                {"object": "embedding", "index": i, "embedding": encoded(v, body)}
+                for i, v in enumerate(vectors)
             ],
             "model": body.get("model", "all-MiniLM-L6-v2"),
             "usage": {"prompt_tokens": 0, "total_tokens": 0},
@@ -93,6 +100,14 @@ class Endpoints:
             self.llm_calls += 1
 
 
+def encoded(vector: list[float], body: dict[str, Any]) -> list[float] | str:
+    """As the OpenAI API answers: floats, or with ``encoding_format: base64`` (what the openai
+    SDK asks for unless told otherwise) the little-endian float32 bytes in base64."""
+    if body.get("encoding_format") == "base64":
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+    return vector
+
+
 def handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -101,6 +116,9 @@ def handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
                 stats = {
                     "embed_calls": endpoints.embed_calls,
                     "embed_seconds": endpoints.embed_seconds,
+                    "embed_texts": endpoints.embed_texts,
+                    "embed_chars": endpoints.embed_chars,
+                    "process_cpu_seconds": sum(os.times()[:2]),  # of the serving process
                     "llm_calls": endpoints.llm_calls,
                 }
             self._reply(200 if self.path == "/stats" else 404, stats)
