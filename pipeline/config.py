@@ -265,6 +265,9 @@ class WorkerConfig(_Section):
     # killed would otherwise wait for the broker's visibility timeout). A message that was
     # only slow to come finds its run gone and does nothing.
     pickup_s: float = Field(default=60.0, ge=5, le=3600)
+    # A session's line head that was never started (its hand-on or its intake lost) is made
+    # ready by the reaper once it was accepted this long ago and is not waiting to be gathered.
+    orphan_after_s: float = Field(default=60.0, ge=1, le=86_400)
     # Prometheus: the worker's main process serves its processes' metrics here (0: off)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"

@@ -29,7 +29,7 @@ from pipeline.jobs import JobStatus, job_record
 from pipeline.phases import Workload
 from pipeline.state import JobState, Phase
 from workers.chain import batch_chain
-from workers.names import GATHER_TASK, WAIT_TASK
+from workers.names import GATHER_TASK
 from workers.runtime import MemqCelery, queue_for
 
 log = logging.getLogger("memq.worker")
@@ -56,12 +56,6 @@ def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
     except OperationalError as exc:
         runtime.states.unready(lane, job_id)
         raise TransientError(f"could not send a gather for job {job_id}: {exc}") from exc
-
-
-def wait_for_turn(app: MemqCelery, job_id: str, backfill: bool) -> None:
-    """Send the job's ``wait_turn``: it becomes ready when the jobs ahead of it have ended."""
-    queue = queue_for(Workload.IO, app.runtime.settings.queues, backfill)
-    app.send_task(WAIT_TASK, args=(job_id,), queue=queue)
 
 
 def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
@@ -140,9 +134,11 @@ def linger(app: MemqCelery, lane: str, taken: int) -> bool:
 
 def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list[JobState]:
     """The jobs this batch runs: each still has its state, heads its session's line (one made
-    ready out of turn goes back to waiting for it, so a session's order holds whatever put it
-    in the list), and its turn is this batch's (not taken by another)."""
+    ready out of turn is left out: it is still in its line, and the hand-on of the job ahead
+    of it makes it ready again, so a session's order holds whatever put it in the list), and
+    its turn is this batch's (not taken by another)."""
     runtime = app.runtime
+    runtime.states.admitted(lane, job_ids)
     sessions: set[str] = set()
     jobs: list[JobState] = []
     for state in runtime.states.load_many(job_ids):
@@ -152,7 +148,6 @@ def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list
         if session in sessions or not runtime.states.my_turn(
             session, state.job_id, runtime.clock()
         ):
-            wait_for_turn(app, state.job_id, state.backfill)
             continue
         if not runtime.states.take_turn(state.job_id, state.attempts, owner=batch_id):
             continue  # another batch runs this attempt already

@@ -1,9 +1,9 @@
 """Accepting jobs: the same path for the API, the CLI and backfills.
 
 ``submit`` answers in milliseconds: it claims the job id (atomic, so a conversation posted twice
-is one job), writes the ``queued`` record and the state, joins the session's line and either
-makes the job ready for the next batch (its session was idle) or sends its ``wait_turn``.
-Nothing runs here.
+is one job), writes the ``queued`` record and the state, joins the session's line and, when
+its session was idle, makes the job ready for the next batch (behind others, the job ahead
+starts it). Nothing runs here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import NAMESPACE, AddRequest
 from pipeline.state import JobState
-from workers.batches import make_ready, wait_for_turn
+from workers.batches import make_ready
 from workers.erase import erase_user_everywhere
 from workers.runtime import MemqCelery
 
@@ -83,11 +83,10 @@ def enqueue(app: MemqCelery, state: JobState, backfill: bool) -> JobRecord:
 
 def start(app: MemqCelery, job_id: str, backfill: bool, idle: bool) -> None:
     """First in an idle session's line: nobody else will start this job, so it is ready now.
-    Behind others: it waits for its turn."""
+    Behind others: nothing to send. The job ahead of it makes it ready when it ends (the
+    hand-on, ``workers.turns``), and the reaper's walk of the lines catches a lost hand-on."""
     if idle:
         make_ready(app, job_id, backfill)
-    else:
-        wait_for_turn(app, job_id, backfill)
 
 
 def replay(app: MemqCelery, job_id: str) -> JobRecord:

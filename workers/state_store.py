@@ -113,11 +113,29 @@ class RedisStateStore:
             pipe.rpush(self._ready(lane), job_id)
             pipe.incr(self._arrivals(lane))
             pipe.expire(self._arrivals(lane), 1, nx=True)
+            pipe.sadd(self._ready_jobs(lane), job_id)
+            pipe.expire(self._ready_jobs(lane), STATE_TTL_S)
             return int(pipe.execute()[1])
 
     def unready(self, lane: str, job_id: str) -> None:
         with redis_errors("unmark a ready job"):
-            self.client.lrem(self._ready(lane), 0, job_id)
+            pipe = self.client.pipeline()
+            pipe.lrem(self._ready(lane), 0, job_id)
+            pipe.srem(self._ready_jobs(lane), job_id)
+            pipe.execute()
+
+    def admitted(self, lane: str, job_ids: list[str]) -> None:
+        """A gather has looked at these jobs (run them, or left them to wait for their turn):
+        they are no longer waiting to be gathered."""
+        if job_ids:
+            with redis_errors("unmark gathered jobs"):
+                self.client.srem(self._ready_jobs(lane), *job_ids)
+
+    def is_ready(self, lane: str, job_id: str) -> bool:
+        """The job was made ready and no gather has looked at it yet (one set lookup, where the
+        ready list itself would have to be scanned)."""
+        with redis_errors("check a ready job"):
+            return bool(self.client.sismember(self._ready_jobs(lane), job_id))
 
     def arrivals(self, lane: str) -> int:
         """Jobs that became ready in this lane during the current second."""
@@ -177,12 +195,17 @@ class RedisStateStore:
             if members:
                 pipe = self.client.pipeline()
                 pipe.lpush(self._ready(lane), *reversed(members))
+                pipe.sadd(self._ready_jobs(lane), *members)
                 pipe.delete(self._batch(batch_id))
                 pipe.execute()
         return members
 
     def _ready(self, lane: str) -> str:
         return f"{self.prefix}:ready:{lane}"
+
+    def _ready_jobs(self, lane: str) -> str:
+        """The ids in the lane's ready list (or taken from it by a gather not yet at them)."""
+        return f"{self.prefix}:ready:{lane}:jobs"
 
     def _arrivals(self, lane: str) -> str:
         return f"{self.prefix}:ready:{lane}:arrivals"

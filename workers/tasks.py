@@ -46,7 +46,7 @@ from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phase_task_name
 from workers.retry import RetryPolicy, retried
 from workers.runtime import MemqCelery, Runtime, queue_for
-from workers.turns import check_delay, hand_on
+from workers.turns import hand_on
 
 log = logging.getLogger("memq.worker")
 
@@ -204,19 +204,16 @@ def register_tasks(app: MemqCelery) -> None:
         name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
     )
     def wait_turn(self: JobTask, job_id: str, fault_since: float | None = None) -> str:
-        """Hold the job until every earlier job of its session has ended, then make it ready
-        for a batch; a job that has ended meanwhile is let go. A Redis or broker fault is
-        retried against the deadline."""
+        """Make the job ready if its turn has come. Nothing sends this task any longer (a job
+        behind others is started by the hand-on, ``workers.turns``); it stays registered for
+        the messages a worker of an earlier version left in the queue. A Redis or broker fault
+        is retried against the deadline."""
         with retried(self, policy):
             state = runtime.states.load(job_id)
             if state is None:
                 raise Ignore()
-            turn = runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock())
-            if turn:
+            if runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock()):
                 make_ready(app, job_id, state.backfill)
-        if not turn:  # not a fault: the deadline starts again at the next one
-            delay = check_delay(self.request.retries)
-            raise self.retry(countdown=delay, kwargs={}, max_retries=None)
         return job_id
 
     @app.task(
@@ -289,12 +286,12 @@ def claim_run(
 
 
 LINES_PER_SWEEP = 500
-ORPHAN_AFTER_S = 60.0  # a head not started this long after acceptance, with nothing ready
 
 
 def reap(app: MemqCelery) -> None:
-    """Take every run whose lease lapsed and recover it (``recover_run``), then look at a slice
-    of the session lines for a head that nothing runs (``rescue_head``)."""
+    """Take every run whose lease lapsed and recover it (``recover_run``), look at a slice of
+    the session lines for a head that nothing runs (``rescue_head``), and send a gather to
+    each lane that has jobs ready (``nudge_lanes``)."""
     leases = app.runtime.leases
     now = app.runtime.clock().timestamp()
     for run_id in leases.lapsed(now):
@@ -306,6 +303,19 @@ def reap(app: MemqCelery) -> None:
             recover_run(app, record)
     for line, head in app.runtime.states.line_heads(LINES_PER_SWEEP):
         rescue_head(app, line, head, now)
+    nudge_lanes(app)
+
+
+def nudge_lanes(app: MemqCelery) -> None:
+    """One gather for each lane with ready jobs. Gathers are sent when a job is made ready and
+    when a batch ends; this one covers a gather lost with its worker, so a ready job never
+    waits for the next arrival. A gather with nothing to take, or no batch slot free, ends at
+    once."""
+    runtime = app.runtime
+    for lane in (LIVE, BACKFILL):
+        if runtime.states.ready_count(lane):
+            queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
+            app.send_task(GATHER_TASK, args=(lane,), queue=queue)
 
 
 def still_queued(app: MemqCelery, run_id: str) -> bool:
@@ -332,7 +342,8 @@ def rescue_head(app: MemqCelery, line: str, job_id: str, now: float) -> None:
     longer runs: one whose state is gone leaves the line (the next is made ready); one whose
     run is gone (no record: its batch ended without it, or predates run records) is sent on
     alone from its first unfinished phase; one never started (intake or hand-on lost) is made
-    ready, once it has waited ORPHAN_AFTER_S with nothing ready in its lane."""
+    ready once it was accepted ``orphan_after_s`` ago and is not among its lane's ready jobs
+    (or that lane has none: a marker that outlived its list entry costs no more than that)."""
     runtime = app.runtime
     state = runtime.states.load(job_id)
     if state is None:
@@ -348,7 +359,9 @@ def rescue_head(app: MemqCelery, line: str, job_id: str, now: float) -> None:
         return
     accepted = runtime.states.accepted_at(job_id) or now
     lane = BACKFILL if state.backfill else LIVE
-    if now - accepted > ORPHAN_AFTER_S and not runtime.states.ready_count(lane):
+    if now - accepted <= runtime.settings.worker.orphan_after_s:
+        return
+    if not (runtime.states.is_ready(lane, job_id) and runtime.states.ready_count(lane)):
         log.warning("job %s heads its line and was never started: made ready", job_id)
         make_ready(app, job_id, state.backfill)
 

@@ -8,7 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -238,19 +238,59 @@ def test_a_job_ending_starts_the_next_one_of_its_session(
 
 
 def test_a_lost_hand_on_only_delays_the_job_behind(
-    celery_app: MemqCelery, store: ElasticStore, scope: Scope
+    celery_app: MemqCelery, store: ElasticStore, settings: Settings, scope: Scope
 ) -> None:
-    """The job ahead ends without starting the next (its worker died in between): the waiting
-    job finds the line free at its own next check and runs."""
+    """The job ahead ends without starting the next (its worker died in between): the reaper's
+    walk of the lines finds the job behind at the head, never started, and makes it ready. It
+    waits for nothing else: no task of its own polls the line."""
     states = celery_app.runtime.states
     ahead = in_line(celery_app, scope, "x")
     behind = submit(celery_app, ask(scope, "Bo sails")).record.job_id
     time.sleep(1)
     assert store.get_job(behind).status == JobStatus.QUEUED  # type: ignore[union-attr]
+    # accepted long enough ago to count as never started (it stays last in the line)
+    long_ago = datetime.now(UTC) - timedelta(seconds=settings.worker.orphan_after_s + 1)
+    states.enter_line(scope.key, behind, long_ago)
     states.delete(ahead.job_id)
     assert states.leave_line(scope.key, ahead.job_id) == behind  # and no hand-on
-    record = wait_job(store, behind)
+    lost_at = time.monotonic()
+    record = wait_job(store, behind, timeout_s=settings.worker.reaper_interval_s * 3 + 30)
     assert record.status == JobStatus.SUCCEEDED and record.results[0].text == "Bo sails"
+    print(f"started by the reaper {time.monotonic() - lost_at:.1f} s after the lost hand-on")
+
+
+def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twice(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    settings: Settings,
+    scope: Scope,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Other jobs waiting in the lane's ready list do not hold back a head that is not among
+    them; a head that is among them is not made ready a second time."""
+    from workers.batches import LIVE
+    from workers.tasks import rescue_head
+
+    states = celery_app.runtime.states
+    long_ago = datetime.now(UTC) - timedelta(seconds=settings.worker.orphan_after_s + 1)
+    lost, queued = (
+        JobState(job_id=uuid.uuid4().hex, request=ask(scope, "Cy knits"), received_at=long_ago),
+        in_line(celery_app, Scope(user_id=f"other-{uuid.uuid4().hex[:8]}"), "Di hikes"),
+    )
+    states.save(lost)
+    states.enter_line(scope.key, lost.job_id, long_ago)
+    states.push_ready(LIVE, queued.job_id)  # a ready job the lane's next gather will take
+    states.enter_line(queued.request.scope.key, queued.job_id, long_ago)
+    now = datetime.now(UTC).timestamp()
+    with caplog.at_level("WARNING", logger="memq.worker"):
+        rescue_head(celery_app, f"line-of-{queued.job_id}", queued.job_id, now)
+        assert not [r for r in caplog.records if "never started" in r.getMessage()]
+        rescue_head(celery_app, f"line-of-{lost.job_id}", lost.job_id, now)  # sends a gather
+        rescued = [r for r in caplog.records if "never started" in r.getMessage()]
+        assert [r.args for r in rescued] == [(lost.job_id,)]
+    for job_id, text in ((lost.job_id, "Cy knits"), (queued.job_id, "Di hikes")):
+        record = wait_job(store, job_id)
+        assert record.status == JobStatus.SUCCEEDED and record.results[0].text == text
 
 
 def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(
