@@ -40,6 +40,7 @@ WARM_UP = 5
 PROBE = """
 import json, sys, time, uuid
 from pipeline.config import Settings
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from workers.app import create_celery
 from workers.intake import submit
@@ -91,15 +92,17 @@ def probe(llm: FakeLLMServer, tree: Path, jobs: int, logs: Path) -> list[float]:
     run_logs.mkdir()
     running = start_workers(env, run_logs, tree)
     try:
-        out = subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-c", PROBE, str(jobs), str(WARM_UP)],
+            check=False,
             env=env,
             cwd=tree,
-            check=True,
             capture_output=True,
             text=True,
-        ).stdout
-        took: list[float] = json.loads(out.strip().splitlines()[-1])
+        )
+        if done.returncode:
+            raise SystemExit(f"latency_single: the probe in {tree} failed:\n{done.stderr[-2000:]}")
+        took: list[float] = json.loads(done.stdout.strip().splitlines()[-1])
         return took
     finally:
         for worker in running:
