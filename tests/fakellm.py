@@ -108,11 +108,23 @@ class ProviderModel:
         if not 0 < self.median_s <= self.p95_s or self.limit < 1 or self.retry_after_s < 0:
             raise ValueError(f"inconsistent provider model {self}")
 
+    @property
+    def sigma(self) -> float:
+        """The spread of ln(latency) that puts p95 where it was asked for."""
+        return math.log(self.p95_s / self.median_s) / Z95
+
+    @property
+    def mean_s(self) -> float:
+        return self.median_s * math.exp(self.sigma**2 / 2)
+
+    @property
+    def ceiling(self) -> float:
+        """Answers per second at ``limit`` in flight: the most any client can get."""
+        return self.limit / self.mean_s
+
     def latency(self, rng: random.Random) -> float:
-        """One answer's latency: ln(latency) is normal with mean ln(median) and a spread that
-        puts p95 where it was asked for."""
-        sigma = math.log(self.p95_s / self.median_s) / Z95
-        return rng.lognormvariate(math.log(self.median_s), sigma)
+        """One answer's latency: ln(latency) is normal with mean ln(median)."""
+        return rng.lognormvariate(math.log(self.median_s), self.sigma)
 
 
 Responder = Callable[[dict[str, Any]], str]

@@ -43,6 +43,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import random
 import re
 import signal
 import statistics
@@ -987,7 +988,29 @@ def main(argv: list[str] | None = None) -> int:
             bench.llm.provider = REALISTIC
         results = run_rounds(bench, args.rounds, args.baseline, args.modes)
     print(table(results, args.conversations))
+    if realistic:
+        print(order_bound(conversations(args.conversations), REALISTIC))
     return 0
+
+
+def order_bound(convs: list[Conversation], model: ProviderModel, trials: int = 20_000) -> str:
+    """The best a system that runs each user's conversations in order can do under ``model``,
+    whatever its own costs: the run lasts at least as long as its longest user's chain of model
+    calls, one after another. Its expected length, by simulation of the model's latencies (the
+    provider's in-flight limit ignored, so a bound from above on the throughput)."""
+    rng = random.Random(model.seed)
+    per_user = Counter(conv.user for conv in convs)
+    longest = statistics.fmean(
+        max(sum(model.latency(rng) for _ in range(n)) for n in per_user.values())
+        for _ in range(trials)
+    )
+    ceiling = model.ceiling
+    return (
+        f"session order: {len(per_user)} users, at most {max(per_user.values())} conversations "
+        f"each, run in order; the longest user's chain of model calls lasts {longest:.1f} s on "
+        f"average, so at most {len(convs) / longest:.2f} conversations/s "
+        f"({len(convs) / longest / ceiling:.0%} of the provider's ceiling, {ceiling:.1f}/s)"
+    )
 
 
 if __name__ == "__main__":
