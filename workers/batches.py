@@ -45,8 +45,14 @@ def lane_of(backfill: bool) -> str:
 
 def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
     """The job's turn has come: queue it for the next batch of its lane and send a gather."""
+    make_ready_all(app, [job_id], backfill)
+
+
+def make_ready_all(app: MemqCelery, job_ids: list[str], backfill: bool) -> None:
+    """``make_ready`` for jobs of one lane at once (those a batch's end hands on to): one
+    gather for all of them, where one each would leave all but the first nothing to take."""
     runtime, lane = app.runtime, lane_of(backfill)
-    runtime.states.push_ready(lane, job_id)
+    runtime.states.push_ready(lane, *job_ids)
     try:
         app.send_task(
             GATHER_TASK,
@@ -54,8 +60,8 @@ def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
             queue=queue_for(Workload.IO, runtime.settings.queues, backfill),
         )
     except OperationalError as exc:
-        runtime.states.unready(lane, job_id)
-        raise TransientError(f"could not send a gather for job {job_id}: {exc}") from exc
+        runtime.states.unready(lane, *job_ids)
+        raise TransientError(f"could not send a gather for jobs {job_ids}: {exc}") from exc
 
 
 def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:

@@ -105,23 +105,25 @@ class RedisStateStore:
 
     # -- the ready lists and the batches taken from them ----------------------------------------
 
-    def push_ready(self, lane: str, job_id: str) -> int:
-        """Put a job whose turn has come at the end of its lane's ready list; returns how many
-        jobs became ready in this lane during the current second (a measure of load)."""
+    def push_ready(self, lane: str, *job_ids: str) -> int:
+        """Put jobs whose turn has come at the end of their lane's ready list, in this order;
+        returns how many jobs became ready in this lane during the current second (a measure
+        of load)."""
         with redis_errors("mark a job ready"):
             pipe = self.client.pipeline()
-            pipe.rpush(self._ready(lane), job_id)
-            pipe.incr(self._arrivals(lane))
+            pipe.rpush(self._ready(lane), *job_ids)
+            pipe.incrby(self._arrivals(lane), len(job_ids))
             pipe.expire(self._arrivals(lane), 1, nx=True)
-            pipe.sadd(self._ready_jobs(lane), job_id)
+            pipe.sadd(self._ready_jobs(lane), *job_ids)
             pipe.expire(self._ready_jobs(lane), STATE_TTL_S)
             return int(pipe.execute()[1])
 
-    def unready(self, lane: str, job_id: str) -> None:
+    def unready(self, lane: str, *job_ids: str) -> None:
         with redis_errors("unmark a ready job"):
             pipe = self.client.pipeline()
-            pipe.lrem(self._ready(lane), 0, job_id)
-            pipe.srem(self._ready_jobs(lane), job_id)
+            for job_id in job_ids:
+                pipe.lrem(self._ready(lane), 0, job_id)
+            pipe.srem(self._ready_jobs(lane), *job_ids)
             pipe.execute()
 
     def admitted(self, lane: str, job_ids: list[str]) -> None:

@@ -187,7 +187,7 @@ def end_job(
     current = runtime.states.load(state.job_id)
     if current is not None and current.attempts == state.attempts:
         runtime.states.forget(state.job_id, state.attempts)
-        hand_on(app, state.request.scope.key, state.job_id)
+        hand_on(app, [(state.request.scope.key, state.job_id)])
 
 
 def register_tasks(app: MemqCelery) -> None:
@@ -503,7 +503,7 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
             extra={"job_id": state.job_id, "tenant": state.request.scope.tenant},
         )
         runtime.states.forget(state.job_id, state.attempts)
-        hand_on(app, state.request.scope.key, state.job_id)
+    hand_on(app, [(state.request.scope.key, state.job_id) for state in states])
 
 
 def settle_failures(

@@ -16,23 +16,26 @@ import logging
 from kombu.exceptions import OperationalError
 
 from pipeline.errors import TransientError
-from workers.batches import make_ready
+from workers.batches import make_ready_all
 from workers.runtime import MemqCelery
 
 log = logging.getLogger("memq.worker")
 
 
-def hand_on(app: MemqCelery, session_key: str, job_id: str) -> None:
-    """``job_id`` has ended: leave the session's line and make whichever job now heads it
-    ready. Best effort; the reaper's walk of the lines covers a failed one."""
+def hand_on(app: MemqCelery, ended: list[tuple[str, str]]) -> None:
+    """Each ``(session key, job id)`` of ``ended`` has ended: leave its session's line and make
+    whichever job now heads it ready (one gather per lane for all of them). Best effort; the
+    reaper's walk of the lines covers a failed one."""
     runtime = app.runtime
-    following = runtime.states.leave_line(session_key, job_id)
-    if following is None:
+    following = [job for key, job_id in ended if (job := runtime.states.leave_line(key, job_id))]
+    if not following:
         return
     try:
-        state = runtime.states.load(following)
-        if state is None:  # lost; the reaper's walk of the lines takes it out of the line
-            return
-        make_ready(app, following, state.backfill)
+        lanes: dict[bool, list[str]] = {}
+        for job_id, state in zip(following, runtime.states.load_many(following), strict=True):
+            if state is not None:  # lost; the reaper's walk of the lines takes it out of the line
+                lanes.setdefault(state.backfill, []).append(job_id)
+        for backfill, job_ids in lanes.items():
+            make_ready_all(app, job_ids, backfill)
     except (TransientError, OperationalError) as exc:
-        log.warning("job %s: could not start %s, the reaper will: %s", job_id, following, exc)
+        log.warning("could not start %s, the reaper will: %s", following, exc)
