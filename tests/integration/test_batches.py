@@ -156,6 +156,18 @@ def test_one_job_per_session_in_a_batch_and_the_next_follows(
     assert [m.content for m in window] == ["fact: Cy plays oboe", "fact: Cy plays bassoon too"]
 
 
+def test_a_ready_job_whose_gather_was_lost_is_gathered_by_the_reaper(
+    celery_app: MemqCelery, store: ElasticStore, settings: Settings
+) -> None:
+    """A job made ready whose gather never came (lost with its worker): the reaper's sweep
+    sends its lane one."""
+    job = ready(celery_app, ask(scope(), "Ed sings"))  # and no gather sent
+    started = time.monotonic()
+    record = wait_job(store, job, timeout_s=settings.worker.reaper_interval_s * 3 + 30)
+    assert record.status == JobStatus.SUCCEEDED and record.results[0].text == "Ed sings"
+    print(f"gathered and run {time.monotonic() - started:.1f} s after it was made ready")
+
+
 def test_a_failing_batch_embedding_falls_back_to_items_and_loses_only_the_refused_one(
     settings: Settings, celery_app: MemqCelery, fake_llm: FakeLLMServer, indices: IndexNames
 ) -> None:
