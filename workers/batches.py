@@ -1,15 +1,16 @@
 """Micro-batches: jobs whose turn has come wait in a ready list until a gather task takes up to
 ``MEMQ_WORKER_BATCH_MAX_JOBS`` of them and sends the batch down the chain of phase tasks.
 
-Every job made ready also sends a gather task, so no ready job waits for a later arrival; a
-gather that finds the list already emptied by an earlier one ends at once. Under light load a
-gather takes the one job there is and starts at once. Under load (more than one job made ready
-in the lane this second) it first lingers ``MEMQ_WORKER_BATCH_WAIT_MS`` so the batch can fill.
-At most ``MEMQ_WORKER_BATCHES_IN_FLIGHT`` batches of a lane run at once: beyond that, ready jobs
-wait in the list, and the next batch to end gathers all of them. That is what makes batches
-grow with the load: taking jobs as soon as they are ready would only move the queue from the
-ready list into the broker, as many small batches. A batch holds at most one job per session,
-so a session's jobs keep their order.
+Making jobs ready also sends a gather task (one for the jobs a batch's end hands on together),
+so no ready job waits for a later arrival; a gather that finds the list already emptied by an
+earlier one ends at once, and the reaper sends one to a lane whose ready jobs lost theirs. Under
+light load a gather takes the one job there is and starts at once. Under load (more than one job
+made ready in the lane this second) it first lingers ``MEMQ_WORKER_BATCH_WAIT_MS`` so the batch
+can fill. At most ``MEMQ_WORKER_BATCHES_IN_FLIGHT`` batches of a lane run at once: beyond that,
+ready jobs wait in the list, and the next batch to end gathers all of them. That is what makes
+batches grow with the load: taking jobs as soon as they are ready would only move the queue from
+the ready list into the broker, as many small batches. A batch holds at most one job per
+session, so a session's jobs keep their order.
 
 The batch's membership is kept in Redis under the gather's task id before anything else
 happens: a gather delivered again after its worker died takes the same jobs, and once its
