@@ -55,14 +55,19 @@ def make_ready_all(app: MemqCelery, job_ids: list[str], backfill: bool) -> None:
     runtime, lane = app.runtime, lane_of(backfill)
     runtime.states.push_ready(lane, *job_ids)
     try:
-        app.send_task(
-            GATHER_TASK,
-            args=(lane,),
-            queue=queue_for(Workload.IO, runtime.settings.queues, backfill),
-        )
+        send_gather(app, lane)
     except OperationalError as exc:
         runtime.states.unready(lane, *job_ids)
         raise TransientError(f"could not send a gather for jobs {job_ids}: {exc}") from exc
+
+
+def send_gather(
+    app: MemqCelery, lane: str, countdown: float | None = None, task_id: str | None = None
+) -> None:
+    """A gather task for ``lane``, on the I/O queue of that lane (``task_id``: the batch id of
+    a gather sent again)."""
+    queue = queue_for(Workload.IO, app.runtime.settings.queues, lane == BACKFILL)
+    app.send_task(GATHER_TASK, args=(lane,), queue=queue, countdown=countdown, task_id=task_id)
 
 
 def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
@@ -118,16 +123,13 @@ def recheck_later(app: MemqCelery, lane: str) -> None:
     runtime = app.runtime
     if not runtime.states.first_to_recheck(lane, RECHECK_S):
         return
-    queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
-    app.send_task(GATHER_TASK, args=(lane,), queue=queue, countdown=RECHECK_S)
+    send_gather(app, lane, countdown=RECHECK_S)
 
 
 def batch_ended(app: MemqCelery, batch_id: str) -> None:
     """Free the batch's slot and gather whatever waits for one."""
-    runtime = app.runtime
-    for lane in runtime.states.batch_ended(batch_id, (LIVE, BACKFILL)):
-        queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
-        app.send_task(GATHER_TASK, args=(lane,), queue=queue)
+    for lane in app.runtime.states.batch_ended(batch_id, (LIVE, BACKFILL)):
+        send_gather(app, lane)
 
 
 def linger(app: MemqCelery, lane: str, taken: int) -> bool:

@@ -40,7 +40,15 @@ from pipeline.logs import log_context
 from pipeline.phases import PHASES, PhaseSpec, Workload, run_batch
 from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase
-from workers.batches import BACKFILL, LIVE, batch_ended, gather, make_ready, send_alone
+from workers.batches import (
+    BACKFILL,
+    LIVE,
+    batch_ended,
+    gather,
+    make_ready,
+    send_alone,
+    send_gather,
+)
 from workers.keeper import Held
 from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phase_task_name
@@ -311,11 +319,9 @@ def nudge_lanes(app: MemqCelery) -> None:
     when a batch ends; this one covers a gather lost with its worker, so a ready job never
     waits for the next arrival. A gather with nothing to take, or no batch slot free, ends at
     once."""
-    runtime = app.runtime
     for lane in (LIVE, BACKFILL):
-        if runtime.states.ready_count(lane):
-            queue = queue_for(Workload.IO, runtime.settings.queues, lane == BACKFILL)
-            app.send_task(GATHER_TASK, args=(lane,), queue=queue)
+        if app.runtime.states.ready_count(lane):
+            send_gather(app, lane)
 
 
 def still_queued(app: MemqCelery, run_id: str) -> bool:
@@ -373,8 +379,7 @@ def recover_run(app: MemqCelery, record: RunRecord) -> None:
     whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
     runtime = app.runtime
     if record.phase == GATHERING:
-        queue = queue_for(Workload.IO, runtime.settings.queues, record.lane == BACKFILL)
-        app.send_task(GATHER_TASK, args=(record.lane,), queue=queue, task_id=record.run_id)
+        send_gather(app, record.lane, task_id=record.run_id)
         return
     phase = Phase(record.phase)
     limit = runtime.settings.worker.max_deliveries
