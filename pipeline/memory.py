@@ -124,10 +124,9 @@ class Memory:
                 rerank=rerank,
             )
         )
-        results = [hit.model_dump(mode="json", exclude_none=True) for hit in found.hits]
-        if found.partial:
-            return {"results": results, "partial": True, "shards": found.shards.model_dump()}
-        return {"results": results}
+        return found.mem0_answer(
+            [hit.model_dump(mode="json", exclude_none=True) for hit in found.hits]
+        )
 
     def get(self, memory_id: str) -> dict[str, Any]:
         """One memory of the tenant; ``NotFoundError`` otherwise."""

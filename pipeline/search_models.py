@@ -121,3 +121,10 @@ class SearchResult:
     @property
     def partial(self) -> bool:
         return self.shards.partial
+
+    def mem0_answer(self, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """``results`` (these hits in mem0's shape) as mem0 answers a search: ``{"results"}``
+        alone when whole, as mem0 does; with ``partial`` and the shard counts when not."""
+        if not self.partial:
+            return {"results": results}
+        return {"results": results, "partial": True, "shards": self.shards.model_dump()}

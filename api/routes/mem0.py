@@ -197,13 +197,13 @@ def search(
         query=asked.query, scope=scope, filters=rest, top_k=asked.top_k, threshold=asked.threshold
     )
     found = searcher.search_reported(query)
-    results = [
-        mem0_memory({**h.model_dump(exclude={"explain"}), "text": h.memory}) | {"score": h.score}
-        for h in found.hits
-    ]
-    if found.partial:
-        return {"results": results, "partial": True, "shards": found.shards}
-    return {"results": results}
+    return found.mem0_answer(
+        [
+            mem0_memory({**h.model_dump(exclude={"explain"}), "text": h.memory})
+            | {"score": h.score}
+            for h in found.hits
+        ]
+    )
 
 
 @router.get(
