@@ -208,14 +208,7 @@ def run(args: argparse.Namespace, sizes: list[int], workdir: Path, llm: FakeLLMS
             convs=[],
             es_url=proxy.url,
             es_requests=proxy.count,
-            embed_calls=lambda: endpoints.embed_calls,
-            embed_work=lambda: {
-                "embed_texts": endpoints.embed_texts,
-                "embed_chars": endpoints.embed_chars,
-                "process_cpu_seconds": sum(
-                    os.times()[:2]
-                ),  # this process: not the endpoint's alone
-            },
+            embed_work=endpoints.stats,
             embed_url=f"http://127.0.0.1:{server.server_port}/v1",
             llm=llm,
             responder=responder,

@@ -355,8 +355,7 @@ class Bench:
     convs: list[Conversation]
     es_url: str  # what both systems are given: the counting proxy
     es_requests: Callable[[], Counter[str]]
-    embed_calls: Callable[[], int]
-    embed_work: Callable[[], dict[str, float]]  # the endpoint's texts, characters, seconds
+    embed_work: Callable[[], dict[str, float]]  # the endpoint's counters (Endpoints.stats)
     embed_url: str
     llm: FakeLLMServer
     responder: Responder
@@ -365,6 +364,9 @@ class Bench:
     via_api: bool = False  # memq's conversations are POSTed to its API instead of submitted
     memq_settings: dict[str, str] = field(default_factory=dict)  # MEMQ_* for memq's processes
     mem0_concurrency: int = 8
+
+    def embed_calls(self) -> int:
+        return int(self.embed_work()["embed_calls"])
 
     def counters(self) -> tuple[int, int, Counter[str], int]:
         llm = self.llm
@@ -959,7 +961,6 @@ def running_bench(count: int, prefix: str, via_api: bool = False, **fields: Any)
                 convs=conversations(count),
                 es_url=proxy.url,
                 es_requests=lambda: Counter(proxy.stats()),
-                embed_calls=lambda: int(embeddings.stats()["embed_calls"]),
                 embed_work=embeddings.stats,
                 embed_url=f"{embeddings.url}/v1",
                 llm=llm,

@@ -95,6 +95,19 @@ class Endpoints:
             "usage": {"prompt_tokens": 0, "total_tokens": 0},
         }
 
+    def stats(self) -> dict[str, float]:
+        """What the endpoint has answered so far, and the CPU time of the process serving it
+        (all of that process's work, where the endpoint shares it)."""
+        with self.lock:
+            return {
+                "embed_calls": self.embed_calls,
+                "embed_seconds": self.embed_seconds,
+                "embed_texts": self.embed_texts,
+                "embed_chars": self.embed_chars,
+                "process_cpu_seconds": sum(os.times()[:2]),
+                "llm_calls": self.llm_calls,
+            }
+
     def count_llm_call(self) -> None:
         with self.lock:
             self.llm_calls += 1
@@ -112,16 +125,7 @@ def handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             """`GET /stats`: what the endpoint has answered so far."""
-            with endpoints.lock:
-                stats = {
-                    "embed_calls": endpoints.embed_calls,
-                    "embed_seconds": endpoints.embed_seconds,
-                    "embed_texts": endpoints.embed_texts,
-                    "embed_chars": endpoints.embed_chars,
-                    "process_cpu_seconds": sum(os.times()[:2]),  # of the serving process
-                    "llm_calls": endpoints.llm_calls,
-                }
-            self._reply(200 if self.path == "/stats" else 404, stats)
+            self._reply(200 if self.path == "/stats" else 404, endpoints.stats())
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
