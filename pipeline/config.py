@@ -244,7 +244,8 @@ class WorkerConfig(_Section):
     retry_backoff_max_s: int = Field(default=60, ge=1)
     visibility_timeout_s: int = Field(default=900, ge=5)
     # a micro-batch: up to batch_max_jobs ready jobs, or those ready within batch_wait_ms
-    # (waited for only while jobs keep arriving; a lone job starts at once); at most
+    # (waited for only while jobs arrive fast enough that another is due within the wait;
+    # a lone job starts at once); at most
     # batches_in_flight batches per lane (live, backfill) run at once, the rest wait to join one
     batch_max_jobs: int = Field(default=32, ge=1, le=1024)
     batch_wait_ms: int = Field(default=20, ge=0, le=10_000)

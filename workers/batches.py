@@ -4,13 +4,13 @@
 Making jobs ready also sends a gather task (one for the jobs a batch's end hands on together),
 so no ready job waits for a later arrival; a gather that finds the list already emptied by an
 earlier one ends at once, and the reaper sends one to a lane whose ready jobs lost theirs. Under
-light load a gather takes the one job there is and starts at once. Under load (more than one job
-made ready in the lane this second) it first lingers ``MEMQ_WORKER_BATCH_WAIT_MS`` so the batch
-can fill. At most ``MEMQ_WORKER_BATCHES_IN_FLIGHT`` batches of a lane run at once: beyond that,
-ready jobs wait in the list, and the next batch to end gathers all of them. That is what makes
-batches grow with the load: taking jobs as soon as they are ready would only move the queue from
-the ready list into the broker, as many small batches. A batch holds at most one job per
-session, so a session's jobs keep their order.
+light load a gather takes the one job there is and starts at once. Under load (jobs made ready
+in the lane fast enough that another is due within ``MEMQ_WORKER_BATCH_WAIT_MS``) it first
+lingers that long so the batch can fill. At most ``MEMQ_WORKER_BATCHES_IN_FLIGHT`` batches of a
+lane run at once: beyond that, ready jobs wait in the list, and the next batch to end gathers all
+of them. That is what makes batches grow with the load: taking jobs as soon as they are ready
+would only move the queue from the ready list into the broker, as many small batches. A batch
+holds at most one job per session, so a session's jobs keep their order.
 
 The batch's membership is kept in Redis under the gather's task id before anything else
 happens: a gather delivered again after its worker died takes the same jobs, and once its
@@ -133,12 +133,21 @@ def batch_ended(app: MemqCelery, batch_id: str) -> None:
 
 
 def linger(app: MemqCelery, lane: str, taken: int) -> bool:
-    """Wait for the batch to fill only while jobs keep arriving (more than one made ready in
-    this lane this second): a lone job on an idle stack starts at once."""
+    """Wait for the batch to fill only while jobs arrive fast enough that another is due
+    within the wait (``arrivals_due``): a lone job, or a client sending one conversation after
+    another, starts at once."""
     worker = app.runtime.settings.worker
     if taken >= worker.batch_max_jobs or worker.batch_wait_ms <= 0:
         return False
-    return app.runtime.states.arrivals(lane) > 1
+    return arrivals_due(app.runtime.states.arrivals(lane), worker.batch_wait_ms)
+
+
+def arrivals_due(per_second: int, wait_ms: int) -> bool:
+    """Whether ``per_second`` jobs made ready in the lane this second bring another one within
+    ``wait_ms``. Below that rate a linger is a delay paid by every job for a batch-mate that
+    most likely does not come (a client sending one conversation after another, each about
+    100 ms, makes about 8 a second: with 20 ms, lingering would add 20 ms to each of them)."""
+    return per_second >= 2 and per_second * wait_ms >= 1000
 
 
 def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list[JobState]:
