@@ -7,7 +7,9 @@ job can record exactly which text produced its memories (``Prompt.key``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 
 from pipeline.errors import ConfigurationError
@@ -64,8 +66,11 @@ def load_prompt(name: str) -> Prompt:
     return Prompt(name=key.group("name"), version=version, text=versions[version])
 
 
-def _versions() -> dict[str, dict[int, str]]:
-    """Every shipped prompt: name → version → text."""
+@cache
+def _versions() -> Mapping[str, Mapping[int, str]]:
+    """Every shipped prompt: name → version → text. Read once per process: the files ship with
+    the package and a released one is never edited (listing and reading them on every LLM call
+    was a measurable share of the I/O worker's time)."""
     found: dict[str, dict[int, str]] = {}
     for entry in resources.files(__name__).iterdir():
         match = _FILE_NAME.match(entry.name)
