@@ -225,6 +225,17 @@ class RunLeases:
         with redis_errors("check a run"):
             return bool(self.client.exists(self._run(run_id)))
 
+    def existing(self, run_ids: list[str]) -> set[str]:
+        """Those of ``run_ids`` that have a record, in one round trip."""
+        if not run_ids:
+            return set()
+        with redis_errors("check runs"):
+            pipe = self.client.pipeline(transaction=False)
+            for run_id in run_ids:
+                pipe.exists(self._run(run_id))
+            found = pipe.execute()
+        return {run_id for run_id, hit in zip(run_ids, found, strict=True) if hit}
+
     def owns(self, run_id: str, token: str) -> bool:
         with redis_errors("check a run's owner"):
             owner = self.client.hget(self._run(run_id), "owner")

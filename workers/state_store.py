@@ -344,6 +344,15 @@ class RedisStateStore:
             raw = self.client.get(self._accepted(job_id))
         return float(raw) if raw is not None else None
 
+    def accepted_many(self, job_ids: list[str]) -> dict[str, float]:
+        """``accepted_at`` of several jobs in one round trip (a job without one is left out)."""
+        if not job_ids:
+            return {}
+        with redis_errors("read jobs' acceptance times"):
+            raw = self.client.mget([self._accepted(job_id) for job_id in job_ids])
+        pairs = zip(job_ids, raw, strict=True)
+        return {job_id: float(at) for job_id, at in pairs if at is not None}
+
     def ready_count(self, lane: str) -> int:
         with redis_errors("count ready jobs"):
             return int(self.client.llen(self._ready(lane)))

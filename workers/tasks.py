@@ -298,7 +298,7 @@ LINES_PER_SWEEP = 500
 
 def reap(app: MemqCelery) -> None:
     """Take every run whose lease lapsed and recover it (``recover_run``), look at a slice of
-    the session lines for a head that nothing runs (``rescue_head``), and send a gather to
+    the session lines for a head that nothing runs (``rescue_heads``), and send a gather to
     each lane that has jobs ready (``nudge_lanes``)."""
     leases = app.runtime.leases
     now = app.runtime.clock().timestamp()
@@ -309,8 +309,7 @@ def reap(app: MemqCelery) -> None:
         if record is not None:
             log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
             recover_run(app, record)
-    for line, head in app.runtime.states.line_heads(LINES_PER_SWEEP):
-        rescue_head(app, line, head, now)
+    rescue_heads(app, app.runtime.states.line_heads(LINES_PER_SWEEP), now)
     nudge_lanes(app)
 
 
@@ -343,33 +342,56 @@ def still_queued(app: MemqCelery, run_id: str) -> bool:
     return depth > 0 and runtime.leases.defer(run_id, app.keeper.pickup_by())
 
 
-def rescue_head(app: MemqCelery, line: str, job_id: str, now: float) -> None:
+def rescue_heads(app: MemqCelery, heads: list[tuple[str, str]], now: float) -> None:
     """A session's line head with no live owner is run, so nothing waits behind a job that no
     longer runs: one whose state is gone leaves the line (the next is made ready); one whose
     run is gone (no record: its batch ended without it, or predates run records) is sent on
     alone from its first unfinished phase; one never started (intake or hand-on lost) is made
     ready once it was accepted ``orphan_after_s`` ago and is not among its lane's ready jobs
-    (or that lane has none: a marker that outlived its list entry costs no more than that)."""
+    (or that lane has none: a marker that outlived its list entry costs no more than that).
+
+    ``heads`` are (line, job id) pairs. Their states, their runs and their acceptance times are
+    each read in one round trip for the whole slice: a sweep over hundreds of busy lines, one
+    read at a time, was a tenth of the I/O worker's time under load."""
     runtime = app.runtime
-    state = runtime.states.load(job_id)
-    if state is None:
-        following = runtime.states.leave_line_at(line, job_id)
-        if following is not None and (waiting := runtime.states.load(following)) is not None:
-            make_ready(app, following, waiting.backfill)
-        return
-    if state.run is not None:
-        if not runtime.leases.exists(state.run):
-            log.warning("job %s heads its line with no run: sent on", job_id)
-            phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
-            send_alone(app, state, phase, 0, retry=False)
-        return
-    accepted = runtime.states.accepted_at(job_id) or now
+    states = runtime.states.load_many([job_id for _, job_id in heads])
+    live = runtime.leases.existing([s.run for s in states if s is not None and s.run is not None])
+    unstarted = [s.job_id for s in states if s is not None and s.run is None]
+    accepted = runtime.states.accepted_many(unstarted)
+    for (line, job_id), state in zip(heads, states, strict=True):
+        if state is None:
+            hand_on_from(app, line, job_id)
+        elif state.run is not None:
+            if state.run not in live:
+                send_on_runless(app, state)
+        elif now - (accepted.get(job_id) or now) > runtime.settings.worker.orphan_after_s:
+            start_orphan(app, state)
+
+
+def send_on_runless(app: MemqCelery, state: JobState) -> None:
+    """The head names a run that is gone: sent on alone from its first unfinished phase."""
+    log.warning("job %s heads its line with no run: sent on", state.job_id)
+    phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
+    send_alone(app, state, phase, 0, retry=False)
+
+
+def hand_on_from(app: MemqCelery, line: str, job_id: str) -> None:
+    """The head's state is gone (it ended): it leaves its line, and the job behind it is made
+    ready."""
+    runtime = app.runtime
+    following = runtime.states.leave_line_at(line, job_id)
+    if following is not None and (waiting := runtime.states.load(following)) is not None:
+        make_ready(app, following, waiting.backfill)
+
+
+def start_orphan(app: MemqCelery, state: JobState) -> None:
+    """A head accepted long ago and never started: made ready, unless it waits among its lane's
+    ready jobs already."""
+    states = app.runtime.states
     lane = BACKFILL if state.backfill else LIVE
-    if now - accepted <= runtime.settings.worker.orphan_after_s:
-        return
-    if not (runtime.states.is_ready(lane, job_id) and runtime.states.ready_count(lane)):
-        log.warning("job %s heads its line and was never started: made ready", job_id)
-        make_ready(app, job_id, state.backfill)
+    if not (states.is_ready(lane, state.job_id) and states.ready_count(lane)):
+        log.warning("job %s heads its line and was never started: made ready", state.job_id)
+        make_ready(app, state.job_id, state.backfill)
 
 
 def recover_run(app: MemqCelery, record: RunRecord) -> None:

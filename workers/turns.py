@@ -4,7 +4,7 @@ A job that finds its session idle when accepted is ready at once (``workers.batc
 behind others has no task of its own while it waits: when a job ends, it leaves the line and
 makes the job now at the head ready (the hand-on). A hand-on lost to a worker killed at the
 wrong moment costs a delay, never the job: the reaper's walk of the lines
-(``workers.tasks.rescue_head``) makes a head ready that was never started. A job may thus be
+(``workers.tasks.rescue_heads``) makes a head ready that was never started. A job may thus be
 made ready twice for one attempt; the first batch to take its turn runs it, the other leaves it
 out.
 """

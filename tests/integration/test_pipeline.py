@@ -269,7 +269,7 @@ def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twic
     """Other jobs waiting in the lane's ready list do not hold back a head that is not among
     them; a head that is among them is not made ready a second time."""
     from workers.batches import LIVE
-    from workers.tasks import rescue_head
+    from workers.tasks import rescue_heads
 
     states = celery_app.runtime.states
     long_ago = datetime.now(UTC) - timedelta(seconds=settings.worker.orphan_after_s + 1)
@@ -283,9 +283,9 @@ def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twic
     states.enter_line(queued.request.scope.key, queued.job_id, long_ago)
     now = datetime.now(UTC).timestamp()
     with caplog.at_level("WARNING", logger="memq.worker"):
-        rescue_head(celery_app, f"line-of-{queued.job_id}", queued.job_id, now)
+        rescue_heads(celery_app, [(f"line-of-{queued.job_id}", queued.job_id)], now)
         assert not [r for r in caplog.records if "never started" in r.getMessage()]
-        rescue_head(celery_app, f"line-of-{lost.job_id}", lost.job_id, now)  # sends a gather
+        rescue_heads(celery_app, [(f"line-of-{lost.job_id}", lost.job_id)], now)  # a gather
         rescued = [r for r in caplog.records if "never started" in r.getMessage()]
         assert [r.args for r in rescued] == [(lost.job_id,)]
     for job_id, text in ((lost.job_id, "Cy knits"), (queued.job_id, "Di hikes")):
