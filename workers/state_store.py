@@ -22,7 +22,6 @@ from pipeline.state import JobState
 log = logging.getLogger("memq.worker")
 
 STATE_TTL_S = 7 * 86_400
-CLAIM_TTL_S = 120
 BATCH_TTL_S = 86_400
 # Take up to ARGV[1] ready jobs into the batch KEYS[1] (kept, so a redelivered gather finds the
 # same jobs); false once the batch was launched (KEYS[3]), so a late redelivery takes nothing.
@@ -51,6 +50,20 @@ if want > 0 then
 end
 return members
 """
+# KEYS: state, line, accepted, lines. ARGV: job id, state JSON, ttl, acceptance time. The state
+# and the job's place in its session's line, in one step: a job with a state is in its line
+# (until it ends). A job already in the line keeps its place (an intake finished twice).
+ENTER = """
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if not redis.call('LPOS', KEYS[2], ARGV[1]) then
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+  redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[3])
+end
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('SADD', KEYS[4], KEYS[2])
+if redis.call('LINDEX', KEYS[2], 0) == ARGV[1] then return 1 end
+return 0
+"""
 LEAVE_LINE = """
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 local head = redis.call('LINDEX', KEYS[1], 0)
@@ -66,6 +79,7 @@ class RedisStateStore:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}"
+        self._enter = client.register_script(ENTER)
         self._leave = client.register_script(LEAVE_LINE)
         self._take = client.register_script(TAKE_BATCH)
 
@@ -230,37 +244,58 @@ class RedisStateStore:
             self.client.delete(self._state(job_id))
 
     def forget(self, job_id: str, attempt: int) -> None:
-        """The job has ended (its record says so): drop its state, its claim and its markers in
+        """The job has ended (its record says so): drop its state and its markers in
         the line (acceptance time, the attempt's turn); nothing of it outlives it in Redis."""
-        keys = (self._state(job_id), self._claim(job_id), self._accepted(job_id))
+        keys = (self._state(job_id), self._accepted(job_id))
         deliveries = f"{self.prefix}:job:{job_id}:deliveries"
         with redis_errors("forget a finished job"):
             self.client.delete(*keys, self._turn(job_id, attempt), deliveries)
 
-    def claim(self, job_id: str) -> bool:
-        """True for the first caller only: makes accepting a job atomic across API processes.
-        Short-lived: once the job record exists, the record is what says the job exists."""
-        with redis_errors("claim job id"):
-            return bool(self.client.set(self._claim(job_id), 1, nx=True, ex=CLAIM_TTL_S))
-
-    def unclaim(self, job_id: str) -> None:
-        with redis_errors("unclaim job id"):
-            self.client.delete(self._claim(job_id))
-
     # -- the per-session turnstile --------------------------------------------------------------
 
-    def enter_line(self, session_key: str, job_id: str, now: datetime) -> bool:
-        """Join the end of the session's line; True when nobody is ahead (the session is idle)."""
-        key = self._session(session_key)
+    def enter(self, state: JobState, now: datetime) -> bool:
+        """Save the job's state and join the end of its session's line, in one atomic step;
+        True when the job heads the line (nobody is ahead: it is to be started now). A job
+        already in the line keeps its place, so finishing an intake twice is harmless."""
+        key = self._session(state.request.scope.key)
+        keys = [self._state(state.job_id), key, self._accepted(state.job_id), self._lines]
+        args: list[str | int | float] = [
+            state.job_id,
+            state.model_dump_json(),
+            STATE_TTL_S,
+            now.timestamp(),
+        ]
         with redis_errors("join the session line"):
-            pipe = self.client.pipeline()
-            pipe.lrem(key, 0, job_id)
-            pipe.rpush(key, job_id)
-            pipe.expire(key, STATE_TTL_S)
-            pipe.set(self._accepted(job_id), now.timestamp(), ex=STATE_TTL_S)
-            pipe.sadd(self._lines, key)
-            length = pipe.execute()[1]
-        return bool(length == 1)
+            return bool(self._enter(keys=keys, args=args))
+
+    def leave(self, state: JobState) -> None:
+        """Undo ``enter`` for a job that could not be started (the broker refused it): out of
+        its line, its state and acceptance time gone, as if never entered."""
+        with redis_errors("leave the session line"):
+            line = self._session(state.request.scope.key)
+            self._leave(keys=[line, self._lines], args=[state.job_id])
+            self.client.delete(self._state(state.job_id), self._accepted(state.job_id))
+
+    # -- intakes under way: accepted in Elasticsearch, not yet started -------------------------
+
+    def intake_begun(self, job_id: str, now: datetime) -> bool:
+        """Note that an intake of the job has begun; False when one was already under way."""
+        with redis_errors("note an intake"):
+            return bool(self.client.zadd(self._intakes, {job_id: now.timestamp()}, nx=True))
+
+    def intake_done(self, job_id: str) -> None:
+        with redis_errors("end an intake"):
+            self.client.zrem(self._intakes, job_id)
+
+    def intakes_begun_before(self, before: float, limit: int) -> list[str]:
+        """Intakes begun before ``before`` and never done, oldest first."""
+        with redis_errors("list unfinished intakes"):
+            raw = self.client.zrangebyscore(self._intakes, "-inf", before, start=0, num=limit)
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+
+    @property
+    def _intakes(self) -> str:
+        return f"{self.prefix}:intakes"
 
     def take_turn(self, job_id: str, attempt: int, owner: str) -> bool:
         """True for the one chain (``owner``, a task id) that runs this attempt of the job, and
@@ -288,9 +323,6 @@ class RedisStateStore:
                 self.client.lrem(key, 1, head)
                 head = self._head(key)
         return head is None or head == job_id
-
-    def _claim(self, job_id: str) -> str:
-        return f"{self.prefix}:job:{job_id}:claimed"
 
     def _accepted(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:accepted"

@@ -49,6 +49,7 @@ from workers.batches import (
     send_alone,
     send_gather,
 )
+from workers.intake import finish_intakes
 from workers.keeper import Held
 from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phase_task_name
@@ -298,8 +299,9 @@ LINES_PER_SWEEP = 500
 
 def reap(app: MemqCelery) -> None:
     """Take every run whose lease lapsed and recover it (``recover_run``), look at a slice of
-    the session lines for a head that nothing runs (``rescue_heads``), and send a gather to
-    each lane that has jobs ready (``nudge_lanes``)."""
+    the session lines for a head that nothing runs (``rescue_heads``), finish the intakes that
+    died between a job's record and its start (``finish_intakes``), and send a gather to each
+    lane that has jobs ready (``nudge_lanes``)."""
     leases = app.runtime.leases
     now = app.runtime.clock().timestamp()
     for run_id in leases.lapsed(now):
@@ -310,6 +312,7 @@ def reap(app: MemqCelery) -> None:
             log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
             recover_run(app, record)
     rescue_heads(app, app.runtime.states.line_heads(LINES_PER_SWEEP), now)
+    finish_intakes(app, now - app.runtime.settings.worker.orphan_after_s)
     nudge_lanes(app)
 
 

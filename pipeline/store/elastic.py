@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from elasticsearch import ConflictError, Elasticsearch, NotFoundError
+from elasticsearch import Elasticsearch, NotFoundError
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import TransientError
@@ -576,16 +576,22 @@ class ElasticStore:
                 document=record.model_dump(mode="json"),
             )
 
-    def create_job(self, record: JobRecord) -> None:
-        """Write the record unless the job already wrote one (its first task may be quicker
-        than the intake that queued it)."""
+    def create_job(self, record: JobRecord) -> JobRecord | None:
+        """Write ``record`` unless the job has a record already, and return that one (None
+        when this call wrote it): one request, an upsert that leaves an existing record as it
+        is (a no-op) and answers with the record it found."""
         with es_errors(f"create job {record.job_id}"):
-            try:
-                self.client.create(
-                    index=self.names.jobs, id=record.job_id, document=record.model_dump(mode="json")
-                )
-            except ConflictError:
-                return
+            reply = self.client.update(
+                index=self.names.jobs,
+                id=record.job_id,
+                doc={},
+                upsert=record.model_dump(mode="json"),
+                source=True,
+                retry_on_conflict=3,  # two intakes of one job at once: the second finds it
+            ).body
+        if reply["result"] == "created":
+            return None
+        return JobRecord.model_validate(reply["get"]["_source"])
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with es_errors(f"read job {job_id}"):

@@ -77,8 +77,7 @@ def ready(app: MemqCelery, request: AddRequest) -> str:
     """A job accepted and made ready, with no gather sent yet: the next gather takes it."""
     now = datetime.now(UTC)
     state = JobState(job_id=uuid.uuid4().hex, request=request, received_at=now)
-    app.runtime.states.save(state)
-    app.runtime.states.enter_line(request.scope.key, state.job_id, now)
+    app.runtime.states.enter(state, now)
     app.runtime.states.push_ready(LIVE, state.job_id)
     return state.job_id
 

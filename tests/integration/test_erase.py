@@ -158,8 +158,7 @@ def queued_job(app: MemqCelery, scope: Scope, marker: str) -> str:
     )
     now = datetime.now(UTC)
     state = JobState(job_id=f"job-{uuid.uuid4().hex}", request=request, received_at=now)
-    app.runtime.states.save(state)
-    app.runtime.states.enter_line(scope.key, state.job_id, now)
+    app.runtime.states.enter(state, now)
     app.runtime.store.save_job(job_record(state, JobStatus.QUEUED, now))
     return state.job_id
 

@@ -35,8 +35,7 @@ def test_the_line_keeps_order_and_drops_only_heads_whose_state_is_gone(
         (second, NOW),
         (third, NOW),
     ):
-        states.save(job)
-        states.enter_line(scope.key, job.job_id, accepted)
+        states.enter(job, accepted)
     # accepted two days ago and still there: its age alone never costs it its place
     assert not states.my_turn(scope.key, second.job_id, NOW)
     states.delete(first.job_id)  # ended without leaving the line (its state is gone)
@@ -52,8 +51,9 @@ def test_leaving_the_line_names_the_next_job_and_one_chain_takes_each_turn(
     states = celery_app.runtime.states
     scope = Scope(user_id=f"turn-{uuid.uuid4().hex[:8]}")
     first, second = state_for(scope), state_for(scope)
-    assert states.enter_line(scope.key, first.job_id, NOW)  # an idle session: starts at once
-    assert not states.enter_line(scope.key, second.job_id, NOW)
+    assert states.enter(first, NOW)  # an idle session: starts at once
+    assert not states.enter(second, NOW)
+    assert not states.enter(second, NOW)  # entered again (an intake finished twice): same place
     assert states.leave_line(scope.key, first.job_id) == second.job_id
     assert states.take_turn(second.job_id, 0, owner="hand-on")
     assert states.take_turn(second.job_id, 0, owner="hand-on")  # the same task, delivered again

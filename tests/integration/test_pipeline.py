@@ -15,7 +15,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus, job_record
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
@@ -68,13 +68,12 @@ def wait_job(store: ElasticStore, job_id: str, timeout_s: float = 90) -> JobReco
     )
 
 
-def in_line(app: MemqCelery, scope: Scope, fact: str) -> JobState:
-    """A job accepted into its session's line with its state saved, but no chain of its own."""
-    state = JobState(
-        job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=datetime.now(UTC)
-    )
-    app.runtime.states.save(state)
-    app.runtime.states.enter_line(scope.key, state.job_id, datetime.now(UTC))
+def in_line(app: MemqCelery, scope: Scope, fact: str, accepted: datetime | None = None) -> JobState:
+    """A job accepted into its session's line (``accepted``: now) with its state saved, but
+    no chain of its own."""
+    at = accepted or datetime.now(UTC)
+    state = JobState(job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=at)
+    app.runtime.states.enter(state, at)
     return state
 
 
@@ -245,12 +244,9 @@ def test_a_lost_hand_on_only_delays_the_job_behind(
     waits for nothing else: no task of its own polls the line."""
     states = celery_app.runtime.states
     ahead = in_line(celery_app, scope, "x")
-    behind = submit(celery_app, ask(scope, "Bo sails")).record.job_id
-    time.sleep(1)
-    assert store.get_job(behind).status == JobStatus.QUEUED  # type: ignore[union-attr]
-    # accepted long enough ago to count as never started (it stays last in the line)
+    # behind it, accepted long enough ago to count as never started
     long_ago = datetime.now(UTC) - timedelta(seconds=settings.worker.orphan_after_s + 1)
-    states.enter_line(scope.key, behind, long_ago)
+    behind = in_line(celery_app, scope, "Bo sails", accepted=long_ago).job_id
     states.delete(ahead.job_id)
     assert states.leave_line(scope.key, ahead.job_id) == behind  # and no hand-on
     lost_at = time.monotonic()
@@ -275,12 +271,10 @@ def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twic
     long_ago = datetime.now(UTC) - timedelta(seconds=settings.worker.orphan_after_s + 1)
     lost, queued = (
         JobState(job_id=uuid.uuid4().hex, request=ask(scope, "Cy knits"), received_at=long_ago),
-        in_line(celery_app, Scope(user_id=f"other-{uuid.uuid4().hex[:8]}"), "Di hikes"),
+        in_line(celery_app, Scope(user_id=f"other-{uuid.uuid4().hex[:8]}"), "Di hikes", long_ago),
     )
-    states.save(lost)
-    states.enter_line(scope.key, lost.job_id, long_ago)
+    states.enter(lost, long_ago)
     states.push_ready(LIVE, queued.job_id)  # a ready job the lane's next gather will take
-    states.enter_line(queued.request.scope.key, queued.job_id, long_ago)
     now = datetime.now(UTC).timestamp()
     with caplog.at_level("WARNING", logger="memq.worker"):
         rescue_heads(celery_app, [(f"line-of-{queued.job_id}", queued.job_id)], now)
@@ -291,6 +285,34 @@ def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twic
     for job_id, text in ((lost.job_id, "Cy knits"), (queued.job_id, "Di hikes")):
         record = wait_job(store, job_id)
         assert record.status == JobStatus.SUCCEEDED and record.results[0].text == text
+
+
+def test_an_intake_that_died_between_the_record_and_the_start_is_finished(
+    celery_app: MemqCelery, store: ElasticStore, settings: Settings, scope: Scope
+) -> None:
+    """An intake's process died after writing the ``queued`` record, before the job had a
+    state or a place in its line: the reaper finishes the intake from the record, and a submit
+    of the same conversation meanwhile finishes it at once. Each runs once."""
+    runtime = celery_app.runtime
+    long_ago = datetime.now(UTC) - timedelta(seconds=settings.worker.orphan_after_s + 1)
+    swept = ask(scope, "Flo paints")
+    resubmitted = ask(Scope(user_id=f"again-{uuid.uuid4().hex[:8]}"), "Gus fishes")
+    for request in (swept, resubmitted):
+        state = JobState(job_id=request.job_id(), request=request, received_at=long_ago)
+        runtime.states.intake_begun(state.job_id, long_ago)
+        assert runtime.store.create_job(job_record(state, JobStatus.QUEUED, long_ago)) is None
+        # and here the intake's process died
+    again = submit(celery_app, resubmitted)
+    assert not again.created and again.record.status == JobStatus.QUEUED
+    started = time.monotonic()
+    timeout_s = settings.worker.reaper_interval_s * 3 + 30
+    for request, text in ((resubmitted, "Gus fishes"), (swept, "Flo paints")):
+        record = wait_job(store, request.job_id(), timeout_s=timeout_s)
+        assert record.status == JobStatus.SUCCEEDED, record
+        assert [r.text for r in record.results] == [text] and record.attempts == 0
+        print(f"{text!r} succeeded {time.monotonic() - started:.1f} s after the dead intake")
+    unfinished = runtime.states.intakes_begun_before(datetime.now(UTC).timestamp(), 10_000)
+    assert swept.job_id() not in unfinished and resubmitted.job_id() not in unfinished
 
 
 def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(

@@ -285,8 +285,7 @@ def batch_ready(stack: Stack, scope: Scope, fact: str) -> str:
     now = datetime.now(UTC)
     state = JobState(job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=now)
     states = stack.app.runtime.states
-    states.save(state)
-    states.enter_line(scope.key, state.job_id, now)
+    states.enter(state, now)
     states.push_ready(LIVE, state.job_id)
     return state.job_id
 
@@ -309,8 +308,7 @@ def test_a_line_head_that_nothing_runs_is_run_and_its_session_goes_on(stack: Sta
         (never, f"grows {marker} roses", {}),
     ):
         state = JobState(job_id=uuid.uuid4().hex, request=ask(scope, fact), received_at=long_ago)
-        states.save(state.model_copy(update=changes))
-        states.enter_line(scope.key, state.job_id, long_ago)
+        states.enter(state.model_copy(update=changes), long_ago)
         heads.append(state.job_id)
     behind = [
         submit(stack.app, ask(scope, f"{verb} {marker} later")).record.job_id
