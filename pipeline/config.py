@@ -250,6 +250,11 @@ class WorkerConfig(_Section):
     batch_max_jobs: int = Field(default=32, ge=1, le=1024)
     batch_wait_ms: int = Field(default=20, ge=0, le=10_000)
     batches_in_flight: int = Field(default=2, ge=1, le=1024)
+    # extraction in waves: a job whose LLM call has returned waits for its batch's other calls
+    # at least wave_ms, and half as long as its own call took; once no call has returned for
+    # wave_ms, the jobs that are done go on as a run of their own while the slower calls still
+    # run (0: a batch goes on whole)
+    wave_ms: int = Field(default=500, ge=0, le=60_000)
     # a transient fault (Elasticsearch, Redis, an unreachable LLM) is retried with capped
     # exponential backoff for this long from its first failure, then the job ends ``dead``
     retry_deadline_s: int = Field(default=900, ge=1, le=86_400)

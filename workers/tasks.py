@@ -56,6 +56,7 @@ from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phas
 from workers.retry import RetryPolicy, retried
 from workers.runtime import MemqCelery, Runtime, queue_for
 from workers.turns import hand_on
+from workers.waves import run_in_waves
 
 log = logging.getLogger("memq.worker")
 
@@ -470,7 +471,17 @@ def run_phase_task(
         return None
     todo = [s for s in states if not s.is_done(spec.phase)]
     with runtime.metrics.phase(spec.phase.value):
-        result = run_guarded(spec, states, runtime)
+        if spec.each is not None and len(todo) > 1 and runtime.settings.worker.wave_ms > 0:
+            result = run_in_waves(
+                app,
+                spec,
+                batch_id,
+                token,
+                states,
+                fallback=lambda left: run_guarded(spec, left, runtime),
+            )
+        else:
+            result = run_guarded(spec, states, runtime)
     failed = [result.failures[s.job_id] for s in todo if s.job_id in result.failures]
     if todo and len(failed) == len(todo) and all(isinstance(e, TransientError) for e in failed):
         raise failed[0]  # the whole batch failed alike: retry the batch task

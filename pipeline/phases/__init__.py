@@ -7,7 +7,7 @@ phase's queue, each task given a batch of jobs) and the in-process ``run_job`` u
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from time import perf_counter
@@ -17,7 +17,7 @@ from pipeline.deps import Deps
 from pipeline.phases.context import collect_context_batch
 from pipeline.phases.dedup import dedup_facts_batch
 from pipeline.phases.embed import embed_facts_batch
-from pipeline.phases.extract import extract_facts_batch
+from pipeline.phases.extract import Outcome, extract_each, extract_facts_batch
 from pipeline.phases.finalize import finalize_jobs_batch
 from pipeline.phases.lemmatize import lemmatize_facts_batch
 from pipeline.phases.link import link_entities_batch
@@ -33,11 +33,17 @@ class Workload(StrEnum):
     CPU = "cpu"
 
 
+# A phase's jobs one by one as each ends (see ``extract_each``): a driver may hand the ones
+# that are done on while the rest still run.
+EachRun = Callable[[Sequence[JobState], Deps, float | None], Iterator[Outcome | None]]
+
+
 @dataclass(frozen=True)
 class PhaseSpec:
     phase: Phase
     batch: BatchRun
     workload: Workload
+    each: EachRun | None = None  # set for a phase whose jobs wait on calls of uneven length
 
     @property
     def run(self) -> Callable[[JobState, Deps], JobState]:
@@ -48,7 +54,7 @@ class PhaseSpec:
 PHASES: tuple[PhaseSpec, ...] = (
     PhaseSpec(Phase.CONTEXT, collect_context_batch, Workload.IO),
     PhaseSpec(Phase.RETRIEVE, retrieve_existing_batch, Workload.CPU),
-    PhaseSpec(Phase.EXTRACT, extract_facts_batch, Workload.IO),
+    PhaseSpec(Phase.EXTRACT, extract_facts_batch, Workload.IO, extract_each),
     PhaseSpec(Phase.EMBED, embed_facts_batch, Workload.CPU),
     PhaseSpec(Phase.LEMMATIZE, lemmatize_facts_batch, Workload.CPU),
     PhaseSpec(Phase.DEDUP, dedup_facts_batch, Workload.IO),

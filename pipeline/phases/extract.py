@@ -8,8 +8,8 @@ LLM first when vision is on; otherwise only the text parts are used.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from pipeline.batch import BatchResult
@@ -67,19 +67,41 @@ def with_usage(counts: dict[str, int], usage: TokenUsage) -> dict[str, int]:
 def extract_facts_batch(states: Sequence[JobState], deps: Deps) -> BatchResult:
     """Each job's own LLM call, run concurrently (the LLM adapter bounds how many are in flight
     at once for the whole process). A reply that cannot be used fails only its own job."""
-    if len(states) <= 1:  # no thread for a lone job
-        outcomes = [attempt(state, deps) for state in states]
-    else:
-        workers = min(len(states), deps.limits.llm_concurrency)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memq-extract") as pool:
-            outcomes = list(pool.map(lambda s: attempt(s, deps), states))
+    outcomes = dict(done for done in extract_each(states, deps) if done is not None)
     result = BatchResult()
-    for state, outcome in zip(states, outcomes, strict=True):
+    for state in states:
+        outcome = outcomes[state.job_id]
         if isinstance(outcome, MemqError):
             result.failures[state.job_id] = outcome
         else:
             result.states.append(outcome)
     return result
+
+
+Outcome = tuple[str, JobState | MemqError]
+
+
+def extract_each(
+    states: Sequence[JobState], deps: Deps, tick_s: float | None = None
+) -> Iterator[Outcome | None]:
+    """(job id, its new state or the error that stopped it) for each job, in the order the
+    calls end, so a driver can send the jobs that are done on while the slowest calls still
+    run (``workers.waves``); with ``tick_s``, None after each ``tick_s`` in which no call
+    ended, so that driver can act on time alone. The calls run concurrently, as in
+    ``extract_facts_batch``."""
+    if len(states) <= 1:  # no thread for a lone job
+        for state in states:
+            yield state.job_id, attempt(state, deps)
+        return
+    workers = min(len(states), deps.limits.llm_concurrency)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memq-extract") as pool:
+        pending = {pool.submit(attempt, state, deps): state.job_id for state in states}
+        while pending:
+            ended, _ = wait(pending, timeout=tick_s, return_when=FIRST_COMPLETED)
+            if not ended:
+                yield None
+            for call in ended:
+                yield pending.pop(call), call.result()
 
 
 def attempt(state: JobState, deps: Deps) -> JobState | MemqError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -97,10 +98,18 @@ class Stack:
         return time.monotonic()
 
 
+STRAGGLER = "straggler"
+GATE = threading.Event()  # a straggler's call is held until a test opens this
+
+
 def responder(request: dict[str, Any]) -> str:
-    """Facts of the conversation; a poisoned one is held a while, so it dies mid-call."""
-    if POISON in request["messages"][-1]["content"]:
+    """Facts of the conversation; a poisoned one is held a while, so it dies mid-call, and a
+    straggler's call until the test lets it answer."""
+    content = request["messages"][-1]["content"]
+    if POISON in content:
         time.sleep(8)
+    if STRAGGLER in content:
+        GATE.wait(timeout=90)
     return facts_from_conversation(request)
 
 
@@ -364,3 +373,61 @@ def test_an_io_call_over_the_time_limit_is_given_up_and_its_job_runs_elsewhere(
     time.sleep(max(0.0, hold_s - (time.monotonic() - started)) + 5)  # now it has, and is dropped
     assert memories_of(stack, scope) == [f"waits {marker}"]
     assert "overran its 30 s time limit" in stack.io.log_path.read_text()
+
+
+def straggler_batch(stack: Stack) -> tuple[list[Scope], list[str], list[str]]:
+    """Three jobs gathered as one batch: two whose calls answer at once, and a straggler whose
+    call is held (``GATE``). Returns their scopes, facts and job ids, straggler first."""
+    GATE.clear()
+    scopes = [new_scope() for _ in range(3)]
+    marker = uuid.uuid4().hex[:6]
+    facts = [f"{STRAGGLER} {marker} naps", f"likes {marker} figs", f"reads {marker} maps"]
+    job_ids = [batch_ready(stack, scope, fact) for scope, fact in zip(scopes, facts, strict=True)]
+    stack.app.send_task(GATHER_TASK, args=(LIVE,), queue=stack.settings.queues.io)
+    return scopes, facts, job_ids
+
+
+def test_jobs_whose_calls_answered_go_on_ahead_of_a_straggler_in_their_batch(
+    stack: Stack,
+) -> None:
+    """Extraction in waves: the two jobs whose calls answered end while the straggler's call
+    is still held (so they did not wait for it), then the straggler ends too; one batch of
+    three, one call each, each memory once."""
+    scopes, facts, job_ids = straggler_batch(stack)
+    try:
+        mates = [wait_job(stack.store, job_id, RECOVERY_BOUND_S) for job_id in job_ids[1:]]
+        held = stack.store.get_job(job_ids[0])
+        assert held is not None and held.status == "running", held  # its call is still held
+    finally:
+        GATE.set()
+    straggler = wait_job(stack.store, job_ids[0], RECOVERY_BOUND_S)
+    for record in (straggler, *mates):
+        assert record.status == "succeeded", record
+        assert record.counts["batch_size"] == 3
+    for scope, fact in zip(scopes, facts, strict=True):
+        assert memories_of(stack, scope) == [fact]
+        assert requests_saying(stack, "/chat/completions", fact) == 1
+
+
+def test_a_batch_whose_worker_dies_after_a_wave_runs_only_the_straggler_again(
+    stack: Stack,
+) -> None:
+    """The I/O worker is SIGKILLed while the straggler's call is held, after its batch-mates
+    went on in a wave and ended: the recovery sends on the straggler alone, the wave's jobs
+    are not run again, and every memory is stored once."""
+    scopes, facts, job_ids = straggler_batch(stack)
+    try:
+        for job_id in job_ids[1:]:
+            assert wait_job(stack.store, job_id, RECOVERY_BOUND_S).status == "succeeded"
+        stack.io.sigkill()
+    finally:
+        GATE.set()  # the call retried after the restart answers
+    back = stack.restart(stack.io)
+    straggler = wait_job(stack.store, job_ids[0], RECOVERY_BOUND_S)
+    assert straggler.status == "succeeded", straggler
+    print(f"straggler ended {time.monotonic() - back:.1f} s after the worker was back")
+    for scope, fact in zip(scopes, facts, strict=True):
+        assert memories_of(stack, scope) == [fact]
+    assert requests_saying(stack, "/chat/completions", facts[0]) == 2  # killed, then again
+    for fact in facts[1:]:
+        assert requests_saying(stack, "/chat/completions", fact) == 1

@@ -1,0 +1,148 @@
+"""Extraction in waves: a batch's jobs whose LLM calls have returned go on without waiting for
+the slowest call of the batch.
+
+A batch's calls take as long as the provider does: with a hosted model (about a second each,
+some three), a batch of twenty waits for the slowest of twenty calls, and so does every session
+in it, whose next conversation cannot start before this one ends. So each job whose call has
+returned waits for batch-mates (``hold_s``: at least ``MEMQ_WORKER_WAVE_MS``, 500 ms, and half
+as long as its own call took), and once no call has returned for ``MEMQ_WORKER_WAVE_MS``
+(``wave_due``: the calls still out are stragglers), the jobs done by then go on together as a
+run of their own, a *wave* (``{batch}.w1``, ``.w2``…), from the next phase, while the batch
+waits for the rest. The jobs whose calls end last stay in the batch and go on with it. When the
+calls all end close together, or one after another without a pause (a local or an instant
+model, a busy machine), nothing is split and nothing costs more.
+
+A wave is sent as a job sent on alone is (``workers.batches.send_alone``): its run is
+scheduled and leased first, then the states that name it are saved, then its chain is sent.
+Its jobs leave the batch (their states name the wave), so the batch's later tasks and the
+reaper's recovery of the batch skip them, and a wave lost with its worker is recovered like
+any run. The first wave gives the batch's slot up (``batch_ended``): the jobs the waves hand
+on must not wait for the batch's slowest call to get a batch of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from time import perf_counter
+
+from celery.exceptions import SoftTimeLimitExceeded
+from kombu.exceptions import OperationalError
+
+from pipeline.batch import BatchResult
+from pipeline.errors import MemqError
+from pipeline.phases import PHASES, PhaseSpec
+from pipeline.state import JobState
+from workers.batches import batch_ended, lane_of
+from workers.chain import batch_chain
+from workers.runtime import MemqCelery
+
+log = logging.getLogger("memq.worker")
+
+TICK_S = 0.05  # how often the driver looks at the clock while no call returns
+
+
+def hold_s(latency_s: float, wave_ms: int) -> float:
+    """How long a job whose call took ``latency_s`` waits for its batch-mates before it goes
+    on without them: a wave of one costs a chain of tasks, so a short wait gathers the calls
+    that end close together, and a long call (a slow provider) waits in proportion."""
+    return max(wave_ms / 1000, latency_s / 2)
+
+
+def wave_due(now: float, first_due: float, last_end: float, wave_ms: int) -> bool:
+    """Whether the jobs done and held go on now: the first of them has waited its
+    ``hold_s``, and no call has ended for ``wave_ms``, so the calls still out are stragglers.
+    Calls that keep ending one after another (a busy machine working through an instant
+    model's replies) are one batch's worth of work, not stragglers: they never split it."""
+    return now >= first_due and now - last_end >= wave_ms / 1000
+
+
+def run_in_waves(
+    app: MemqCelery,
+    spec: PhaseSpec,
+    batch_id: str,
+    token: str,
+    states: list[JobState],
+    *,
+    fallback: Callable[[list[JobState]], BatchResult],
+) -> BatchResult:
+    """``spec.each`` over the batch's jobs, sending those that are done on in waves while
+    other calls still run. Returns what stays with the batch: the jobs done last (and those
+    that had done the phase already), and every failure. A bug met on the way (an exception
+    that is not memq's) leaves the jobs not sent yet to ``fallback``, the phase's guarded
+    batch run, which meets it again job by job."""
+    assert spec.each is not None
+    runtime = app.runtime
+    wave_ms = runtime.settings.worker.wave_ms
+    result = BatchResult(states=[s for s in states if s.is_done(spec.phase)])
+    todo = [s for s in states if not s.is_done(spec.phase)]
+    remaining = len(todo)
+    held: list[tuple[float, JobState]] = []  # (when it goes on, its new state), oldest first
+    gone: set[str] = set()  # sent on in a wave
+    waves = 0
+    sending = True
+    started = last_end = perf_counter()
+    try:
+        for outcome in spec.each(todo, runtime.deps, TICK_S):
+            now = perf_counter()
+            if outcome is not None:
+                remaining -= 1
+                last_end = now
+                job_id, ended = outcome
+                if isinstance(ended, MemqError):
+                    result.failures[job_id] = ended
+                else:
+                    latency = now - started
+                    done = ended.completed(spec.phase, latency * 1000)
+                    held.append((now + hold_s(latency, wave_ms), done))
+            if sending and remaining and held and wave_due(now, held[0][0], last_end, wave_ms):
+                waves += 1
+                wave = [state for _, state in held]
+                sending = send_wave(app, spec, batch_id, token, wave, number=waves)
+                if sending:
+                    gone.update(state.job_id for state in wave)
+                    held = []
+    except (SoftTimeLimitExceeded, MemqError):
+        raise
+    except Exception:
+        log.exception("phase %s of batch %s failed in waves; job by job", spec.phase, batch_id)
+        return fallback([s for s in states if s.job_id not in gone])
+    result.states += [state for _, state in held]
+    return result
+
+
+def send_wave(
+    app: MemqCelery,
+    spec: PhaseSpec,
+    batch_id: str,
+    token: str,
+    states: list[JobState],
+    *,
+    number: int,
+) -> bool:
+    """Send ``states`` on from the phase after ``spec``'s as the run ``{batch_id}.w{number}``.
+    False, sending nothing, when this execution no longer owns the batch (it lost its lease:
+    the reaper sends the batch's jobs on, and nothing this execution computed is kept)."""
+    runtime = app.runtime
+    if not runtime.leases.owns(batch_id, token):
+        return False
+    phases = [s.phase for s in PHASES]
+    following = phases[phases.index(spec.phase) + 1]
+    wave = f"{batch_id}.w{number}"
+    ids = [state.job_id for state in states]
+    backfill = states[0].backfill
+    # as in send_alone: the run first, leased until its message is in the broker; then the
+    # states that name it (a state never names a run that does not exist); then the message
+    runtime.leases.schedule(wave, following.value, ids, lane_of(backfill), app.keeper.expiry())
+    runtime.states.save_many([state.with_(run=wave) for state in states])
+    chain = batch_chain(app, wave, ids, runtime.settings.queues, backfill=backfill, start=following)
+    try:
+        chain.apply_async()
+    except OperationalError as exc:  # its lease lapses and the reaper sends the jobs on
+        log.warning("wave %s: not sent (%s); the reaper sends it on", wave, exc)
+        return True
+    runtime.leases.sent(wave, following.value, app.keeper.pickup_by())
+    log.info("wave %s: %d job(s) go on ahead of their batch", wave, len(ids))
+    if number == 1:
+        batch_ended(app, batch_id)
+    return True
