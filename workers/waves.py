@@ -7,7 +7,7 @@ in it, whose next conversation cannot start before this one ends. So each job wh
 returned waits for batch-mates (``hold_s``: at least ``MEMQ_WORKER_WAVE_MS``, 500 ms, and half
 as long as its own call took), and once no call has returned for ``MEMQ_WORKER_WAVE_MS``
 (``wave_due``: the calls still out are stragglers), the jobs done by then go on together as a
-run of their own, a *wave* (``{batch}.w1``, ``.w2``…), from the next phase, while the batch
+run of their own, a *wave* (``{batch}.w1-…``, ``.w2-…``), from the next phase, while the batch
 waits for the rest. The jobs whose calls end last stay in the batch and go on with it. When the
 calls all end close together, or one after another without a pause (a local or an instant
 model, a busy machine), nothing is split and nothing costs more.
@@ -23,6 +23,7 @@ on must not wait for the batch's slowest call to get a batch of their own.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from time import perf_counter
 
@@ -120,7 +121,8 @@ def send_wave(
     *,
     number: int,
 ) -> bool:
-    """Send ``states`` on from the phase after ``spec``'s as the run ``{batch_id}.w{number}``.
+    """Send ``states`` on from the phase after ``spec``'s as the run ``{batch_id}.w{number}-…``
+    (unique: a retried execution of the batch's task numbers its waves from 1 again).
     False, sending nothing, when this execution no longer owns the batch (it lost its lease:
     the reaper sends the batch's jobs on, and nothing this execution computed is kept)."""
     runtime = app.runtime
@@ -128,7 +130,7 @@ def send_wave(
         return False
     phases = [s.phase for s in PHASES]
     following = phases[phases.index(spec.phase) + 1]
-    wave = f"{batch_id}.w{number}"
+    wave = f"{batch_id}.w{number}-{uuid.uuid4().hex[:6]}"
     ids = [state.job_id for state in states]
     backfill = states[0].backfill
     # as in send_alone: the run first, leased until its message is in the broker; then the
