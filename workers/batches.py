@@ -199,28 +199,39 @@ def send_alone(
     while its batch-mates went on (``retry``: one more of its retries; its first task carries
     ``fault_since``, when the fault began, so the deadline holds), or its batch's worker died
     (the reaper splits the batch)."""
-    runtime = app.runtime
     if retry:
         solo = f"{state.job_id}.a{state.attempts}.r{state.retries + 1}"
         state = state.with_(run=solo, batch_size=1, retries=state.retries + 1)
     else:
         solo = f"{state.job_id}.a{state.attempts}.l{uuid.uuid4().hex[:8]}"
         state = state.with_(run=solo, batch_size=1)
-    # the run first, leased until its message is safe in the broker or for as long as it is
-    # held back; then the state that names it (a state never names a run that does not exist)
+    send_run(app, solo, [state], phase, countdown=countdown, fault_since=fault_since)
+
+
+def send_run(
+    app: MemqCelery,
+    run_id: str,
+    states: list[JobState],
+    phase: Phase,
+    *,
+    countdown: float = 0.0,
+    fault_since: float | None = None,
+) -> None:
+    """Send jobs (of one lane, their states naming ``run_id``) on as the run ``run_id`` from
+    ``phase``, after ``countdown`` seconds. The run first, leased until its message is safe in
+    the broker or for as long as it is held back; then the states that name it (a state never
+    names a run that does not exist); then its chain. A broker that refuses the chain raises
+    ``OperationalError``, and the run's lease lapses for the reaper to send the jobs on."""
+    runtime = app.runtime
+    ids = [state.job_id for state in states]
+    backfill = states[0].backfill
     expires = app.keeper.expiry() + countdown
-    runtime.leases.schedule(solo, phase.value, [state.job_id], lane_of(state.backfill), expires)
-    runtime.states.save(state)
+    runtime.leases.schedule(run_id, phase.value, ids, lane_of(backfill), expires)
+    runtime.states.save_many(states)
     queues = runtime.settings.queues
     chain = batch_chain(
-        app,
-        solo,
-        [state.job_id],
-        queues,
-        backfill=state.backfill,
-        start=phase,
-        fault_since=fault_since,
+        app, run_id, ids, queues, backfill=backfill, start=phase, fault_since=fault_since
     )
     chain.apply_async(countdown=countdown)
     if countdown <= 0:
-        runtime.leases.sent(solo, phase.value, app.keeper.pickup_by())
+        runtime.leases.sent(run_id, phase.value, app.keeper.pickup_by())

@@ -37,7 +37,7 @@ from pipeline.errors import (
 from pipeline.health import elasticsearch_health
 from pipeline.jobs import JobStatus, job_record
 from pipeline.logs import log_context
-from pipeline.phases import PHASES, PhaseSpec, Workload, run_batch
+from pipeline.phases import PHASES, PhaseSpec, Workload, next_phase, run_batch
 from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase
 from workers.batches import (
@@ -138,12 +138,6 @@ def release_run(app: MemqCelery, held: Held | None, *, unfinished: bool) -> None
         leases.hand_on(held.run_id, held.token, held.phase, expires=expires)
     else:
         leases.close(held.run_id, held.token)
-
-
-def next_phase(phase: Phase) -> Phase | None:
-    phases = [spec.phase for spec in PHASES]
-    index = phases.index(phase) + 1
-    return phases[index] if index < len(phases) else None
 
 
 def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> bool:

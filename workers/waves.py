@@ -12,7 +12,7 @@ waits for the rest. The jobs whose calls end last stay in the batch and go on wi
 calls all end close together, or one after another without a pause (a local or an instant
 model, a busy machine), nothing is split and nothing costs more.
 
-A wave is sent as a job sent on alone is (``workers.batches.send_alone``): its run is
+A wave is sent as a job sent on alone is (``workers.batches.send_run``): its run is
 scheduled and leased first, then the states that name it are saved, then its chain is sent.
 Its jobs leave the batch (their states name the wave), so the batch's later tasks and the
 reaper's recovery of the batch skip them, and a wave lost with its worker is recovered like
@@ -32,10 +32,9 @@ from kombu.exceptions import OperationalError
 
 from pipeline.batch import BatchResult
 from pipeline.errors import MemqError
-from pipeline.phases import PHASES, PhaseSpec
+from pipeline.phases import PhaseSpec, next_phase
 from pipeline.state import JobState
-from workers.batches import batch_ended, lane_of
-from workers.chain import batch_chain
+from workers.batches import batch_ended, send_run
 from workers.runtime import MemqCelery
 
 log = logging.getLogger("memq.worker")
@@ -128,23 +127,15 @@ def send_wave(
     runtime = app.runtime
     if not runtime.leases.owns(batch_id, token):
         return False
-    phases = [s.phase for s in PHASES]
-    following = phases[phases.index(spec.phase) + 1]
+    following = next_phase(spec.phase)
+    assert following is not None  # extract is not the last phase
     wave = f"{batch_id}.w{number}-{uuid.uuid4().hex[:6]}"
-    ids = [state.job_id for state in states]
-    backfill = states[0].backfill
-    # as in send_alone: the run first, leased until its message is in the broker; then the
-    # states that name it (a state never names a run that does not exist); then the message
-    runtime.leases.schedule(wave, following.value, ids, lane_of(backfill), app.keeper.expiry())
-    runtime.states.save_many([state.with_(run=wave) for state in states])
-    chain = batch_chain(app, wave, ids, runtime.settings.queues, backfill=backfill, start=following)
     try:
-        chain.apply_async()
+        send_run(app, wave, [state.with_(run=wave) for state in states], following)
     except OperationalError as exc:  # its lease lapses and the reaper sends the jobs on
         log.warning("wave %s: not sent (%s); the reaper sends it on", wave, exc)
         return True
-    runtime.leases.sent(wave, following.value, app.keeper.pickup_by())
-    log.info("wave %s: %d job(s) go on ahead of their batch", wave, len(ids))
+    log.info("wave %s: %d job(s) go on ahead of their batch", wave, len(states))
     if number == 1:
         batch_ended(app, batch_id)
     return True

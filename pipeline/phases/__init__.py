@@ -64,6 +64,13 @@ PHASES: tuple[PhaseSpec, ...] = (
 )
 
 
+def next_phase(phase: Phase) -> Phase | None:
+    """The phase after ``phase`` (None after the last)."""
+    phases = [spec.phase for spec in PHASES]
+    index = phases.index(phase) + 1
+    return phases[index] if index < len(phases) else None
+
+
 def run_batch(spec: PhaseSpec, states: Sequence[JobState], deps: Deps) -> BatchResult:
     """Run one phase over the jobs of a batch that have not done it yet (a job that has is
     passed through: a redelivered task is a no-op for it); record each job's duration."""
