@@ -4,13 +4,14 @@ the slowest call of the batch.
 A batch's calls take as long as the provider does: with a hosted model (about a second each,
 some three), a batch of twenty waits for the slowest of twenty calls, and so does every session
 in it, whose next conversation cannot start before this one ends. So each job whose call has
-returned waits for batch-mates (``hold_s``: at least ``MEMQ_WORKER_WAVE_MS``, 500 ms, and half
+returned waits for batch-mates (``hold_s``: at least ``MEMQ_WORKER_WAVE_MS``, e.g. 500 ms, and half
 as long as its own call took), and once no call has returned for ``MEMQ_WORKER_WAVE_MS``
 (``wave_due``: the calls still out are stragglers), the jobs done by then go on together as a
 run of their own, a *wave* (``{batch}.w1-…``, ``.w2-…``), from the next phase, while the batch
 waits for the rest. The jobs whose calls end last stay in the batch and go on with it. When the
 calls all end close together, or one after another without a pause (a local or an instant
-model, a busy machine), nothing is split and nothing costs more.
+model), nothing is split and nothing costs more. Off by default (0): on a busy machine an
+instant model's batch can pause long enough to split, at a cost (docs/BENCHMARKS.md).
 
 A wave is sent as a job sent on alone is (``workers.batches.send_run``): its run is
 scheduled and leased first, then the states that name it are saved, then its chain is sent.
