@@ -30,6 +30,7 @@ __all__ = [
     "JobState",
     "JobStatus",
     "Phase",
+    "PlannedEntity",
     "StoredMemory",
     "Vectors",
     "decode_vectors",
@@ -69,8 +70,8 @@ class Phase(StrEnum):
     EMBED = "embed"
     LEMMATIZE = "lemmatize"
     DEDUP = "dedup"
-    PERSIST = "persist"
     LINK = "link"
+    PERSIST = "persist"
     FINALIZE = "finalize"
 
 
@@ -83,6 +84,19 @@ class ItemError(BaseModel):
     reason: str
     text: str | None = None
     raw: str | None = None
+
+
+class PlannedEntity(BaseModel):
+    """An entity named in the job's kept facts, and the entity of the scope it is linked to:
+    its own (``entity_id`` of its name) or a similar one it merges into."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str  # normalized text
+    text: str
+    type: str
+    target: str
+    facts: list[int]  # the indices of the facts that mention it
 
 
 class JobState(BaseModel):
@@ -108,6 +122,8 @@ class JobState(BaseModel):
     lemmas: list[str] = Field(default_factory=list)
     hashes: list[str] = Field(default_factory=list)
     keep: list[bool] = Field(default_factory=list)
+    entities: list[PlannedEntity] = Field(default_factory=list)
+    entity_vectors: Vectors = Field(default_factory=list)  # aligned with entities
     stored: list[StoredMemory] = Field(default_factory=list)
     entity_ids: list[str] = Field(default_factory=list)
     errors: list[ItemError] = Field(default_factory=list)

@@ -58,8 +58,8 @@ PHASES: tuple[PhaseSpec, ...] = (
     PhaseSpec(Phase.EMBED, embed_facts_batch, Workload.CPU),
     PhaseSpec(Phase.LEMMATIZE, lemmatize_facts_batch, Workload.CPU),
     PhaseSpec(Phase.DEDUP, dedup_facts_batch, Workload.IO),
-    PhaseSpec(Phase.PERSIST, persist_memories_batch, Workload.IO),
     PhaseSpec(Phase.LINK, link_entities_batch, Workload.CPU),
+    PhaseSpec(Phase.PERSIST, persist_memories_batch, Workload.IO),
     PhaseSpec(Phase.FINALIZE, finalize_jobs_batch, Workload.IO),
 )
 

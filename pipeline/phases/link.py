@@ -1,24 +1,48 @@
-"""Phase 7: entities of the stored memories of a whole batch — one extraction pass, one
-embedding call, one multi-search; each entity merges into a similar one of its scope
-(similarity >= 0.95) or is created. All links are recorded in one store call (for
-Elasticsearch: one read and one bulk), with optimistic concurrency, so concurrent jobs never
-lose each other's links."""
+"""Phase 6: entities of the kept facts of a whole batch — one extraction pass, one embedding
+call, one multi-search; each entity merges into a similar one of its scope (similarity >= 0.95)
+or is its own. The phase decides the links
+and writes nothing: persist, next, creates each memory with its ``entity_ids`` already set and
+then records the links on the entities, so a memory is written once (an update right after its
+creation would make Elasticsearch read it back from its translog and index its vector a second
+time).
+
+A job that persisted before it linked (a state saved by a release that ran link after persist)
+is linked here the old way: its stored memories, entities and memories' ``entity_ids`` in one
+store call."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.models import Scope, entity_id
 from pipeline.nlp.entities import NAME
+from pipeline.nlp.speaker import speaker_of
 from pipeline.protocols import Entity
-from pipeline.state import JobState
+from pipeline.state import JobState, Phase, PlannedEntity
 from pipeline.store.protocol import EntityDoc, EntityLink
 
-Groups = dict[str, tuple[Entity, list[str]]]
+# What an entity is found in: its position (a fact index, or a stored memory's), the text and
+# who said it (a memory's speaker is one of its entities: "I adopted a dog", said by Maria, is
+# about Maria).
+Mention = tuple[int, str, str | None]
+Groups = dict[str, tuple[Entity, list[int]]]
+
+
+@dataclass(frozen=True)
+class Found:
+    """An entity of a job, its vector and the entity it links to, with the positions of the
+    mentions it was found in."""
+
+    name: str
+    entity: Entity
+    vector: list[float]
+    target: str
+    positions: list[int]
 
 
 def normalize_entity(text: str) -> str:
@@ -26,50 +50,125 @@ def normalize_entity(text: str) -> str:
 
 
 def link_entities_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
-    """Fill each job's ``entity_ids`` and record entity ids on each stored memory."""
-    texts = [memory.text for state in states for memory in state.stored]
-    found = iter(deps.entities.extract(texts) if texts else [])
-    groups = {s.job_id: group_entities(s, [next(found) for _ in s.stored]) for s in states}
-    wanted = [
-        (state, name, entity)
-        for state in states
-        for name, (entity, _) in groups[state.job_id].items()
+    """Fill each job's ``entities`` (and their vectors) from its kept facts."""
+    late = [s for s in states if s.is_done(Phase.PERSIST)]
+    ahead = [s for s in states if not s.is_done(Phase.PERSIST)]
+    found = find_entities([(s, kept_mentions(s)) for s in ahead], deps)
+    done = {s.job_id: planned(s, f) for s, f in zip(ahead, found, strict=True)}
+    done |= {s.job_id: s for s in link_stored(late, deps)}
+    return [done[s.job_id] for s in states]
+
+
+def kept_mentions(state: JobState) -> list[Mention]:
+    scope = state.request.scope
+    return [
+        (i, fact.text, speaker_of(fact, scope))
+        for i, (fact, kept) in enumerate(zip(state.facts, state.keep, strict=True))
+        if kept
     ]
+
+
+def planned(state: JobState, found: list[Found]) -> JobState:
+    return state.with_(
+        entities=[
+            PlannedEntity(
+                name=f.name,
+                text=f.entity.text,
+                type=f.entity.type,
+                target=f.target,
+                facts=f.positions,
+            )
+            for f in found
+        ],
+        entity_vectors=[f.vector for f in found],
+    )
+
+
+def find_entities(jobs: Sequence[tuple[JobState, list[Mention]]], deps: Deps) -> list[list[Found]]:
+    """The entities of each job's mentions: one extraction, one embedding call and one
+    multi-search for all of them."""
+    texts = [text for _, mentions in jobs for _, text, _ in mentions]
+    extracted = iter(deps.entities.extract(texts) if texts else [])
+    groups = [group_entities(mentions, [next(extracted) for _ in mentions]) for _, mentions in jobs]
+    wanted = [
+        (job, state.request.scope, name, entity, positions)
+        for job, ((state, _), group) in enumerate(zip(jobs, groups, strict=True))
+        for name, (entity, positions) in group.items()
+    ]
+    result: list[list[Found]] = [[] for _ in jobs]
     if not wanted:
-        return list(states)
-    vectors = deps.embedder.embed([entity.text for _, _, entity in wanted])
-    scopes = [state.request.scope for state, _, _ in wanted]
-    nearest = deps.store.nearest_entities_many(list(zip(scopes, vectors, strict=True)))
-    links: dict[str, list[EntityLink]] = {state.job_id: [] for state in states}
-    for (state, name, entity), vector, near in zip(wanted, vectors, nearest, strict=True):
-        doc = entity_doc(state.request.scope, name, entity, vector, state)
-        target = doc.id
-        if near is not None and near[1] >= deps.limits.entity_merge_similarity:
-            target = near[0]  # merge into a similar entity of the scope
-        memory_ids = groups[state.job_id][name][1]
-        links[state.job_id].append(EntityLink(doc, memory_ids, target))
+        return result
+    vectors = deps.embedder.embed([entity.text for _, _, _, entity, _ in wanted])
+    nearest = deps.store.nearest_entities_many(
+        [(scope, vector) for (_, scope, _, _, _), vector in zip(wanted, vectors, strict=True)]
+    )
+    merge_at = deps.limits.entity_merge_similarity
+    for (job, scope, name, entity, positions), vector, near in zip(
+        wanted, vectors, nearest, strict=True
+    ):
+        target = near[0] if near is not None and near[1] >= merge_at else entity_id(scope, name)
+        result[job].append(Found(name, entity, vector, target, positions))
+    return result
+
+
+def group_entities(mentions: list[Mention], found: list[list[Entity]]) -> Groups:
+    """The entities by normalized text, each with the positions of the mentions that name it."""
+    groups: Groups = {}
+    for (position, _, speaker), entities in zip(mentions, found, strict=True):
+        said_by = [Entity(speaker, NAME)] if speaker else []
+        for entity in [*said_by, *entities]:
+            name = normalize_entity(entity.text)
+            if name and position not in groups.setdefault(name, (entity, []))[1]:
+                groups[name][1].append(position)
+    return groups
+
+
+def planned_links(state: JobState, memory_of_fact: dict[int, str]) -> list[EntityLink]:
+    """The links of the job's planned entities to the memories stored for their facts
+    (``memory_of_fact``: fact index -> memory id); entities of no stored memory are left out."""
+    links: list[EntityLink] = []
+    for planned_entity, vector in zip(state.entities, state.entity_vectors, strict=True):
+        memory_ids = [memory_of_fact[i] for i in planned_entity.facts if i in memory_of_fact]
+        if memory_ids and vector is not None:
+            entity = Entity(planned_entity.text, planned_entity.type)
+            doc = entity_doc(state.request.scope, planned_entity.name, entity, vector, state)
+            links.append(EntityLink(doc, memory_ids, planned_entity.target))
+    return links
+
+
+def targets_of(state: JobState, fact: int) -> tuple[str, ...]:
+    """The entity ids a memory of fact ``fact`` is linked to."""
+    return tuple(sorted({e.target for e in state.entities if fact in e.facts}))
+
+
+def link_stored(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Link the stored memories of jobs that persisted first: entities and the memories'
+    ``entity_ids`` in one store call."""
+    if not states:
+        return []
+    mentions = [[(i, m.text, m.speaker) for i, m in enumerate(s.stored)] for s in states]
+    found = find_entities(list(zip(states, mentions, strict=True)), deps)
+    links = {
+        s.job_id: [
+            EntityLink(
+                entity_doc(s.request.scope, f.name, f.entity, f.vector, s),
+                [s.stored[i].id for i in f.positions],
+                f.target,
+            )
+            for f in job
+        ]
+        for s, job in zip(states, found, strict=True)
+    }
     deps.store.link_entities([link for job in links.values() for link in job])
-    return [linked(state, links[state.job_id]) for state in states]
+    return [linked(s, links[s.job_id]) for s in states]
 
 
 def linked(state: JobState, links: list[EntityLink]) -> JobState:
+    """The job with the entities its memories were linked to."""
     if not links:
         return state
     entity_ids = sorted({link.target for link in links})
     return state.with_(entity_ids=entity_ids, counts={**state.counts, "entities": len(entity_ids)})
-
-
-def group_entities(state: JobState, found: list[list[Entity]]) -> Groups:
-    """The job's entities by normalized text, each with the memories that mention it. A
-    memory's speaker is one of its entities: "I adopted a dog", said by Maria, is about Maria."""
-    groups: Groups = {}
-    for memory, entities in zip(state.stored, found, strict=True):
-        speaker = [Entity(memory.speaker, NAME)] if memory.speaker else []
-        for entity in [*speaker, *entities]:
-            name = normalize_entity(entity.text)
-            if name and memory.id not in groups.setdefault(name, (entity, []))[1]:
-                groups[name][1].append(memory.id)
-    return groups
 
 
 def entity_doc(

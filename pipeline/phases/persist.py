@@ -1,5 +1,6 @@
-"""Phase 6: one bulk request creating the kept facts of a whole batch as memories, together
-with their history rows.
+"""Phase 7: one bulk request creating the kept facts of a whole batch as memories, together
+with their history rows, each memory with the ``entity_ids`` link planned for it; then the
+links on the entities of the memories stored (one read and one bulk for the batch).
 
 Ids are deterministic, so re-running this phase after a crash meets its own documents: a
 conflict whose stored hash and job are ours counts as stored, one with our hash from another
@@ -7,7 +8,8 @@ job is a duplicate (two workers raced on one fact), and one with another hash me
 held by a memory whose text was edited since — then the job-derived id is used. History rows
 go in the same bulk as their memories; the rare row whose memory turned out not to be ours
 (refused, raced, or moved to another id) is deleted afterwards, so history reports only what
-was stored.
+was stored. Entities are linked to stored memories only, so a memory that was refused leaves no
+link behind.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pipeline.deps import Deps
 from pipeline.jobs import StoredMemory
 from pipeline.models import fallback_memory_id, history_id, memory_id
 from pipeline.nlp.speaker import speaker_of
+from pipeline.phases.link import linked, planned_links, targets_of
 from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import HistoryDoc, MemoryDoc, WriteOutcome
 
@@ -44,7 +47,23 @@ def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState
     stray = [row for written in results for row in written.stray]
     if stray:
         deps.store.delete_history(stray)
-    return [finish(s, written) for s, written in zip(states, results, strict=True)]
+    links = {
+        s.job_id: planned_links(s, facts_stored(s, written))
+        for s, written in zip(states, results, strict=True)
+    }
+    everyone = [link for job in links.values() for link in job]
+    if everyone:
+        deps.store.link_entities(everyone, update_memories=False)
+    return [
+        linked(finish(s, written), links[s.job_id])
+        for s, written in zip(states, results, strict=True)
+    ]
+
+
+def facts_stored(state: JobState, written: Written) -> dict[int, str]:
+    """Fact index -> the id of the memory stored for it (a job's kept hashes are distinct)."""
+    index = {h: i for i, (h, kept) in enumerate(zip(state.hashes, state.keep, strict=True)) if kept}
+    return {index[doc.hash]: doc.id for doc in written.stored}
 
 
 def write(
@@ -145,6 +164,7 @@ def memory_doc(state: JobState, index: int, doc_id: str | None = None) -> Memory
         metadata=dict(request.metadata),
         expiration_date=request.expiration_date,
         turn=fact.turn,
+        entity_ids=targets_of(state, index),
     )
 
 

@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -347,10 +348,12 @@ class ElasticStore:
             for hits in self._msearch(searches, "search similar entities")
         ]
 
-    def link_entities(self, links: Sequence[EntityLink]) -> None:
+    def link_entities(self, links: Sequence[EntityLink], update_memories: bool = True) -> None:
         """One mget of the target entities, then one bulk: creates for the missing, updates
-        guarded by ``if_seq_no`` for the rest, and each memory's ``entity_ids``. Targets that
-        another writer changed in between are read and written again."""
+        guarded by ``if_seq_no`` for the rest, and (``update_memories``) each memory's
+        ``entity_ids``. Targets that another writer changed in between are read and written
+        again. A target that is gone (merged into, then deleted since the search) is created
+        again under its id, since memories may name it already."""
         wanted: dict[str, set[str]] = {}
         creatable: dict[str, EntityDoc] = {}
         memories: dict[str, set[str]] = {}
@@ -360,12 +363,16 @@ class ElasticStore:
             wanted.setdefault(link.target, set()).update(link.memory_ids)
             if link.target == link.entity.id:
                 creatable[link.target] = link.entity
+            else:
+                creatable.setdefault(link.target, replace(link.entity, id=link.target))
             for memory in link.memory_ids:
                 memories.setdefault(memory, set()).add(link.target)
                 routing[memory] = scope_routing(link.entity.scope)
             routing[link.target] = scope_routing(link.entity.scope)
         extra: list[dict[str, Any]] = []
         for memory, targets in memories.items():
+            if not update_memories:
+                break
             header = {"_index": self.names.memories, "_id": memory, "routing": routing[memory]}
             extra.append({"update": {**header, "retry_on_conflict": 3}})
             extra.append({"doc": {"entity_ids": sorted(targets)}})
@@ -865,8 +872,6 @@ class ElasticStore:
             target, memory_ids = doc["_id"], wanted[doc["_id"]]
             header = {"_index": self.names.entities, "_id": target, "routing": routing[target]}
             if not doc.get("found"):
-                if target not in creatable:  # merged into an entity deleted since the search
-                    raise TransientError(f"entity {target} is gone; linking again")
                 actions.append({"create": header})
                 actions.append(creatable[target].source(sorted(memory_ids)))
                 continue

@@ -156,7 +156,7 @@ class InMemoryStore:
         scored = [(i, cosine(vector, e["embedding"])) for i, e in pool]
         return max(scored, key=lambda s: s[1]) if scored else None
 
-    def link_entities(self, links: Sequence[EntityLink]) -> None:
+    def link_entities(self, links: Sequence[EntityLink], update_memories: bool = True) -> None:
         targets: dict[str, set[str]] = {}
         with self._lock:
             for link in links:
@@ -167,7 +167,7 @@ class InMemoryStore:
                 held["linked_memory_ids"] = sorted(linked)
                 for memory in link.memory_ids:
                     targets.setdefault(memory, set()).add(link.target)
-            for memory, entity_ids in targets.items():
+            for memory, entity_ids in targets.items() if update_memories else []:
                 if memory in self.memories:
                     self.memories[memory]["entity_ids"] = sorted(entity_ids)
 

@@ -250,10 +250,11 @@ class Store(Protocol):
         """``nearest_entities`` of each (scope, vector), in one call."""
         ...
 
-    def link_entities(self, links: Sequence[EntityLink]) -> None:
-        """Record every link on both sides: each target entity (created when missing) gains the
-        memory ids, and each memory's ``entity_ids`` becomes its targets. Concurrent callers
-        never lose each other's links."""
+    def link_entities(self, links: Sequence[EntityLink], update_memories: bool = True) -> None:
+        """Record every link: each target entity (created when missing, under the target's id)
+        gains the memory ids, and (``update_memories``; not when the memories were created with
+        them) each memory's ``entity_ids`` becomes its targets. Concurrent callers never lose
+        each other's links."""
         ...
 
     def save_job(self, record: JobRecord) -> None: ...

@@ -16,7 +16,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding import make_embedder
-from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus, StoredMemory
+from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest, Fact, MessageIn, Scope
 from pipeline.phases.embed import embed_facts_batch
 from pipeline.phases.link import link_entities_batch
@@ -254,24 +254,61 @@ def test_a_partly_refused_bulk_of_a_batch_is_read_item_by_item(
     assert texts_of(es, indices.history, "user_id", second_scope.user_id or "") == ["Hal rows"]
 
 
-def test_a_link_that_fails_for_one_job_leaves_the_others_linked(
+def test_an_entity_embedding_refused_for_one_job_fails_only_that_job_in_link(
+    settings: Settings, celery_app: MemqCelery, fake_llm: FakeLLMServer
+) -> None:
+    """Link embeds the entities of the whole batch in one call; the embeddings server refuses
+    it, then refuses one job's entities alone: that job fails with the reason, the other one
+    gets its entities and their targets."""
+    embedder_config = settings.embedder.model_copy(
+        update={"kind": "openai", "base_url": fake_llm.base_url}
+    )
+    runtime = celery_app.runtime
+    remote = settings.model_copy(update={"embedder": embedder_config})
+    deps = Deps(
+        store=runtime.store,
+        embedder=make_embedder(remote),
+        lemmatizer=runtime.deps.lemmatizer,
+        entities=runtime.deps.entities,
+        llm=None,
+    )
+    good = state_with_facts(scope(), ["Ida visited Paris"], [GOOD])
+    bad = state_with_facts(scope(), ["Jo visited Rome"], [GOOD])
+    fake_llm.script_embeddings(Fail(503), Normal(), Fail(400, "input refused"))
+    result = link_entities_batch([good, bad], deps)
+    assert list(result.failures) == [bad.job_id]
+    assert "input refused" in str(result.failures[bad.job_id])
+    [planned] = result.states
+    assert planned.job_id == good.job_id
+    assert {e.text for e in planned.entities} >= {"Ida", "Paris"}
+    assert all(e.facts == [0] for e in planned.entities)
+    assert len(planned.entity_vectors) == len(planned.entities)
+
+
+def test_an_entity_refused_in_persist_fails_only_its_job(
     celery_app: MemqCelery, es: Elasticsearch, indices: IndexNames
 ) -> None:
-    """The batch's one link bulk fails (one job names a memory that does not exist); the
-    phase runs again job by job and only that job fails."""
+    """Persist writes the batch's memories, then links them on the entities in one bulk; one
+    job's entity is refused (a vector of the wrong size): the phase runs again job by job, the
+    other job's memories are stored and linked, and only that job fails."""
     runtime = celery_app.runtime
     good_scope, bad_scope = scope(), scope()
     good = state_with_facts(good_scope, ["Ida visited Paris"], [GOOD])
-    good = persist_memories_batch([good], runtime.deps).states[0]
-    bad = state_with_facts(bad_scope, [], []).with_(
-        stored=[StoredMemory(id=f"missing-{uuid.uuid4().hex}", text="Jo visited Rome")]
-    )
-    result = link_entities_batch([good, bad], runtime.deps)
+    bad = state_with_facts(bad_scope, ["Jo visited Rome"], [GOOD])
+    good = link_entities_batch([good], runtime.deps).states[0]
+    bad = link_entities_batch([bad], runtime.deps).states[0]
+    bad = bad.with_(entity_vectors=[[0.1] * 7 for _ in bad.entities])
+    result = persist_memories_batch([good, bad], runtime.deps)
     assert list(result.failures) == [bad.job_id]
-    assert [s.job_id for s in result.states] == [good.job_id]
-    assert result.states[0].counts["entities"] >= 2  # Ida, Paris
-    es.indices.refresh(index=indices.entities)
+    [stored] = result.states
+    assert stored.job_id == good.job_id and stored.counts["entities"] >= 2  # Ida, Paris
+    es.indices.refresh(index=[indices.entities, indices.memories])
     linked = es.search(
         index=indices.entities, query={"term": {"user_id": good_scope.user_id}}, size=10
     )["hits"]["hits"]
     assert {h["_source"]["text"] for h in linked} >= {"Ida", "Paris"}
+    [memory] = es.search(
+        index=indices.memories, query={"term": {"user_id": good_scope.user_id}}, size=10
+    )["hits"]["hits"]
+    assert sorted(memory["_source"]["entity_ids"]) == sorted(h["_id"] for h in linked)
+    assert all(h["_source"]["linked_memory_ids"] == [memory["_id"]] for h in linked)

@@ -442,16 +442,16 @@ def test_a_failure_that_cannot_be_recorded_keeps_its_state_until_it_is(
     assert not runtime.states.exists(state.job_id)
 
 
-def test_a_job_failed_in_link_is_replayed_to_report_and_link_its_memories(
+def test_a_job_failed_in_link_stored_nothing_and_is_replayed_whole(
     celery_app: MemqCelery,
     store: ElasticStore,
     es: Elasticsearch,
     indices: IndexNames,
     scope: Scope,
 ) -> None:
-    """The entity index is closed (a real Elasticsearch refusal, not a double): the job stores
-    its memories, then fails in link. Replayed once it is open again, the job meets its own
-    memories (same ids): it reports them, links them, and writes no second copy."""
+    """The entity index is closed (a real Elasticsearch refusal, not a double): link cannot
+    search it, and the job fails there, before persist has written anything. Replayed once the
+    index is open again, it stores its memories, each created with its entities."""
     entities = indices.concrete(Kind.ENTITIES)
     facts = ("Alice moved to Berlin", "Bob repairs Vespa scooters")
     es.indices.close(index=entities)
@@ -461,9 +461,43 @@ def test_a_job_failed_in_link_is_replayed_to_report_and_link_its_memories(
     finally:
         es.indices.open(index=entities, wait_for_active_shards="1")
     assert failed.status == JobStatus.FAILED and failed.phase == "link", failed.reason
-    assert sorted(m["text"] for m in memories_of(es, indices, scope)) == sorted(facts)
+    assert memories_of(es, indices, scope) == []  # nothing half-written
 
     replay(celery_app, job_id)
+    record = wait_job(store, job_id)
+
+    assert record.status == JobStatus.SUCCEEDED, record
+    assert sorted(r.text for r in record.results) == sorted(facts)
+    memories = memories_of(es, indices, scope)
+    assert sorted(m["text"] for m in memories) == sorted(facts)
+    assert all(m.get("entity_ids") for m in memories), memories
+
+
+def test_entities_refused_after_the_memories_are_written_link_them_on_the_retry(
+    celery_app: MemqCelery,
+    store: ElasticStore,
+    es: Elasticsearch,
+    indices: IndexNames,
+    scope: Scope,
+) -> None:
+    """A write block on the entity index (link's searches still run): persist writes the
+    memories, then the entities' bulk is refused, and the phase is retried. Once the block is
+    lifted, the retry meets its own memories (same ids): it counts them stored, links them on
+    the entities, and writes no second copy."""
+    entities = indices.concrete(Kind.ENTITIES)
+    facts = ("Alice moved to Berlin", "Bob repairs Vespa scooters")
+    es.indices.put_settings(index=entities, settings={"index.blocks.write": True})
+    try:
+        job_id = submit(celery_app, ask(scope, *facts)).record.job_id
+        deadline = time.monotonic() + 60
+        while len(memories_of(es, indices, scope)) < len(facts):
+            assert time.monotonic() < deadline, "the memories were never written"
+            time.sleep(0.2)
+        time.sleep(2)  # a retry or two of persist meet the block
+        held_back = store.get_job(job_id)
+        assert held_back is not None and held_back.status not in TERMINAL, held_back
+    finally:
+        es.indices.put_settings(index=entities, settings={"index.blocks.write": False})
     record = wait_job(store, job_id)
 
     assert record.status == JobStatus.SUCCEEDED, record
@@ -471,4 +505,10 @@ def test_a_job_failed_in_link_is_replayed_to_report_and_link_its_memories(
     assert record.counts["stored"] == 2 and record.counts["duplicates"] == 0
     memories = memories_of(es, indices, scope)
     assert sorted(m["text"] for m in memories) == sorted(facts)  # no second copy
-    assert all(m.get("entity_ids") for m in memories), memories
+    linked = {e for m in memories for e in m["entity_ids"]}
+    es.indices.refresh(index=entities)
+    held = es.search(index=entities, query={"ids": {"values": sorted(linked)}}, size=50)
+    assert {h["_id"] for h in held["hits"]["hits"]} == linked
+    assert {i for h in held["hits"]["hits"] for i in h["_source"]["linked_memory_ids"]} == {
+        m["_id"] for m in memories
+    }

@@ -15,7 +15,7 @@ from pipeline.memory import Memory
 from pipeline.models import AddRequest, MemoryType, MessageIn, Scope, md5_hex, memory_id
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
-from pipeline.phases import PHASES, run_job
+from pipeline.phases import PHASES, run_job, run_phase
 from pipeline.phases.extract import NO_LLM
 from pipeline.state import JobState, Phase
 from pipeline.store.memory import InMemoryStore
@@ -321,14 +321,15 @@ def test_an_id_held_by_an_edited_memory_moves_the_fact_to_a_job_id() -> None:
 def test_a_lost_race_on_the_same_fact_is_a_duplicate_not_a_second_memory() -> None:
     deps = make_deps(ScriptedLLM(facts_reply("Alice likes jazz")))
     state = JobState(job_id="late", request=conversation(("user", "x")), received_at=NOW)
-    for spec in PHASES[:6]:  # up to and including dedup: nothing stored yet
+    persist = next(i for i, spec in enumerate(PHASES) if spec.phase is Phase.PERSIST)
+    for spec in PHASES[:persist]:  # every phase before persist: nothing stored yet
         state = spec.run(state, deps)
     winner = JobState(job_id="early", request=conversation(("user", "y")), received_at=NOW)
     winner_deps = Deps(
         **{**make_deps(ScriptedLLM(facts_reply("Alice likes jazz"))).__dict__, "store": deps.store}
     )
     run_job(winner, winner_deps)
-    state = PHASES[6].run(state, deps)
+    state = PHASES[persist].run(state, deps)
     assert state.stored == [] and state.counts["duplicates"] == 1
     assert len(store_of(deps).memories) == 1
 
@@ -414,3 +415,40 @@ def test_jobs_no_llm_extracts_facts_from_retrieve_nothing() -> None:
     request = conversation(("user", "I like jazz concerts"), infer=False)
     state = run_job(JobState(job_id="verbatim", request=request, received_at=NOW), deps)
     assert state.existing == [] and not request.extracts_facts()
+
+
+def test_memories_are_created_with_their_entities_and_written_once() -> None:
+    """Link decides the entities before persist, so each memory is created with its
+    ``entity_ids`` and the entities name it back."""
+    deps = make_deps(ScriptedLLM(facts_reply("Alice moved to Berlin", "Bob repairs scooters")))
+    state = run_job(
+        JobState(job_id="j", request=conversation(("user", "x")), received_at=NOW), deps
+    )
+    store = store_of(deps)
+    assert len(state.stored) == 2
+    for memory in state.stored:
+        held = store.memories[memory.id]["entity_ids"]
+        assert held, memory
+        assert all(memory.id in store.entities[e]["linked_memory_ids"] for e in held)
+    assert sorted({e for m in state.stored for e in store.memories[m.id]["entity_ids"]}) == (
+        state.entity_ids
+    )
+
+
+def test_a_job_that_persisted_before_it_linked_is_linked_in_link() -> None:
+    """A state saved by a release that ran link after persist: persist is done, nothing is
+    planned. Link then links the stored memories themselves, on both sides."""
+    deps = make_deps(ScriptedLLM(facts_reply("Alice moved to Berlin")))
+    state = JobState(job_id="old-order", request=conversation(("user", "x")), received_at=NOW)
+    order = [spec.phase for spec in PHASES]
+    for spec in PHASES[: order.index(Phase.LINK)]:
+        state = run_phase(spec, state, deps)
+    state = run_phase(PHASES[order.index(Phase.PERSIST)], state, deps)
+    [memory] = state.stored
+    store = store_of(deps)
+    assert store.memories[memory.id]["entity_ids"] == [] and state.entity_ids == []
+
+    state = run_phase(PHASES[order.index(Phase.LINK)], state, deps)
+
+    assert state.entity_ids and store.memories[memory.id]["entity_ids"] == state.entity_ids
+    assert all(store.entities[e]["linked_memory_ids"] == [memory.id] for e in state.entity_ids)
