@@ -25,7 +25,8 @@ class Limits:
 @dataclass(frozen=True)
 class Deps:
     """Everything a phase needs besides the job state. ``llm`` is None when none is configured:
-    then only infer=False jobs can run."""
+    then only infer=False jobs can run. ``names`` embeds entity names (``embedder`` when
+    unset; the services give it a cache, ``pipeline.embedding.cache``)."""
 
     store: Store
     embedder: Embedder
@@ -36,3 +37,8 @@ class Deps:
     limits: Limits = field(default_factory=Limits)
     clock: Callable[[], datetime] = utcnow
     webhooks: WebhookSender = field(default_factory=WebhookSender)
+    names: Embedder | None = None
+
+    @property
+    def name_embedder(self) -> Embedder:
+        return self.names or self.embedder

@@ -17,6 +17,7 @@ from functools import cached_property
 from pipeline.config import Settings
 from pipeline.deps import Deps, Limits
 from pipeline.embedding import make_embedder
+from pipeline.embedding.cache import CachedEmbedder
 from pipeline.keys import KeyStore
 from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
 from pipeline.models import utcnow
@@ -97,9 +98,12 @@ def build_deps(
         if settings.llm_configured()
         else None
     )
+    embedder = make_embedder(settings)
+    cache = settings.embedder.name_cache
     return Deps(
         store=store,
-        embedder=make_embedder(settings),
+        embedder=embedder,
+        names=CachedEmbedder(embedder, cache) if cache else None,
         lemmatizer=SimplemmaLemmatizer(),
         entities=RuleEntityExtractor(),
         llm=llm,

@@ -1,6 +1,6 @@
 """Phase 6: entities of the kept facts of a whole batch — one extraction pass, one embedding
-call, one multi-search; each entity merges into a similar one of its scope (similarity >= 0.95)
-or is its own. The phase decides the links
+call (for the names not embedded lately, ``Deps.names``), one multi-search; each entity merges
+into a similar one of its scope (similarity >= 0.95) or is its own. The phase decides the links
 and writes nothing: persist, next, creates each memory with its ``entity_ids`` already set and
 then records the links on the entities, so a memory is written once (an update right after its
 creation would make Elasticsearch read it back from its translog and index its vector a second
@@ -98,7 +98,7 @@ def find_entities(jobs: Sequence[tuple[JobState, list[Mention]]], deps: Deps) ->
     result: list[list[Found]] = [[] for _ in jobs]
     if not wanted:
         return result
-    vectors = deps.embedder.embed([entity.text for _, _, _, entity, _ in wanted])
+    vectors = deps.name_embedder.embed([entity.text for _, _, _, entity, _ in wanted])
     nearest = deps.store.nearest_entities_many(
         [(scope, vector) for (_, scope, _, _, _), vector in zip(wanted, vectors, strict=True)]
     )
