@@ -13,9 +13,9 @@ from pipeline.state import JobState
 def dedup_facts_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     """Fill ``keep`` (aligned with facts) of each job: one multi-search for the batch. Facts
     without an embedding are not kept (the embed phase reported them). A memory the job itself
-    wrote (an earlier attempt that failed later, in link or finalize) is not a duplicate: the
-    job keeps the fact, persist meets its own document (same id) and counts it stored, so a
-    replay reports and links what the first attempt wrote."""
+    wrote (an earlier attempt that failed later, linking the entities in persist, or in
+    finalize) is not a duplicate: the job keeps the fact, persist meets its own document (same
+    id) and counts it stored, so a replay reports and links what the first attempt wrote."""
     queries = [(s.request.scope, sorted(set(s.hashes))) for s in states]
     known = deps.store.hashes_in_scopes(queries, not_of_jobs=[s.job_id for s in states])
     return [keep_new(state, held) for state, held in zip(states, known, strict=True)]

@@ -838,7 +838,10 @@ class ElasticStore:
         self, actions: list[dict[str, Any]], what: str, may_conflict: frozenset[str] = frozenset()
     ) -> set[str]:
         """Run a bulk whose every item must succeed, except that ids in ``may_conflict`` may
-        meet a version conflict (409): those are returned. Any other item error raises."""
+        meet a version conflict (409): those are returned. Any other item error raises: a
+        conflict, or a status worth retrying, as ``TransientError``; a refusal that will not
+        pass (a document the mapping rejects, a memory deleted meanwhile) as ``PermanentError``,
+        so its job fails at once with the reason instead of retrying until its deadline."""
         with es_errors(what):
             body = self._bulk(operations=actions)
         conflicted: set[str] = set()
@@ -849,8 +852,10 @@ class ElasticStore:
             if result["status"] == 409 and result["_id"] in may_conflict:
                 conflicted.add(result["_id"])
             elif result.get("error"):
-                reason = error_reason(result["error"])
-                raise TransientError(f"{what}: HTTP {result['status']} {reason}")
+                status = result["status"]
+                if status == 409:
+                    raise TransientError(f"{what}: HTTP 409 {error_reason(result['error'])}")
+                raise item_error(f"{what}: HTTP {status}", status, result["error"])
         return conflicted
 
     def _entity_link_actions(

@@ -16,6 +16,7 @@ from elasticsearch import Elasticsearch
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding import make_embedder
+from pipeline.errors import PermanentError
 from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest, Fact, MessageIn, Scope
 from pipeline.phases.embed import embed_facts_batch
@@ -290,7 +291,8 @@ def test_an_entity_refused_in_persist_fails_only_its_job(
 ) -> None:
     """Persist writes the batch's memories, then links them on the entities in one bulk; one
     job's entity is refused (a vector of the wrong size): the phase runs again job by job, the
-    other job's memories are stored and linked, and only that job fails."""
+    other job's memories are stored and linked, and only that job fails, for good, with
+    Elasticsearch's reason."""
     runtime = celery_app.runtime
     good_scope, bad_scope = scope(), scope()
     good = state_with_facts(good_scope, ["Ida visited Paris"], [GOOD])
@@ -300,6 +302,9 @@ def test_an_entity_refused_in_persist_fails_only_its_job(
     bad = bad.with_(entity_vectors=[[0.1] * 7 for _ in bad.entities])
     result = persist_memories_batch([good, bad], runtime.deps)
     assert list(result.failures) == [bad.job_id]
+    refused = result.failures[bad.job_id]
+    assert isinstance(refused, PermanentError), refused  # fails now, not at the retry deadline
+    assert "link entities: HTTP 400" in str(refused) and "dimensions" in str(refused), refused
     [stored] = result.states
     assert stored.job_id == good.job_id and stored.counts["entities"] >= 2  # Ida, Paris
     es.indices.refresh(index=[indices.entities, indices.memories])
