@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
+from pipeline.batch import BatchRun
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding import make_embedder
@@ -197,24 +198,44 @@ def test_a_failing_batch_embedding_falls_back_to_items_and_loses_only_the_refuse
     assert [len(r["input"]) for r in embed_calls] == [3, 1, 1, 1]
 
 
+def remote_embedder_deps(settings: Settings, app: MemqCelery, fake_llm: FakeLLMServer) -> Deps:
+    """The workers' deps with the embeddings of the scripted server (which can refuse them)."""
+    embedder_config = settings.embedder.model_copy(
+        update={"kind": "openai", "base_url": fake_llm.base_url}
+    )
+    remote = settings.model_copy(update={"embedder": embedder_config})
+    return Deps(
+        store=app.runtime.store,
+        embedder=make_embedder(remote),
+        lemmatizer=app.runtime.deps.lemmatizer,
+        entities=app.runtime.deps.entities,
+        llm=None,
+    )
+
+
+def alone_refused(
+    run: BatchRun, good: JobState, bad: JobState, deps: Deps, fake_llm: FakeLLMServer
+) -> JobState:
+    """Run a phase over ``good`` and ``bad`` while the embeddings server refuses the batch's
+    call, then ``bad``'s alone: only ``bad`` fails, with the server's reason. ``good``'s new
+    state."""
+    fake_llm.script_embeddings(Fail(503), Normal(), Fail(400, "input refused"))
+    result = run([good, bad], deps)
+    assert list(result.failures) == [bad.job_id]
+    assert "input refused" in str(result.failures[bad.job_id])
+    [went_on] = result.states
+    assert went_on.job_id == good.job_id
+    return went_on
+
+
 def test_a_retrieval_embedding_refused_for_one_job_fails_only_that_job(
     settings: Settings, celery_app: MemqCelery, fake_llm: FakeLLMServer, indices: IndexNames
 ) -> None:
     """Retrieval embeds the new turns of the whole batch in one call; the embeddings server
     refuses that call, then refuses one job's text alone: that job fails with the reason, the
     other one gets its existing memories from the real node."""
-    embedder_config = settings.embedder.model_copy(
-        update={"kind": "openai", "base_url": fake_llm.base_url}
-    )
     runtime = celery_app.runtime
-    remote = settings.model_copy(update={"embedder": embedder_config})
-    deps = Deps(
-        store=runtime.store,
-        embedder=make_embedder(remote),
-        lemmatizer=runtime.deps.lemmatizer,
-        entities=runtime.deps.entities,
-        llm=None,
-    )
+    deps = remote_embedder_deps(settings, celery_app, fake_llm)
     kept_scope = scope()
     held = state_with_facts(kept_scope, ["Kim keeps bees"], [fake_embedding_of("fact: Kim")])
     persist_memories_batch([held], runtime.deps)
@@ -224,12 +245,7 @@ def test_a_retrieval_embedding_refused_for_one_job_fails_only_that_job(
         return JobState(job_id=uuid.uuid4().hex, request=ask(in_scope, text), received_at=NOW)
 
     good, bad = job(kept_scope, "Kim"), job(scope(), "Lou")
-    fake_llm.script_embeddings(Fail(503), Normal(), Fail(400, "input refused"))
-    result = retrieve_existing_batch([good, bad], deps)
-    assert list(result.failures) == [bad.job_id]
-    assert "input refused" in str(result.failures[bad.job_id])
-    [retrieved] = result.states
-    assert retrieved.job_id == good.job_id
+    retrieved = alone_refused(retrieve_existing_batch, good, bad, deps, fake_llm)
     assert [m.text for m in retrieved.existing] == ["Kim keeps bees"]
     embed_calls = [r for path, r in fake_llm.requests if path.endswith("/embeddings")]
     assert [len(r["input"]) for r in embed_calls] == [2, 1, 1]
@@ -261,26 +277,10 @@ def test_an_entity_embedding_refused_for_one_job_fails_only_that_job_in_link(
     """Link embeds the entities of the whole batch in one call; the embeddings server refuses
     it, then refuses one job's entities alone: that job fails with the reason, the other one
     gets its entities and their targets."""
-    embedder_config = settings.embedder.model_copy(
-        update={"kind": "openai", "base_url": fake_llm.base_url}
-    )
-    runtime = celery_app.runtime
-    remote = settings.model_copy(update={"embedder": embedder_config})
-    deps = Deps(
-        store=runtime.store,
-        embedder=make_embedder(remote),
-        lemmatizer=runtime.deps.lemmatizer,
-        entities=runtime.deps.entities,
-        llm=None,
-    )
+    deps = remote_embedder_deps(settings, celery_app, fake_llm)
     good = state_with_facts(scope(), ["Ida visited Paris"], [GOOD])
     bad = state_with_facts(scope(), ["Jo visited Rome"], [GOOD])
-    fake_llm.script_embeddings(Fail(503), Normal(), Fail(400, "input refused"))
-    result = link_entities_batch([good, bad], deps)
-    assert list(result.failures) == [bad.job_id]
-    assert "input refused" in str(result.failures[bad.job_id])
-    [planned] = result.states
-    assert planned.job_id == good.job_id
+    planned = alone_refused(link_entities_batch, good, bad, deps, fake_llm)
     assert {e.text for e in planned.entities} >= {"Ida", "Paris"}
     assert all(e.facts == [0] for e in planned.entities)
     assert len(planned.entity_vectors) == len(planned.entities)
