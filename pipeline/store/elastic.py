@@ -370,12 +370,11 @@ class ElasticStore:
                 routing[memory] = scope_routing(link.entity.scope)
             routing[link.target] = scope_routing(link.entity.scope)
         extra: list[dict[str, Any]] = []
-        for memory, targets in memories.items():
-            if not update_memories:
-                break
-            header = {"_index": self.names.memories, "_id": memory, "routing": routing[memory]}
-            extra.append({"update": {**header, "retry_on_conflict": 3}})
-            extra.append({"doc": {"entity_ids": sorted(targets)}})
+        if update_memories:
+            for memory, targets in memories.items():
+                header = {"_index": self.names.memories, "_id": memory, "routing": routing[memory]}
+                extra.append({"update": {**header, "retry_on_conflict": 3}})
+                extra.append({"doc": {"entity_ids": sorted(targets)}})
         for _ in range(_LINK_ATTEMPTS):
             actions = self._entity_link_actions(wanted, creatable, routing) + extra
             if not actions:

@@ -250,6 +250,21 @@ def test_links_are_recorded_on_both_sides_and_accumulate(
     assert store.entities_by_name(other, ["lisbon"]) == {}
 
 
+def test_a_merge_target_that_is_gone_is_created_again_and_memories_can_be_left_alone(
+    store: ElasticStore | InMemoryStore, deps: Deps, scope: Scope, es: Elasticsearch
+) -> None:
+    """Link chose to merge "Lisboa" into an entity that was deleted since; the memory was
+    created naming that target (``update_memories=False``: it is left as written). Linking
+    creates the target again under its id, so the memory's entity exists."""
+    gone = entity(deps, scope, "Lisbon")
+    doc = replace(memory(deps, scope, "Alice visited Lisboa"), entity_ids=(gone.id,))
+    store.create_memories([doc])
+    lisboa = entity(deps, scope, "Lisboa")
+    store.link_entities([EntityLink(lisboa, [doc.id], gone.id)], update_memories=False)
+    assert store.entity_links(scope, [gone.id, lisboa.id]) == {gone.id: [doc.id]}
+    assert (store.get_memory(doc.id) or {}).get("entity_ids") == [gone.id]
+
+
 def test_the_nearest_entity_of_the_scope_and_its_cosine(
     store: ElasticStore | InMemoryStore, deps: Deps, scope: Scope, es: Elasticsearch
 ) -> None:
