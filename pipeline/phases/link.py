@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
@@ -33,16 +32,8 @@ Mention = tuple[int, str, str | None]
 Groups = dict[str, tuple[Entity, list[int]]]
 
 
-@dataclass(frozen=True)
-class Found:
-    """An entity of a job, its vector and the entity it links to, with the positions of the
-    mentions it was found in."""
-
-    name: str
-    entity: Entity
-    vector: list[float]
-    target: str
-    positions: list[int]
+# An entity of a job (with the positions of the mentions it was found in) and its vector.
+Found = tuple[PlannedEntity, list[float]]
 
 
 def normalize_entity(text: str) -> str:
@@ -70,17 +61,7 @@ def kept_mentions(state: JobState) -> list[Mention]:
 
 def planned(state: JobState, found: list[Found]) -> JobState:
     return state.with_(
-        entities=[
-            PlannedEntity(
-                name=f.name,
-                text=f.entity.text,
-                type=f.entity.type,
-                target=f.target,
-                facts=f.positions,
-            )
-            for f in found
-        ],
-        entity_vectors=[f.vector for f in found],
+        entities=[entity for entity, _ in found], entity_vectors=[vector for _, vector in found]
     )
 
 
@@ -107,7 +88,10 @@ def find_entities(jobs: Sequence[tuple[JobState, list[Mention]]], deps: Deps) ->
         wanted, vectors, nearest, strict=True
     ):
         target = near[0] if near is not None and near[1] >= merge_at else entity_id(scope, name)
-        result[job].append(Found(name, entity, vector, target, positions))
+        found = PlannedEntity(
+            name=name, text=entity.text, type=entity.type, target=target, facts=positions
+        )
+        result[job].append((found, vector))
     return result
 
 
@@ -143,20 +127,14 @@ def targets_of(state: JobState, fact: int) -> tuple[str, ...]:
 
 def link_stored(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     """Link the stored memories of jobs that persisted first: entities and the memories'
-    ``entity_ids`` in one store call."""
+    ``entity_ids`` in one store call. Their entities are found as link finds a job's, with
+    the positions of stored memories where a job's would name facts."""
     if not states:
         return []
     mentions = [[(i, m.text, m.speaker) for i, m in enumerate(s.stored)] for s in states]
     found = find_entities(list(zip(states, mentions, strict=True)), deps)
     links = {
-        s.job_id: [
-            EntityLink(
-                entity_doc(s.request.scope, f.name, f.entity, f.vector, s),
-                [s.stored[i].id for i in f.positions],
-                f.target,
-            )
-            for f in job
-        ]
+        s.job_id: planned_links(planned(s, job), {i: m.id for i, m in enumerate(s.stored)})
         for s, job in zip(states, found, strict=True)
     }
     deps.store.link_entities([link for job in links.values() for link in job])

@@ -61,9 +61,14 @@ def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState
 
 
 def facts_stored(state: JobState, written: Written) -> dict[int, str]:
-    """Fact index -> the id of the memory stored for it (a job's kept hashes are distinct)."""
-    index = {h: i for i, (h, kept) in enumerate(zip(state.hashes, state.keep, strict=True)) if kept}
+    """Fact index -> the id of the memory stored for it."""
+    index = kept_facts(state)
     return {index[doc.hash]: doc.id for doc in written.stored}
+
+
+def kept_facts(state: JobState) -> dict[str, int]:
+    """The index of each kept fact, by its hash (a job's kept hashes are distinct)."""
+    return {h: i for i, (h, kept) in enumerate(zip(state.hashes, state.keep, strict=True)) if kept}
 
 
 def write(
@@ -169,7 +174,7 @@ def memory_doc(state: JobState, index: int, doc_id: str | None = None) -> Memory
 
 
 def relocate(state: JobState, doc: MemoryDoc) -> MemoryDoc:
-    index = next(i for i, h in enumerate(state.hashes) if h == doc.hash)
+    index = kept_facts(state)[doc.hash]
     return memory_doc(state, index, fallback_memory_id(state.job_id, doc.hash))
 
 

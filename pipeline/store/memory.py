@@ -167,9 +167,10 @@ class InMemoryStore:
                 held["linked_memory_ids"] = sorted(linked)
                 for memory in link.memory_ids:
                     targets.setdefault(memory, set()).add(link.target)
-            for memory, entity_ids in targets.items() if update_memories else []:
-                if memory in self.memories:
-                    self.memories[memory]["entity_ids"] = sorted(entity_ids)
+            if update_memories:
+                for memory, entity_ids in targets.items():
+                    if memory in self.memories:
+                        self.memories[memory]["entity_ids"] = sorted(entity_ids)
 
     def save_job(self, record: JobRecord) -> None:
         with self._lock:
