@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from pipeline.config import Settings
+from pipeline.embedding.cores import cores_file
 from pipeline.errors import MemqError
 from pipeline.logs import configure_logging
 
@@ -116,11 +117,17 @@ WORKER_PUBLISH_RETRY = {
 
 def share_cores(settings: Settings, processes: int) -> Settings:
     """Give each of a worker's ``processes`` its share of the cores for the local model, unless
-    ``MEMQ_EMBEDDER_THREADS`` says otherwise: oversubscribed model threads cost twice the CPU."""
+    ``MEMQ_EMBEDDER_THREADS`` says otherwise: oversubscribed model threads cost twice the CPU.
+    With a share, the processes also lend each other the cores they are not using, through a
+    file made here, before the fork (pipeline/embedding/cores.py)."""
     if settings.embedder.threads:
         return settings
-    threads = max(1, (os.cpu_count() or 1) // processes)
-    embedder = settings.embedder.model_copy(update={"threads": threads})
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // processes)
+    update: dict[str, object] = {"threads": threads}
+    if settings.embedder.kind == "local" and processes > 1:
+        update["cores_file"] = str(cores_file(cores))
+    embedder = settings.embedder.model_copy(update=update)
     return settings.model_copy(update={"embedder": embedder})
 
 

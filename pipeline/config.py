@@ -168,6 +168,10 @@ class EmbedderConfig(_Section):
     # Threads of the local model in one process. 0: a lone process (the API) uses every core; a
     # worker's processes share the cores out among themselves (``memq worker`` sets it).
     threads: int = Field(default=0, ge=0, le=256)
+    # Set by ``memq worker`` for its prefork processes: a file of one byte per core through
+    # which they lend each other the cores they are not using (pipeline/embedding/cores.py).
+    # None: a process keeps to ``threads``.
+    cores_file: str | None = None
     # Vectors of entity names kept per process (most recently used first out), so the model
     # runs once for a name that keeps coming back, such as a speaker's; 0 keeps none. About
     # 1.6 KB a name at 384 dimensions.

@@ -1,18 +1,29 @@
-"""The local embedder's batches: padded to the longest text of each call, as before, against
-runs of similar length (``pipeline.embedding.local.length_runs``), side by side in one run.
+"""The local embedder's calls of the model, three ways side by side in one run:
+- "padded": the texts in their order, in calls of ``batch_size`` (64), each padded to its
+  longest text (the code before runs of similar length);
+- "runs": sorted by length and run in groups of similar length, a group as large as the batch
+  size (the code before a run's token cap);
+- "capped": the same runs, each at most ``RUN_TOKENS`` padded tokens
+  (``pipeline.embedding.local.length_runs``, what a worker's process runs when its siblings
+  are busy);
+- "lent": the capped runs side by side on every core of the machine, as a worker's process
+  runs them when its siblings lend it their cores (``pipeline.embedding.cores``).
 
 The texts are the ones an ingestion batch embeds, from ``ingest_compare``'s conversations: the
 new turns of 20 conversations (retrieval), the facts of 40 (embed), and one conversation
-alone (a lone job). "padded" is the former code path: the texts in their order, in calls of
-``batch_size`` (64), each padded to its longest text. Both go through the same ONNX session,
-calls alternate (padded, runs; then runs, padded), and the vectors of both are compared.
+alone (a lone job). All four go through the same ONNX session, opened with ``--threads``
+threads as a worker's process opens it (1, the default: a CPU worker's process on a machine of
+two cores; 0: every core, as the API and a lone process), the order of the three turns
+around from one call to the next, and the vectors of all four are compared.
 
-    .venv/bin/python ops/bench/embed_runs.py [--repeat 6]
+    .venv/bin/python ops/bench/embed_runs.py [--repeat 8] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import os
 import statistics
 import sys
 import time
@@ -21,7 +32,8 @@ from collections.abc import Callable, Sequence
 from ingest_compare import conversations  # also puts the repository root on sys.path
 
 from pipeline.config import EmbedderConfig
-from pipeline.embedding.local import MiniLMEmbedder, length_runs
+from pipeline.embedding.cores import LentCores, cores_file
+from pipeline.embedding.local import RUN_TOKENS, MiniLMEmbedder, length_runs
 
 Vectors = list[list[float]]
 
@@ -56,6 +68,20 @@ def padded_calls(embedder: MiniLMEmbedder) -> Callable[[Sequence[str]], Vectors]
     return embed
 
 
+def run_calls(embedder: MiniLMEmbedder, tokens: int) -> Callable[[Sequence[str]], Vectors]:
+    """The embedder's own path, its runs capped at ``tokens`` padded tokens (same session)."""
+    other = copy.copy(embedder)
+    other.run_tokens = tokens
+    return other.embed
+
+
+def lent_calls(embedder: MiniLMEmbedder) -> Callable[[Sequence[str]], Vectors]:
+    """The embedder's own path, lent every core of the machine by idle siblings (same session)."""
+    other = copy.copy(embedder)
+    other._cores = LentCores(cores_file(os.cpu_count() or 1))
+    return other.embed
+
+
 def timed(embed: Callable[[Sequence[str]], Vectors], texts: Sequence[str]) -> float:
     began = time.perf_counter()
     embed(texts)
@@ -64,36 +90,48 @@ def timed(embed: Callable[[Sequence[str]], Vectors], texts: Sequence[str]) -> fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=6, help="calls of each kind per set")
+    parser.add_argument("--repeat", type=int, default=8, help="calls of each kind per set")
+    parser.add_argument("--threads", type=int, default=1, help="the model's threads (0: all)")
     args = parser.parse_args(argv)
-    embedder = MiniLMEmbedder(EmbedderConfig())
-    padded = padded_calls(embedder)
+    embedder = MiniLMEmbedder(EmbedderConfig(threads=args.threads))
+    ways = {
+        "padded": padded_calls(embedder),
+        "runs": run_calls(embedder, tokens=sys.maxsize),
+        "capped": embedder.embed,
+        "lent": lent_calls(embedder),
+    }
     embedder.embed(["warm up"])
     print(
-        "| texts | count | tokens (min-max) | runs | padded ms (median) | runs ms | runs / padded |"
+        f"threads: {args.threads or 'all cores'}; a capped run holds {RUN_TOKENS} tokens at most; "
+        f"lent: {os.cpu_count()} cores"
     )
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| texts | count | tokens (min-max) | calls: runs, capped | padded ms (median) | "
+        "runs ms | capped ms | lent ms | runs / padded | capped / runs | lent / capped |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    names = list(ways)
     for name, texts in text_sets().items():
-        before: list[float] = []
-        after: list[float] = []
+        took: dict[str, list[float]] = {way: [] for way in names}
         for turn in range(args.repeat):
-            if turn % 2 == 0:
-                before.append(timed(padded, texts))
-                after.append(timed(embedder.embed, texts))
-            else:
-                after.append(timed(embedder.embed, texts))
-                before.append(timed(padded, texts))
-        same = min(
-            sum(x * y for x, y in zip(a, b, strict=True))
-            for a, b in zip(padded(texts), embedder.embed(texts), strict=True)
-        )
-        assert same > 0.9999, f"{name}: the vectors differ (cosine {same})"
+            for way in names[turn % len(names) :] + names[: turn % len(names)]:
+                took[way].append(timed(ways[way], texts))
+        reference = ways["padded"](texts)
+        for way in ("runs", "capped", "lent"):
+            same = min(
+                sum(x * y for x, y in zip(a, b, strict=True))
+                for a, b in zip(reference, ways[way](texts), strict=True)
+            )
+            assert same > 0.9999, f"{name}, {way}: the vectors differ (cosine {same})"
         lengths = [len(e.ids) for e in embedder._tokenizer.encode_batch(texts)]
-        runs = len(length_runs(lengths, embedder.batch_size))
-        b, a = statistics.median(before), statistics.median(after)
+        calls = (
+            len(length_runs(lengths, embedder.batch_size, sys.maxsize)),
+            len(length_runs(lengths, embedder.batch_size)),
+        )
+        p, r, c, n = (statistics.median(took[way]) for way in names)
         print(
-            f"| {name} | {len(texts)} | {min(lengths)}-{max(lengths)} | {runs} | {b:.0f} | "
-            f"{a:.0f} | {a / b:.2f} |"
+            f"| {name} | {len(texts)} | {min(lengths)}-{max(lengths)} | {calls[0]}, {calls[1]} | "
+            f"{p:.0f} | {r:.0f} | {c:.0f} | {n:.0f} | {r / p:.2f} | {c / r:.2f} | {n / c:.2f} |"
         )
     return 0
 

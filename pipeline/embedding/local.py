@@ -9,8 +9,10 @@ Chosen over sentence-transformers + torch by measurement (docs/EMBEDDINGS.md): t
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from pipeline.config import EmbedderConfig
+from pipeline.embedding.cores import LentCores
 from pipeline.errors import ConfigurationError
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -58,6 +61,12 @@ class MiniLMEmbedder:
                 f"the local model makes {DIMS}-dimensional vectors; set MEMQ_EMBEDDER_DIMS={DIMS}"
             )
         self.batch_size = config.batch_size
+        # Every core on one call (``threads`` 0): the model spreads a large run over them
+        # itself, and capped runs measured no faster there.
+        self.run_tokens = RUN_TOKENS if config.threads else sys.maxsize
+        self.threads = max(1, config.threads)
+        self._cores = LentCores(Path(config.cores_file)) if config.cores_file else None
+        self._pool: ThreadPoolExecutor | None = None  # made on first use: after the fork
         self._tokenizer = Tokenizer.from_file(str(verified(tokenizer_file(), TOKENIZER_SHA256)))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.no_padding()  # padded per run of similar lengths (``length_runs``)
@@ -85,12 +94,36 @@ class MiniLMEmbedder:
         with self._lock:
             encodings = self._tokenizer.encode_batch(list(texts))
         lengths = [len(e.ids) for e in encodings]
+        runs = length_runs(lengths, self.batch_size, self.run_tokens)
         vectors: list[list[float]] = [[] for _ in texts]
-        for run in length_runs(lengths, self.batch_size):
-            found = self._embed_run([encodings[i].ids for i in run])
+        for run, found in zip(runs, self._embed_runs(runs, encodings), strict=True):
             for i, vector in zip(run, found, strict=True):
                 vectors[i] = vector
         return vectors
+
+    def _embed_runs(
+        self, runs: list[list[int]], encodings: Sequence[Any]
+    ) -> list[list[list[float]]]:
+        """The vectors of each run: one after another on this process's share of the cores, or
+        side by side on the cores its sibling processes lend it (``LentCores``)."""
+        token_ids = [[encodings[i].ids for i in run] for run in runs]
+        if self._cores is None or len(runs) == 1:
+            return [self._embed_run(ids) for ids in token_ids]
+        with self._cores.taken(len(runs) * self.threads) as cores:
+            lanes = cores // self.threads
+            if lanes <= 1:
+                return [self._embed_run(ids) for ids in token_ids]
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._cores.total, "memq-model")
+            groups = balanced(token_ids, lanes)
+            done = list(
+                self._pool.map(lambda group: [self._embed_run(token_ids[k]) for k in group], groups)
+            )
+        found: list[list[list[float]]] = [[] for _ in runs]
+        for group, vectors in zip(groups, done, strict=True):
+            for k, run_vectors in zip(group, vectors, strict=True):
+                found[k] = run_vectors
+        return found
 
     def _embed_run(self, token_ids: Sequence[Sequence[int]]) -> list[list[float]]:
         width = max(len(ids) for ids in token_ids)
@@ -115,12 +148,18 @@ class MiniLMEmbedder:
 # than one more call of the model. Chosen, not tuned; ops/bench/embed_runs.py measures it.
 RUN_SLACK = 1.15
 RUN_SLACK_TOKENS = 16
+# How many padded tokens one call of the model takes at most, on a process's share of the
+# cores (``threads`` set, as in a worker). A call of one thread runs slower per token past
+# about this size (the activations outgrow the caches), and smaller runs spread better over
+# lent cores. ops/bench/embed_runs.py measures it (docs/BENCHMARKS.md).
+RUN_TOKENS = 256
 
 
-def length_runs(lengths: Sequence[int], most: int) -> list[list[int]]:
+def length_runs(lengths: Sequence[int], most: int, tokens: int = RUN_TOKENS) -> list[list[int]]:
     """Indices of ``lengths`` grouped for the model: sorted by length, each group at most
     ``most`` long and padded to its longest at little cost (its longest within RUN_SLACK of
-    its shortest, or within RUN_SLACK_TOKENS of it for short texts)."""
+    its shortest, or within RUN_SLACK_TOKENS of it for short texts), and at most ``tokens``
+    padded tokens in all unless one text alone is longer."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     runs: list[list[int]] = []
     for i in order:
@@ -128,8 +167,21 @@ def length_runs(lengths: Sequence[int], most: int) -> list[list[int]]:
             run = runs[-1]
             shortest = lengths[run[0]]
             fits = lengths[i] <= max(shortest * RUN_SLACK, shortest + RUN_SLACK_TOKENS)
-            if fits and len(run) < most:
+            if fits and len(run) < most and lengths[i] * (len(run) + 1) <= tokens:
                 run.append(i)
                 continue
         runs.append([i])
     return runs
+
+
+def balanced(token_ids: Sequence[Sequence[Sequence[int]]], lanes: int) -> list[list[int]]:
+    """The runs' indices dealt to ``lanes`` groups of about the same padded tokens: the
+    costliest run first, each to the group with the least so far."""
+    cost = [max(len(ids) for ids in run) * len(run) for run in token_ids]
+    groups: list[list[int]] = [[] for _ in range(min(lanes, len(token_ids)))]
+    loads = [0] * len(groups)
+    for k in sorted(range(len(token_ids)), key=lambda k: -cost[k]):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(k)
+        loads[lightest] += cost[k]
+    return groups

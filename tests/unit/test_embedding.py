@@ -11,7 +11,13 @@ from pydantic import SecretStr
 
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding import make_embedder
-from pipeline.embedding.local import RUN_SLACK, RUN_SLACK_TOKENS, MiniLMEmbedder, length_runs
+from pipeline.embedding.local import (
+    RUN_SLACK,
+    RUN_SLACK_TOKENS,
+    RUN_TOKENS,
+    MiniLMEmbedder,
+    length_runs,
+)
 from pipeline.embedding.remote import OpenAIEmbedder
 from pipeline.errors import ConfigurationError, PermanentError, TransientError
 from tests.fakellm import Fail, FakeLLMServer
@@ -136,3 +142,15 @@ def test_runs_group_similar_lengths_in_order_and_within_the_batch_size() -> None
         [100, 104],
         [300],
     ]
+
+
+def test_a_run_holds_at_most_its_padded_tokens_unless_one_text_alone_is_longer() -> None:
+    lengths = [20] * 60 + [21, 22, 700]
+    runs = length_runs(lengths, most=64, tokens=100)
+    assert sorted(i for run in runs for i in run) == list(range(len(lengths)))
+    assert [len(run) for run in runs] == [5] * 12 + [2, 1]
+    assert all(max(lengths[i] for i in run) * len(run) <= 100 for run in runs[:-1])
+    assert [lengths[i] for i in runs[-1]] == [700]
+    per_run = RUN_TOKENS // 20
+    sizes = [len(run) for run in length_runs([20] * 60, most=64)]
+    assert sizes == [per_run] * (60 // per_run) + ([60 % per_run] if 60 % per_run else [])
