@@ -1,7 +1,9 @@
 """Backfill throughput, two runs side by side: synthetic conversations with LLM extraction (the
 scripted OpenAI-compatible server answers instantly, so the figure is memq's own overhead), and
 the LoCoMo dev turns with infer=False. Needs Elasticsearch and Redis (ops/up); starts its own
-workers (one I/O, one CPU, as ops/ does) on private queues and a private index prefix.
+workers (one I/O, one CPU, as ops/ does) on private queues and a private index prefix. After the
+synthetic run it prints where a job's time went, from the job records: the phases' time per
+batch, and the rest (task hops, queues, waiting for the session's turn).
 
 With ``--baseline DIR`` (a checkout of an earlier memq, e.g. a ``git worktree`` of another
 commit) the same runs are made with that code too, in the same invocation: its workers and its
@@ -18,16 +20,21 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
+
+from elasticsearch import Elasticsearch  # noqa: E402
 
 from pipeline.config import Settings  # noqa: E402
 from pipeline.jobs import JobStatus  # noqa: E402
@@ -125,6 +132,38 @@ def backfill(
     return elapsed
 
 
+def where_time_went(es: Elasticsearch, names: IndexNames, tenant: str) -> str:
+    """From the job records (direct client, not counted): the mean time from acceptance to
+    the end, how much of it the phases worked (each phase's time over its batch, from
+    ``timings_ms``), the rest (task hops, queues, waiting for the session's turn), and the
+    mean batch size."""
+    es.indices.refresh(index=names.jobs)
+    hits = es.search(
+        index=names.jobs,
+        query={"term": {"tenant": tenant}},
+        size=10_000,
+        source_includes=["created_at", "finished_at", "timings_ms", "counts"],
+    )["hits"]["hits"]
+    records = [hit["_source"] for hit in hits if hit["_source"].get("finished_at")]
+    if not records:
+        return "no finished job records"
+    phases: Counter[str] = Counter()
+    total_s = 0.0
+    for record in records:
+        phases.update({k: float(v) for k, v in (record.get("timings_ms") or {}).items()})
+        ended = datetime.fromisoformat(record["finished_at"])
+        total_s += (ended - datetime.fromisoformat(record["created_at"])).total_seconds()
+    n = len(records)
+    worked = phases.total() / n / 1000
+    sizes = [int((record.get("counts") or {}).get("batch_size", 1)) for record in records]
+    each = ", ".join(f"{k} {v / n:.0f}" for k, v in phases.most_common())
+    return (
+        f"{n} jobs; mean {total_s / n:.2f} s from acceptance to the end, of which the phases "
+        f"worked {worked:.2f} s and {total_s / n - worked:.2f} s went to hops, queues and "
+        f"turns; mean batch {statistics.fmean(sizes):.1f}; phase ms per job: {each}"
+    )
+
+
 def count(env: dict[str, str], prefix: str) -> tuple[int, int]:
     client = make_client(Settings().es)
     names = IndexNames(prefix)
@@ -195,6 +234,8 @@ def run_both(
     synthetic_archive(archive, args.conversations, prefix)
     elapsed = backfill(env, archive, "memq-jsonl", True, tmp / "a.checkpoint", cwd=tree)
     jobs, memories = count(env, prefix)
+    went = where_time_went(make_client(Settings().es), IndexNames(prefix), "default")
+    print(f"{tree}, synthetic: {went}", flush=True)
     calls = len(llm.chat_requests()) - calls_before
     rows = [
         [

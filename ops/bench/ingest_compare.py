@@ -67,7 +67,10 @@ from typing import Any
 from unittest import mock
 
 import httpx
-from backfill_throughput import start_workers  # also puts the repository root on sys.path
+from backfill_throughput import (  # also puts the repository root on sys.path
+    start_workers,
+    where_time_went,
+)
 from elasticsearch import Elasticsearch
 from mem0_compare import Endpoints, handler_for, mem0_config
 
@@ -632,38 +635,6 @@ def memq_ingest(
     result = measure(bench, mode, work)
     print(f"  {mode}: {where_time_went(bench.es, names, tenant)}")
     return result
-
-
-def where_time_went(es: Elasticsearch, names: IndexNames, tenant: str) -> str:
-    """From the job records (direct client, not counted): the mean time from acceptance to
-    the end, how much of it the phases worked (each phase's time over its batch, from
-    ``timings_ms``), the rest (task hops, queues, waiting for the session's turn), and the
-    mean batch size."""
-    es.indices.refresh(index=names.jobs)
-    hits = es.search(
-        index=names.jobs,
-        query={"term": {"tenant": tenant}},
-        size=10_000,
-        source_includes=["created_at", "finished_at", "timings_ms", "counts"],
-    )["hits"]["hits"]
-    records = [hit["_source"] for hit in hits if hit["_source"].get("finished_at")]
-    if not records:
-        return "no finished job records"
-    phases: Counter[str] = Counter()
-    total_s = 0.0
-    for record in records:
-        phases.update({k: float(v) for k, v in (record.get("timings_ms") or {}).items()})
-        ended = datetime.fromisoformat(record["finished_at"])
-        total_s += (ended - datetime.fromisoformat(record["created_at"])).total_seconds()
-    n = len(records)
-    worked = phases.total() / n / 1000
-    sizes = [int((record.get("counts") or {}).get("batch_size", 1)) for record in records]
-    each = ", ".join(f"{k} {v / n:.0f}" for k, v in phases.most_common())
-    return (
-        f"{n} jobs; mean {total_s / n:.2f} s from acceptance to the end, of which the phases "
-        f"worked {worked:.2f} s and {total_s / n - worked:.2f} s went to hops, queues and "
-        f"turns; mean batch {statistics.fmean(sizes):.1f}; phase ms per job: {each}"
-    )
 
 
 def memq_run(bench: Bench, cpu_workers: int) -> Result:
