@@ -9,6 +9,7 @@ Chosen over sentence-transformers + torch by measurement (docs/EMBEDDINGS.md): t
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -66,7 +67,7 @@ class MiniLMEmbedder:
         self.run_tokens = RUN_TOKENS if config.threads else sys.maxsize
         self.threads = max(1, config.threads)
         self._cores = LentCores(Path(config.cores_file)) if config.cores_file else None
-        self._pool: ThreadPoolExecutor | None = None  # made on first use: after the fork
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): after the fork
         self._tokenizer = Tokenizer.from_file(str(verified(tokenizer_file(), TOKENIZER_SHA256)))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.no_padding()  # padded per run of similar lengths (``length_runs``)
@@ -113,17 +114,25 @@ class MiniLMEmbedder:
             lanes = cores // self.threads
             if lanes <= 1:
                 return [self._embed_run(ids) for ids in token_ids]
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._cores.total, "memq-model")
             groups = balanced(token_ids, lanes)
             done = list(
-                self._pool.map(lambda group: [self._embed_run(token_ids[k]) for k in group], groups)
+                self._threads().map(
+                    lambda group: [self._embed_run(token_ids[k]) for k in group], groups
+                )
             )
         found: list[list[list[float]]] = [[] for _ in runs]
         for group, vectors in zip(groups, done, strict=True):
             for k, run_vectors in zip(group, vectors, strict=True):
                 found[k] = run_vectors
         return found
+
+    def _threads(self) -> ThreadPoolExecutor:
+        """This process's threads for runs side by side: a pool's threads do not survive a
+        fork, so a process forked from one that made it makes its own."""
+        assert self._cores is not None
+        if self._pool is None or self._pool[0] != os.getpid():
+            self._pool = (os.getpid(), ThreadPoolExecutor(self._cores.total, "memq-model"))
+        return self._pool[1]
 
     def _embed_run(self, token_ids: Sequence[Sequence[int]]) -> list[list[float]]:
         width = max(len(ids) for ids in token_ids)

@@ -19,6 +19,13 @@ from pipeline.embedding.local import MiniLMEmbedder
 FORK = multiprocessing.get_context("fork")
 
 
+def same(these: list[list[float]], those: list[list[float]]) -> bool:
+    return len(these) == len(those) and all(
+        sum(x * y for x, y in zip(a, b, strict=True)) > 0.9999
+        for a, b in zip(these, those, strict=True)
+    )
+
+
 @pytest.fixture
 def four_cores(tmp_path: Path) -> Path:
     path = tmp_path / "cores"
@@ -78,16 +85,24 @@ def test_a_prefork_worker_lends_cores_and_a_lone_process_or_an_endpoint_does_not
     assert share_cores(remote, processes=2).embedder.cores_file is None
 
 
-def test_runs_side_by_side_on_lent_cores_give_the_vectors_of_one_thread(tmp_path: Path) -> None:
+def test_runs_side_by_side_on_lent_cores_give_the_vectors_of_one_thread() -> None:
     texts = [
         f"memory {i}: " + "hiking in the Alps with my sister " * (1 + i % 7) for i in range(40)
     ]
     alone = MiniLMEmbedder(EmbedderConfig(threads=1))
     lent = MiniLMEmbedder(EmbedderConfig(threads=1, cores_file=str(cores_file(4))))
     side_by_side = lent.embed(texts)
-    one_by_one = alone.embed(texts)
-    assert all(
-        sum(x * y for x, y in zip(a, b, strict=True)) > 0.9999
-        for a, b in zip(side_by_side, one_by_one, strict=True)
-    )
+    assert same(side_by_side, alone.embed(texts))
     assert lent._pool is not None  # the runs did go side by side
+    made_here = lent._pool[1]
+
+    def in_a_forked_child(done: Any) -> None:
+        again = lent.embed(texts[:8])
+        made_there = lent._pool[1] if lent._pool is not None else made_here
+        done.put(made_there is not made_here and same(again, side_by_side[:8]))
+
+    done = FORK.Queue()
+    child = FORK.Process(target=in_a_forked_child, args=(done,))
+    child.start()
+    assert done.get(timeout=60) is True  # the child made threads of its own and the same vectors
+    child.join(timeout=30)
