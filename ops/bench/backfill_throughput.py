@@ -3,7 +3,9 @@ scripted OpenAI-compatible server answers instantly, so the figure is memq's own
 the LoCoMo dev turns with infer=False. Needs Elasticsearch and Redis (ops/up); starts its own
 workers (one I/O, one CPU, as ops/ does) on private queues and a private index prefix. After the
 synthetic run it prints where a job's time went, from the job records: the phases' time per
-batch, and the rest (task hops, queues, waiting for the session's turn).
+batch, and the rest (task hops, queues, waiting for the session's turn); and, from the task
+events the workers send (what Flower shows), how long each phase task ran and how long its hop
+from the task before it took.
 
 With ``--baseline DIR`` (a checkout of an earlier memq, e.g. a ``git worktree`` of another
 commit) the same runs are made with that code too, in the same invocation: its workers and its
@@ -24,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -34,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
 
+from celery import Celery  # noqa: E402
 from elasticsearch import Elasticsearch  # noqa: E402
 
 from pipeline.config import Settings  # noqa: E402
@@ -164,6 +168,55 @@ def where_time_went(es: Elasticsearch, names: IndexNames, tenant: str) -> str:
     )
 
 
+class TaskEvents:
+    """The task events the workers send (what Flower shows), received in this process: for
+    each phase task of a run, how long it ran and how long its message took to start after the
+    task before it in the chain had ended (the hop)."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.app = Celery(broker=broker_url)
+        threading.Thread(target=self._receive, daemon=True).start()
+
+    def _receive(self) -> None:
+        with self.app.connection() as connection:
+            receiver = self.app.events.Receiver(connection, handlers={"*": self.events.append})
+            receiver.capture(limit=None, timeout=None, wakeup=False)
+
+    def summary(self, queues: str) -> str:
+        """Per task name, for the tasks sent to queues named ``queues…``: how many, and the
+        median time run and hop, in ms."""
+        seen: dict[str, dict[str, dict[str, Any]]] = {}
+        for event in list(self.events):
+            if "uuid" in event:
+                seen.setdefault(event["uuid"], {})[event["type"]] = event
+        tasks: dict[str, dict[str, Any]] = {}
+        for task_id, kinds in seen.items():
+            sent, started, ended = (
+                kinds.get(k) for k in ("task-sent", "task-started", "task-succeeded")
+            )
+            if sent and started and ended and str(sent.get("queue", "")).startswith(queues):
+                tasks[task_id] = {
+                    "name": sent["name"],
+                    "parent": sent.get("parent_id"),
+                    "started": started["timestamp"],
+                    "ended": ended["timestamp"],
+                    "runtime": ended.get("runtime", 0.0),
+                }
+        ran: dict[str, list[float]] = {}
+        hops: dict[str, list[float]] = {}
+        for task in tasks.values():
+            ran.setdefault(task["name"], []).append(task["runtime"] * 1000)
+            parent = tasks.get(task["parent"] or "")
+            if parent is not None:
+                hops.setdefault(task["name"], []).append((task["started"] - parent["ended"]) * 1000)
+        return "; ".join(
+            f"{name.rpartition('.')[2]} {len(times)} ran {statistics.median(times):.0f}"
+            + (f", hop {statistics.median(hops[name]):.0f}" if name in hops else "")
+            for name, times in sorted(ran.items())
+        )
+
+
 def count(env: dict[str, str], prefix: str) -> tuple[int, int]:
     client = make_client(Settings().es)
     names = IndexNames(prefix)
@@ -182,10 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     trees = [("this tree", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
     rows: list[list[Any]] = []
+    events = TaskEvents(Settings().redis.url)
     with FakeLLMServer() as llm:
         llm.responder = facts_reply
         for label, tree in trees:
-            rows += [[label, *row] for row in run_tree(llm, tree, args)]
+            rows += [[label, *row] for row in run_tree(llm, tree, args, events)]
     columns = ["code", "run", "conversations", "memories", "seconds", "conversations/s"]
     print("| " + " | ".join([*columns, "memories/s", "LLM calls"]) + " |")
     print("|---|---|---|---|---|---|---|---|")
@@ -194,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_tree(llm: FakeLLMServer, tree: Path, args: argparse.Namespace) -> list[list[Any]]:
+def run_tree(
+    llm: FakeLLMServer, tree: Path, args: argparse.Namespace, events: TaskEvents
+) -> list[list[Any]]:
     """Both runs with the code in ``tree``, on queues and indices of their own."""
     run = uuid.uuid4().hex[:6]
     prefix = f"memqbench-backfill-{run}"
@@ -210,9 +266,11 @@ def run_tree(llm: FakeLLMServer, tree: Path, args: argparse.Namespace) -> list[l
         }
         workers = start_workers(env, Path(tmp), tree)
         try:
-            return run_both(
+            rows = run_both(
                 env, Path(tmp), args, prefix=prefix, llm=llm, tree=tree, calls_before=calls_before
             )
+            print(f"{tree}, per phase task (ms, medians): {events.summary(f'bench-{run}.')}")
+            return rows
         finally:
             for worker in workers:
                 os.killpg(worker.pid, signal.SIGTERM)
