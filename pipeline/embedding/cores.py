@@ -17,11 +17,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import logging
 import os
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+log = logging.getLogger("memq.embedding")
 
 
 def cores_file(cores: int) -> Path:
@@ -40,8 +43,9 @@ class LentCores:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.total = max(1, path.stat().st_size)
+        self.total = 1  # the file's size, once opened
         self._fd: int | None = None  # opened on first use: after the fork, one per process
+        self._lost = False  # the file could not be opened: this process keeps to its share
         self._held: set[int] = set()  # record locks do not keep a process's threads apart
         self._lock = threading.Lock()
 
@@ -58,20 +62,35 @@ class LentCores:
     def _take(self, most: int) -> list[int]:
         held: list[int] = []
         with self._lock:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR)
+            fd = self._opened()
+            if fd is None:
+                return held
             for core in range(self.total):
                 if len(held) >= most:
                     break
                 if core in self._held:
                     continue
                 try:
-                    fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, core)
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, core)
                 except OSError:  # a sibling holds it
                     continue
                 self._held.add(core)
                 held.append(core)
         return held
+
+    def _opened(self) -> int | None:
+        """The file, opened once per process; None if it is gone (a process forked after a
+        cleaner removed it from the temporary folder), and then no core is ever lent."""
+        if self._fd is None and not self._lost:
+            try:
+                self._fd = os.open(self.path, os.O_RDWR)
+                self.total = max(1, os.fstat(self._fd).st_size)
+            except OSError as exc:
+                self._lost = True
+                log.warning(
+                    "cores file %s: %s; the model keeps to this process's share", self.path, exc
+                )
+        return self._fd
 
     def _give_back(self, held: list[int]) -> None:
         with self._lock:

@@ -75,6 +75,16 @@ def test_a_killed_process_strands_no_core(four_cores: Path) -> None:
         assert mine == 4
 
 
+def test_a_cores_file_gone_lends_nothing_and_fails_nothing(tmp_path: Path) -> None:
+    cores = LentCores(tmp_path / "removed by a cleaner")
+    with cores.taken(4) as mine:
+        assert mine == 0
+    texts = [f"memory {i}: " + "a walk by the sea " * (1 + i % 9) for i in range(30)]
+    lent = MiniLMEmbedder(EmbedderConfig(threads=1, cores_file=str(tmp_path / "gone")))
+    assert same(lent.embed(texts), MiniLMEmbedder(EmbedderConfig(threads=1)).embed(texts))
+    assert lent._pool is None  # one run after another, on its own share
+
+
 def test_a_prefork_worker_lends_cores_and_a_lone_process_or_an_endpoint_does_not() -> None:
     lent = share_cores(Settings(), processes=2).embedder
     assert lent.threads == max(1, (os.cpu_count() or 1) // 2)
