@@ -104,6 +104,13 @@ def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
     runtime.leases.sent(batch_id, context, app.keeper.pickup_by())
     runtime.states.launched(batch_id)
     log.info("batch %s: %d job(s)", batch_id, len(ids))
+    worker = runtime.settings.worker
+    since = runtime.clock().timestamp() - LOST_BATCH_S
+    if lane == BACKFILL and runtime.states.room_for_more(lane, worker.batches_in_flight, since):
+        try:
+            send_gather(app, lane)  # this batch took its share; another takes the rest
+        except OperationalError as exc:  # the batches that end gather them instead
+            log.warning("batch %s: no gather sent for the jobs left ready: %s", batch_id, exc)
     return ids
 
 
@@ -112,7 +119,13 @@ def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
     now = runtime.clock().timestamp()
     limit, in_flight = worker.batch_max_jobs, worker.batches_in_flight
     return runtime.states.take_batch(
-        batch_id, lane, limit=limit, in_flight=in_flight, now=now, lost_s=LOST_BATCH_S
+        batch_id,
+        lane,
+        limit=limit,
+        in_flight=in_flight,
+        now=now,
+        lost_s=LOST_BATCH_S,
+        spread=lane == BACKFILL,
     )
 
 

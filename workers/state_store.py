@@ -23,11 +23,16 @@ log = logging.getLogger("memq.worker")
 
 STATE_TTL_S = 7 * 86_400
 BATCH_TTL_S = 86_400
+# The fewest jobs a batch takes when the lane's jobs are spread over its slots: below this a
+# second batch costs more (its hops, its calls) than it runs beside the first.
+SPREAD_FROM = 8
 # Take up to ARGV[1] ready jobs into the batch KEYS[1] (kept, so a redelivered gather finds the
 # same jobs); false once the batch was launched (KEYS[3]), so a late redelivery takes nothing.
 # A new batch starts only while fewer than ARGV[3] batches of the lane are in flight (KEYS[4],
 # scored by start time; entries older than ARGV[5] are dropped as lost); otherwise the ready
-# jobs wait, and the next batch to end takes them all at once.
+# jobs wait, and the next batch to end takes them. With ARGV[9] above 1, a batch takes at most
+# its share of the lane's jobs (ready, and in its other batches in flight: ARGV[7] is the
+# batches' key prefix) over ARGV[9] slots, and at least ARGV[8] (``RedisStateStore.take_batch``).
 TAKE_BATCH = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return false end
 local members = redis.call('LRANGE', KEYS[1], 0, -1)
@@ -37,6 +42,16 @@ if #members == 0 then
   if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[3]) then return -1 end
 end
 local want = tonumber(ARGV[1]) - #members
+local slots = tonumber(ARGV[9])
+if want > 0 and slots > 1 then
+  local others = 0
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    if id ~= ARGV[6] then others = others + redis.call('LLEN', ARGV[7] .. id) end
+  end
+  local lane = redis.call('LLEN', KEYS[2]) + others + #members
+  local share = math.max(tonumber(ARGV[8]), math.ceil(lane / slots))
+  if share - #members < want then want = share - #members end
+end
 if want > 0 then
   local got = redis.call('LPOP', KEYS[2], want)
   if got then
@@ -159,24 +174,58 @@ class RedisStateStore:
             return int(self.client.get(self._arrivals(lane)) or 0)
 
     def take_batch(
-        self, batch_id: str, lane: str, *, limit: int, in_flight: int, now: float, lost_s: float
+        self,
+        batch_id: str,
+        lane: str,
+        *,
+        limit: int,
+        in_flight: int,
+        now: float,
+        lost_s: float,
+        spread: bool = False,
     ) -> list[str] | int | None:
         """The jobs of batch ``batch_id``: those it already holds, topped up from the lane's
         ready list to ``limit``. A new batch takes none while ``in_flight`` batches of the lane
         run (started less than ``lost_s`` ago): then -1 if jobs are waiting. None once the
-        batch was launched."""
+        batch was launched.
+
+        With ``spread``, the lane's jobs (ready, and in its other running batches) are spread
+        over its ``in_flight`` slots: a batch takes its even share of them, and never less than
+        SPREAD_FROM (a small batch goes whole). So 20 sessions run as two trains of 10, each
+        on a process of its own, rather than one of 17 beside one of 3 with a process idle."""
         keys = [
             self._batch(batch_id),
             self._ready(lane),
             self._launched(batch_id),
             self._in_flight(lane),
         ]
-        args: list[str | int | float] = [limit, BATCH_TTL_S, in_flight, now, now - lost_s, batch_id]
+        args: list[str | int | float] = [
+            limit,
+            BATCH_TTL_S,
+            in_flight,
+            now,
+            now - lost_s,
+            batch_id,
+            self._batch(""),
+            SPREAD_FROM,
+            in_flight if spread else 0,
+        ]
         with redis_errors("take a batch of ready jobs"):
             taken = self._take(keys=keys, args=args)
         if taken is None or isinstance(taken, int):
             return taken
         return [raw.decode() for raw in taken]
+
+    def room_for_more(self, lane: str, in_flight: int, since: float) -> bool:
+        """Jobs wait in the lane's ready list and a batch slot is free (batches started
+        before ``since`` are lost and hold none): a batch that took its share leaves them for
+        another gather."""
+        with redis_errors("look at a ready list"):
+            pipe = self.client.pipeline()
+            pipe.llen(self._ready(lane))
+            pipe.zcount(self._in_flight(lane), since, "+inf")
+            waiting, running = pipe.execute()
+        return bool(waiting) and int(running) < in_flight
 
     def batch_ended(self, batch_id: str, lanes: tuple[str, ...]) -> list[str]:
         """The batch no longer counts as in flight; returns the lanes with jobs still ready."""

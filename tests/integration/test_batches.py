@@ -30,7 +30,7 @@ from pipeline.store.indices import IndexNames
 from tests.fakellm import Fail, FakeLLMServer, Normal, fake_embedding
 from tests.integration.test_pipeline import facts_from_conversation
 from workers.app import MemqCelery
-from workers.batches import LIVE
+from workers.batches import BACKFILL, LIVE
 from workers.names import GATHER_TASK
 
 pytestmark = pytest.mark.integration
@@ -75,12 +75,12 @@ def ask(in_scope: Scope, *facts: str) -> AddRequest:
     return AddRequest(scope=in_scope, messages=[MessageIn(role="user", content=text)])
 
 
-def ready(app: MemqCelery, request: AddRequest) -> str:
+def ready(app: MemqCelery, request: AddRequest, lane: str = LIVE) -> str:
     """A job accepted and made ready, with no gather sent yet: the next gather takes it."""
     now = datetime.now(UTC)
     state = JobState(job_id=uuid.uuid4().hex, request=request, received_at=now)
     app.runtime.states.enter(state, now)
-    app.runtime.states.push_ready(LIVE, state.job_id)
+    app.runtime.states.push_ready(lane, state.job_id)
     return state.job_id
 
 
@@ -155,6 +155,22 @@ def test_one_job_per_session_in_a_batch_and_the_next_follows(
     assert records[0].finished_at <= records[1].finished_at  # type: ignore[operator]
     window = celery_app.runtime.store.recent_messages(shared, 10)
     assert [m.content for m in window] == ["fact: Cy plays oboe", "fact: Cy plays bassoon too"]
+
+
+@pytest.mark.parametrize(("lane", "sizes"), [(BACKFILL, [10] * 20), (LIVE, [20] * 20)])
+def test_backfill_jobs_are_spread_evenly_over_the_batch_slots_and_live_ones_are_not(
+    celery_app: MemqCelery, store: ElasticStore, settings: Settings, lane: str, sizes: list[int]
+) -> None:
+    """20 sessions ready at once, two batch slots (the default). A backfill runs them as two
+    batches of 10, from one gather (it sends a second for what it left); the live lane takes
+    them all in one batch, as measured best with a remote embedder (docs/BENCHMARKS.md)."""
+    assert settings.worker.batches_in_flight == 2
+    jobs = [ready(celery_app, ask(scope(), f"Ed keeps {i} hens"), lane) for i in range(20)]
+    celery_app.send_task(GATHER_TASK, args=(lane,), queue=settings.queues.io)
+    records = [wait_job(store, job) for job in jobs]
+    assert [r.status for r in records] == [JobStatus.SUCCEEDED] * 20
+    assert sorted(r.counts["batch_size"] for r in records) == sizes
+    assert [r.results[0].text for r in records] == [f"Ed keeps {i} hens" for i in range(20)]
 
 
 def test_a_ready_job_whose_gather_was_lost_is_gathered_by_the_reaper(
