@@ -106,7 +106,7 @@ def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
     log.info("batch %s: %d job(s)", batch_id, len(ids))
     worker = runtime.settings.worker
     since = runtime.clock().timestamp() - LOST_BATCH_S
-    if lane == BACKFILL and runtime.states.room_for_more(lane, worker.batches_in_flight, since):
+    if spreads(lane) and runtime.states.room_for_more(lane, worker.batches_in_flight, since):
         try:
             send_gather(app, lane)  # this batch took its share; another takes the rest
         except OperationalError as exc:  # the batches that end gather them instead
@@ -125,8 +125,16 @@ def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
         in_flight=in_flight,
         now=now,
         lost_s=LOST_BATCH_S,
-        spread=lane == BACKFILL,
+        spread=spreads(lane),
     )
+
+
+def spreads(lane: str) -> bool:
+    """Whether the lane's jobs are spread evenly over its batch slots: a backfill's, whose
+    batches run every phase on the CPU worker's processes, one process each; not live
+    traffic's, where halved batches measured slower against a shared embeddings endpoint
+    (docs/BENCHMARKS.md)."""
+    return lane == BACKFILL
 
 
 def recheck_later(app: MemqCelery, lane: str) -> None:

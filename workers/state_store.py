@@ -30,9 +30,9 @@ SPREAD_FROM = 8
 # same jobs); false once the batch was launched (KEYS[3]), so a late redelivery takes nothing.
 # A new batch starts only while fewer than ARGV[3] batches of the lane are in flight (KEYS[4],
 # scored by start time; entries older than ARGV[5] are dropped as lost); otherwise the ready
-# jobs wait, and the next batch to end takes them. With ARGV[9] above 1, a batch takes at most
-# its share of the lane's jobs (ready, and in its other batches in flight: ARGV[7] is the
-# batches' key prefix) over ARGV[9] slots, and at least ARGV[8] (``RedisStateStore.take_batch``).
+# jobs wait, and the next batch to end takes them. With ARGV[9] '1', a batch takes at most its
+# share of the lane's jobs (ready, and in its other batches in flight: ARGV[7] is the batches'
+# key prefix) over the ARGV[3] slots, and at least ARGV[8] (``RedisStateStore.take_batch``).
 TAKE_BATCH = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return false end
 local members = redis.call('LRANGE', KEYS[1], 0, -1)
@@ -42,8 +42,8 @@ if #members == 0 then
   if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[3]) then return -1 end
 end
 local want = tonumber(ARGV[1]) - #members
-local slots = tonumber(ARGV[9])
-if want > 0 and slots > 1 then
+local slots = tonumber(ARGV[3])
+if want > 0 and ARGV[9] == '1' and slots > 1 then
   local others = 0
   for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
     if id ~= ARGV[6] then others = others + redis.call('LLEN', ARGV[7] .. id) end
@@ -208,7 +208,7 @@ class RedisStateStore:
             batch_id,
             self._batch(""),
             SPREAD_FROM,
-            in_flight if spread else 0,
+            int(spread),
         ]
         with redis_errors("take a batch of ready jobs"):
             taken = self._take(keys=keys, args=args)

@@ -8,6 +8,7 @@ Chosen over sentence-transformers + torch by measurement (docs/EMBEDDINGS.md): t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -108,9 +109,11 @@ class MiniLMEmbedder:
         """The vectors of each run: one after another on this process's share of the cores, or
         side by side on the cores its sibling processes lend it (``LentCores``)."""
         token_ids = [[encodings[i].ids for i in run] for run in runs]
-        if self._cores is None or len(runs) == 1:
-            return [self._embed_run(ids) for ids in token_ids]
-        with self._cores.taken(len(runs) * self.threads) as cores:
+        with (
+            self._cores.taken(len(runs) * self.threads)
+            if self._cores is not None and len(runs) > 1
+            else contextlib.nullcontext(0)
+        ) as cores:
             lanes = cores // self.threads
             if lanes <= 1:
                 return [self._embed_run(ids) for ids in token_ids]
