@@ -18,7 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from ingest_compare import REALISTIC, Bench, Result, memq_run, running_bench
+from ingest_compare import REALISTIC, Bench, Result, memq_run, running_bench, same_draws
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -34,6 +34,7 @@ def sweep(bench: Bench, sizes: list[int]) -> dict[int, Result]:
     results = {}
     for size in sizes:
         bench.memq_settings = {"MEMQ_WORKER_BATCH_MAX_JOBS": str(size)}
+        same_draws(bench, 1)
         results[size] = memq_run(bench, 1)
         print(f"  batch size {size}: {results[size]}", flush=True)
     return results

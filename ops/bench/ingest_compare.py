@@ -27,9 +27,12 @@ With ``--model realistic`` the scripted model behaves as a hosted one under load
 ``ProviderModel``): each answer takes a lognormal time, median 1 s and p95 3 s (mean 1.25 s), and
 a request beyond 16 in flight is answered 429 with ``Retry-After: 1``. The provider's ceiling is
 then 16 / 1.25 s = 12.8 conversations/s; mem0-async runs under a semaphore of 16, and what mem0
-raises to its caller is counted per exception type. ``--via api`` POSTs memq's conversations to a
-memq API process (8 clients at once, as a chat platform's webhooks would) instead of calling
-``intake.submit`` in this process: the users' path, API hop included.
+raises to its caller is counted per exception type. Every mode of a round draws the same
+latencies in the same order (the model's generator is seeded with the round's number before
+each run), so the spread between modes of one round is theirs, not the draws'. ``--via api``
+POSTs memq's conversations to a memq API process (8 clients at once, as a chat platform's
+webhooks would) instead of calling ``intake.submit`` in this process: the users' path, API hop
+included.
 
     .venv/bin/python ops/bench/ingest_compare.py [--conversations 200] [--rounds 1] [--baseline DIR]
         [--model instant|realistic] [--via intake|api] [--modes memq-1w,mem0-seq,memq-2w,mem0-async]
@@ -59,7 +62,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -881,6 +884,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 REALISTIC = ProviderModel(median_s=1.0, p95_s=3.0, limit=16, retry_after_s=1)
 
 
+def same_draws(bench: Bench, round_no: int) -> None:
+    """Reseed the provider model's latencies with the round's number before a run, so every
+    run of a round draws the same latencies in the same order (common random numbers)."""
+    if bench.llm.provider is not None:
+        bench.llm.provider = replace(bench.llm.provider, seed=round_no)
+
+
 def run_rounds(
     bench: Bench, rounds: int, baseline: Path | None = None, chosen: str | None = None
 ) -> list[Result]:
@@ -900,6 +910,7 @@ def run_rounds(
     results = []
     for round_no in range(1, rounds + 1):
         for mode in modes:
+            same_draws(bench, round_no)
             work = bench.embed_work()
             result = mode()
             print(f"round {round_no}: {result}")

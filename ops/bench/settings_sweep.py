@@ -17,7 +17,7 @@ import statistics
 import sys
 import warnings
 
-from ingest_compare import REALISTIC, Result, memq_run, running_bench
+from ingest_compare import REALISTIC, Result, memq_run, running_bench, same_draws
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         for round_no in range(1, args.rounds + 1):
             for settings in variants:
                 bench.memq_settings = settings
+                same_draws(bench, round_no)
                 result = memq_run(bench, 1)
                 results[label(settings)].append(result)
                 rate = args.conversations / result.seconds
