@@ -263,6 +263,9 @@ class WorkerConfig(_Section):
     # wave_ms, the jobs that are done go on as a run of their own while the slower calls still
     # run (0, the default: a batch goes on whole; 500 is what docs/BENCHMARKS.md measured)
     wave_ms: int = Field(default=0, ge=0, le=60_000)
+    # when a batch starts, the jobs next in its sessions' lines have their new turns embedded
+    # ahead, on the CPU queue, for retrieval to find when their turn comes
+    embed_ahead: bool = True
     # a transient fault (Elasticsearch, Redis, an unreachable LLM) is retried with capped
     # exponential backoff for this long from its first failure, then the job ends ``dead``
     retry_deadline_s: int = Field(default=900, ge=1, le=86_400)

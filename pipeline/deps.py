@@ -26,7 +26,9 @@ class Limits:
 class Deps:
     """Everything a phase needs besides the job state. ``llm`` is None when none is configured:
     then only infer=False jobs can run. ``names`` embeds entity names (``embedder`` when
-    unset; the services give it a cache, ``pipeline.embedding.cache``)."""
+    unset; the services give it a cache, ``pipeline.embedding.cache``). ``queries`` embeds the
+    new turns retrieval searches with (``embedder`` when unset; a worker's finds the turns
+    embedded ahead, ``pipeline.embedding.shared``)."""
 
     store: Store
     embedder: Embedder
@@ -38,6 +40,11 @@ class Deps:
     clock: Callable[[], datetime] = utcnow
     webhooks: WebhookSender = field(default_factory=WebhookSender)
     names: Embedder | None = None
+    queries: Embedder | None = None
+
+    @property
+    def query_embedder(self) -> Embedder:
+        return self.queries or self.embedder
 
     @property
     def name_embedder(self) -> Embedder:

@@ -30,7 +30,7 @@ from pipeline.jobs import JobStatus, job_record
 from pipeline.phases import Workload
 from pipeline.state import JobState, Phase
 from workers.chain import batch_chain
-from workers.names import GATHER_TASK
+from workers.names import GATHER_TASK, PREPARE_TASK
 from workers.runtime import MemqCelery, queue_for
 
 log = logging.getLogger("memq.worker")
@@ -104,6 +104,7 @@ def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
     runtime.leases.sent(batch_id, context, app.keeper.pickup_by())
     runtime.states.launched(batch_id)
     log.info("batch %s: %d job(s)", batch_id, len(ids))
+    embed_ahead(app, lane, jobs)
     worker = runtime.settings.worker
     since = runtime.clock().timestamp() - LOST_BATCH_S
     if spreads(lane) and runtime.states.room_for_more(lane, worker.batches_in_flight, since):
@@ -112,6 +113,32 @@ def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
         except OperationalError as exc:  # the batches that end gather them instead
             log.warning("batch %s: no gather sent for the jobs left ready: %s", batch_id, exc)
     return ids
+
+
+def embed_ahead(app: MemqCelery, lane: str, jobs: list[JobState]) -> None:
+    """Send the jobs next in the batch's sessions' lines to have their new turns embedded
+    while this batch runs (``memq.batch.prepare``, on the CPU queue): their retrieval then
+    finds the vectors instead of calling the model when their turn comes. Live lane only (see
+    ``embeds_ahead``). Best effort: a fault here costs that model call later, nothing else."""
+    runtime = app.runtime
+    if not (runtime.settings.worker.embed_ahead and embeds_ahead(lane)):
+        return
+    try:
+        following = runtime.states.next_in_lines([job.request.scope.key for job in jobs])
+        if following:
+            queue = queue_for(Workload.CPU, runtime.settings.queues, backfill=False)
+            app.send_task(PREPARE_TASK, args=(following,), queue=queue)
+    except (TransientError, OperationalError) as exc:
+        log.warning("no turns embedded ahead of their jobs: %s", exc)
+
+
+def embeds_ahead(lane: str) -> bool:
+    """Whether a batch of the lane has the next jobs of its sessions embedded ahead: live
+    traffic's, whose batches wait on the LLM while the CPU worker is idle, so the embedding
+    moves off the path of the next batch; not a backfill's, whose batches keep the CPU
+    worker's processes busy, where the work would only move (measured slower,
+    docs/BENCHMARKS.md)."""
+    return lane == LIVE
 
 
 def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:

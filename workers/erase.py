@@ -1,6 +1,7 @@
 """Erasing a user everywhere memq keeps data: Elasticsearch (``pipeline.erase``), then Redis:
-the state of the user's jobs (it holds their request), their places in session lines, and chat
-messages still waiting in a debounce buffer.
+the state of the user's jobs (it holds their request), their places in session lines, the
+vectors of their new turns embedded ahead, and chat messages still waiting in a debounce
+buffer.
 
 A job of the user still queued or running when the erasure starts finds its state gone and
 stops; one caught between two writes may still store something, so an erasure answered while
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pipeline.embedding.shared import drop_vectors
 from pipeline.erase import erase_user
 from pipeline.jobs import ACTIVE_STATUSES
+from pipeline.phases.retrieve import query_texts
+from pipeline.redis_errors import redis_errors
 
 if TYPE_CHECKING:
     from workers.app import MemqCelery
@@ -28,7 +32,12 @@ def erase_user_everywhere(
     runtime = app.runtime
     states = runtime.states
     erasure = erase_user(runtime.store, tenant, user_id, runtime.clock())
-    in_flight = [job.job_id for job in erasure.jobs if states.exists(job.job_id)]
+    loaded = states.load_many([job.job_id for job in erasure.jobs])
+    unfinished = [state for state in loaded if state is not None]
+    in_flight = [state.job_id for state in unfinished]
+    turns = [text for _, text in query_texts(unfinished)]
+    with redis_errors("drop the vectors of erased jobs' turns"):
+        drop_vectors(runtime.redis, *runtime.vectors_kept_as(), turns)
     for job in erasure.jobs:
         if job.session_key:
             states.leave_line(job.session_key, job.job_id)

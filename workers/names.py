@@ -9,6 +9,7 @@ WAIT_TASK = "memq.job.wait_turn"
 GATHER_TASK = "memq.batch.gather"
 CHAT_FLUSH_TASK = "memq.chat.flush"
 RECORD_TASK = "memq.job.record_end"
+PREPARE_TASK = "memq.batch.prepare"
 
 
 def phase_task_name(phase: Phase) -> str:

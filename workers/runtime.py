@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -20,8 +21,10 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import QueueConfig, Settings
 from pipeline.deps import Deps
+from pipeline.embedding.shared import SharedVectors
 from pipeline.models import utcnow
 from pipeline.phases import PHASES, Workload
+from pipeline.protocols import Embedder
 from pipeline.search import Searcher
 from pipeline.services import build_deps, make_reranker, make_searcher, webhook_sender
 from pipeline.store.client import make_client
@@ -35,6 +38,7 @@ from workers.names import (
     CHAT_FLUSH_TASK,
     GATHER_TASK,
     HEALTH_TASK,
+    PREPARE_TASK,
     RECORD_TASK,
     WAIT_TASK,
     phase_task_name,
@@ -96,7 +100,20 @@ class Runtime:
 
     @cached_property
     def deps(self) -> Deps:
-        return build_deps(self.settings, self.store, self.clock, self.metrics.llm_call)
+        deps = build_deps(self.settings, self.store, self.clock, self.metrics.llm_call)
+        if not self.settings.worker.embed_ahead:
+            return deps
+        return replace(deps, queries=self.shared_vectors(deps.embedder))
+
+    def shared_vectors(self, embedder: Embedder) -> SharedVectors:
+        """The query embedder of every worker process: finds the turns embedded ahead."""
+        return SharedVectors(embedder, self.redis, *self.vectors_kept_as())
+
+    def vectors_kept_as(self) -> tuple[str, str]:
+        """(key prefix, model) under which the turns embedded ahead are kept."""
+        config = self.settings.embedder
+        model = f"{config.kind}:{config.base_url or ''}:{config.model}:{config.dims}"
+        return f"memq:{self.settings.es.index_prefix}", model
 
     def warm_up(self) -> None:
         """Build the clients and load the models now (a worker's first job is then as fast as
@@ -159,6 +176,7 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
         GATHER_TASK: {"queue": queues.io},
         CHAT_FLUSH_TASK: {"queue": queues.io},
         RECORD_TASK: {"queue": queues.io},
+        PREPARE_TASK: {"queue": queues.cpu},
     }
     for spec in PHASES:
         routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}

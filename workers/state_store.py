@@ -414,6 +414,18 @@ class RedisStateStore:
                 self.client.srem(self._lines, *empty)
         return [(k, h.decode()) for k, h in zip(keys, heads, strict=True) if h is not None]
 
+    def next_in_lines(self, session_keys: list[str]) -> list[str]:
+        """The job second in each of these sessions' lines (the one whose turn comes when the
+        head ends), in one round trip; lines with no second job add nothing."""
+        if not session_keys:
+            return []
+        with redis_errors("read the next jobs of session lines"):
+            pipe = self.client.pipeline(transaction=False)
+            for key in session_keys:
+                pipe.lindex(self._session(key), 1)
+            raw = pipe.execute()
+        return [r.decode() for r in raw if isinstance(r, bytes)]
+
     def leave_line_at(self, line: str, job_id: str) -> str | None:
         """``leave_line`` for a line known by its key (as ``line_heads`` names it)."""
         with redis_errors("leave the session line"):

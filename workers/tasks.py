@@ -38,6 +38,7 @@ from pipeline.health import elasticsearch_health
 from pipeline.jobs import JobStatus, job_record
 from pipeline.logs import log_context
 from pipeline.phases import PHASES, PhaseSpec, Workload, next_phase, run_batch
+from pipeline.phases.retrieve import embed_queries_ahead
 from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase
 from workers.batches import (
@@ -52,7 +53,14 @@ from workers.batches import (
 from workers.intake import finish_intakes
 from workers.keeper import Held
 from workers.leases import GATHERING, Claim, RunRecord
-from workers.names import GATHER_TASK, HEALTH_TASK, RECORD_TASK, WAIT_TASK, phase_task_name
+from workers.names import (
+    GATHER_TASK,
+    HEALTH_TASK,
+    PREPARE_TASK,
+    RECORD_TASK,
+    WAIT_TASK,
+    phase_task_name,
+)
 from workers.retry import RetryPolicy, retried
 from workers.runtime import MemqCelery, Runtime, queue_for
 from workers.turns import hand_on
@@ -247,9 +255,28 @@ def register_tasks(app: MemqCelery) -> None:
             if state is not None and state.attempts == attempts:  # else replayed or erased
                 end_job(app, state, JobStatus(status), phase, reason)
 
+    @app.task(name=PREPARE_TASK, acks_late=False, ignore_result=True, shared=False)
+    def prepare(job_ids: list[str]) -> int:
+        """Embed ahead the new turns of jobs waiting for their turn; returns how many."""
+        return prepare_run(app, job_ids)
+
     for spec in PHASES:
         register_phase(app, spec, policy)
     app.keeper.reap = lambda: reap(app)
+
+
+def prepare_run(app: MemqCelery, job_ids: list[str]) -> int:
+    """The new turns of jobs waiting behind a batch's (``workers.batches.embed_ahead`` sends
+    them as the batch starts), embedded through the query embedder, which keeps them for their
+    retrieval to find. Best effort: nothing waits for it, and a fault only leaves retrieval
+    the model call it would have saved."""
+    try:
+        states = app.runtime.states.load_many(job_ids)
+        waiting = [s for s in states if s is not None and not s.is_done(Phase.RETRIEVE)]
+        return embed_queries_ahead(waiting, app.runtime.deps)
+    except MemqError as exc:
+        log.warning("turns of %d job(s) not embedded ahead: %s", len(job_ids), exc)
+        return 0
 
 
 def gather_run(app: MemqCelery, task: JobTask, lane: str) -> list[str]:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
+from pipeline.embedding.shared import SharedVectors
 from pipeline.models import AddRequest, Role
 from pipeline.state import JobState
 
@@ -15,18 +16,34 @@ def new_turn_text(request: AddRequest) -> str:
     return "\n".join(m.text() for m in request.messages if m.role is not Role.SYSTEM).strip()
 
 
-def retrieve_existing_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
-    """Top-k memories of each scope by the embedding of its new turn: one embedding call and
-    one multi-search for the batch. Skipped for jobs no LLM will read them for (see
-    ``AddRequest.extracts_facts``)."""
-    wanted = [
+def query_texts(states: Sequence[JobState]) -> list[tuple[int, str]]:
+    """(index, text) of each job whose retrieval searches with its new turn: those an LLM
+    extracts facts from (``AddRequest.extracts_facts``) and that have a turn to embed."""
+    return [
         (i, new_turn_text(s.request))
         for i, s in enumerate(states)
         if s.request.extracts_facts() and new_turn_text(s.request)
     ]
+
+
+def embed_queries_ahead(states: Sequence[JobState], deps: Deps) -> int:
+    """Embed the new turns of jobs that have not reached retrieval yet and keep their vectors
+    for it (``pipeline.embedding.shared``); returns how many texts the model embedded (none
+    where no query embedder keeps them)."""
+    texts = [text for _, text in query_texts(states)]
+    if not texts or not isinstance(deps.queries, SharedVectors):
+        return 0
+    return deps.queries.embed_ahead(texts)
+
+
+def retrieve_existing_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Top-k memories of each scope by the embedding of its new turn: one embedding call (none
+    when every turn was embedded ahead) and one multi-search for the batch. Skipped for jobs
+    no LLM will read them for (see ``AddRequest.extracts_facts``)."""
+    wanted = query_texts(states)
     if not wanted:
         return list(states)
-    vectors = deps.embedder.embed([text for _, text in wanted])
+    vectors = deps.query_embedder.embed([text for _, text in wanted])
     found = deps.store.similar_memories_many(
         [(states[i].request.scope, vector) for (i, _), vector in zip(wanted, vectors, strict=True)],
         deps.limits.retrieved_memories,

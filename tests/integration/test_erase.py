@@ -1,5 +1,6 @@
 """Forgetting is complete: after ``DELETE /v1/users/{id}`` a marker the user sent is in no
-Elasticsearch index and no Redis key, on the real stack with a real worker."""
+Elasticsearch index and no Redis key (nor is the vector of a queued turn embedded ahead), on
+the real stack with a real worker."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pipeline.jobs import JobStatus, job_record
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.state import JobState
 from pipeline.store.indices import IndexNames
+from tests.doubles import HashEmbedder
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
 from workers.intake import celery_intake
@@ -113,6 +115,9 @@ def test_erasing_a_user_leaves_their_words_nowhere(
     deleted = client.delete(f"/v1/memories/{mine['results'][0]['id']}", headers=headers)
     assert deleted.status_code == 200  # its DELETE history row keeps the text
     queued = queued_job(celery_app, Scope(tenant=TENANT, user_id=user), marker)
+    # the queued job's turn, embedded ahead as a worker does while jobs ahead of it run
+    kept = runtime.shared_vectors(HashEmbedder())
+    assert kept.embed_ahead([marker]) == 1 and redis_client.exists(kept.key(marker))
     runtime.chat_buffer.push(chat_event(user, marker), runtime.clock(), 10)
 
     before = places_with(marker, es, indices, redis_client)
@@ -129,6 +134,7 @@ def test_erasing_a_user_leaves_their_words_nowhere(
     left = places_with(marker, es, indices, redis_client)
     # only the bystander's own documents still hold the marker
     assert all("redis:" not in p for p in left), left
+    assert not redis_client.exists(kept.key(marker))  # the vector of its turn too
     bystander_docs = client.get("/v1/memories", params={"user_id": bystander}, headers=headers)
     assert len(bystander_docs.json()["results"]) == 2
     assert user_documents(es, indices, user) == []
