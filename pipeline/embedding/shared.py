@@ -2,8 +2,8 @@
 
 Retrieval embeds each job's new turn, and that text is known from the moment the job is
 accepted, long before its turn comes when it waits behind its session's earlier jobs. A worker
-embeds such turns ahead (``workers.prepare``) while the jobs in front of them run, and keeps the
-vectors here; retrieval then finds them instead of calling the model on its own path. Vectors
+embeds such turns ahead (the ``memq.batch.prepare`` task) while the jobs in front of them run,
+and keeps the vectors here; retrieval then finds them instead of calling the model. Vectors
 are keyed by a digest of the model and the text, kept as float32 bytes (the models' own
 precision: the vector a later call would give), removed when retrieval takes them, and expire
 after ``ttl_s``: a turn embedded ahead is used within seconds, and one never used (its job
