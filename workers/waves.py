@@ -10,10 +10,8 @@ as long as its own call took), and once no call has returned for ``MEMQ_WORKER_W
 run of their own, a *wave* (``{batch}.w1-…``, ``.w2-…``), from the next phase, while the batch
 waits for the rest. The jobs whose calls end last stay in the batch and go on with it. When the
 calls all end close together, or one after another without a pause (a local or an instant
-model), nothing is split and nothing costs more. On a busy machine an instant model's batch
-can still pause long enough to split, at the cost of a wave's calls; measured on the same
-draws, waves at the default 500 ms were faster with both a hosted-like and an instant model
-(docs/BENCHMARKS.md). 0 keeps every batch whole.
+model), nothing is split and nothing costs more. Off by default (0): on a busy machine an
+instant model's batch can pause long enough to split, at a cost (docs/BENCHMARKS.md).
 
 A wave is sent as a job sent on alone is (``workers.batches.send_run``): its run is
 scheduled and leased first, then the states that name it are saved, then its chain is sent.

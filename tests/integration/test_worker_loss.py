@@ -147,7 +147,7 @@ def stack(
             "MEMQ_EMBEDDER_MODEL": "fake-embedder",
             "MEMQ_EMBEDDER_TIMEOUT_S": "120",
             "MEMQ_WORKER_MAX_DELIVERIES": str(MAX_DELIVERIES),
-            "MEMQ_WORKER_WAVE_MS": "500",  # extraction in waves (the default, kept explicit)
+            "MEMQ_WORKER_WAVE_MS": "500",  # extraction in waves (off by default)
             "MEMQ_WORKER_TASK_SOFT_TIME_LIMIT_S": str(TIME_LIMIT_S - 5),
             "MEMQ_WORKER_TASK_TIME_LIMIT_S": str(TIME_LIMIT_S),
         }
