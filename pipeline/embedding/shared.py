@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import redis
@@ -41,19 +42,17 @@ def drop_vectors(client: redis.Redis, prefix: str, model: str, texts: Sequence[s
     return int(client.delete(*{vector_key(prefix, model, text) for text in texts}))
 
 
+@dataclass(frozen=True)
 class SharedVectors:
     """``embedder`` backed by vectors kept in Redis under ``prefix`` by ``embed_ahead``, in
     any process: ``embed`` takes those it finds (one round trip) and calls the model once for
     the rest."""
 
-    def __init__(
-        self, embedder: Embedder, client: redis.Redis, prefix: str, model: str, ttl_s: int = TTL_S
-    ) -> None:
-        self.embedder = embedder
-        self.client = client
-        self.prefix = prefix
-        self.model = model
-        self.ttl_s = ttl_s
+    embedder: Embedder
+    client: redis.Redis
+    prefix: str
+    model: str
+    ttl_s: int = TTL_S
 
     @property
     def dims(self) -> int:
