@@ -20,9 +20,9 @@ def query_texts(states: Sequence[JobState]) -> list[tuple[int, str]]:
     """(index, text) of each job whose retrieval searches with its new turn: those an LLM
     extracts facts from (``AddRequest.extracts_facts``) and that have a turn to embed."""
     return [
-        (i, new_turn_text(s.request))
+        (i, text)
         for i, s in enumerate(states)
-        if s.request.extracts_facts() and new_turn_text(s.request)
+        if s.request.extracts_facts() and (text := new_turn_text(s.request))
     ]
 
 
