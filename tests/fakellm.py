@@ -377,6 +377,10 @@ class _Server(ThreadingHTTPServer):
     # Handler threads are joined on close, so a test ends with no thread or socket left over.
     daemon_threads = False
     block_on_close = True
+    # A listen backlog for a batch's calls connecting at once: socketserver's default of 5
+    # drops the rest, which connect again only after the kernel's one-second SYN retry, a
+    # wait no hosted provider adds (each call here is a connection of its own, HTTP/1.0).
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], state: _State) -> None:
         super().__init__(address, _Handler)

@@ -75,7 +75,7 @@ from backfill_throughput import (  # also puts the repository root on sys.path
     where_time_went,
 )
 from elasticsearch import Elasticsearch
-from mem0_compare import Endpoints, handler_for, mem0_config
+from mem0_compare import EndpointServer, Endpoints, handler_for, mem0_config
 
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding.local import MiniLMEmbedder
@@ -229,6 +229,7 @@ class CountingProxy(ThreadingHTTPServer):
     """Forwards every request to Elasticsearch over per-thread keep-alive connections."""
 
     daemon_threads = True
+    request_queue_size = 128  # a burst of clients connecting at once (EndpointServer)
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), ProxyHandler)
@@ -350,7 +351,7 @@ def serve_child(build: Callable[[], ThreadingHTTPServer], ports: Any) -> None:
 def embeddings_server() -> ThreadingHTTPServer:
     """mem0_compare's endpoint over memq's local MiniLM, loaded in the process that serves it."""
     endpoints = Endpoints(MiniLMEmbedder(EmbedderConfig()), turns=0)
-    return ThreadingHTTPServer(("127.0.0.1", 0), handler_for(endpoints))
+    return EndpointServer(("127.0.0.1", 0), handler_for(endpoints))
 
 
 # --- shared bench context and results --------------------------------------------------------

@@ -149,8 +149,16 @@ def handler_for(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class EndpointServer(ThreadingHTTPServer):
+    """The endpoints' HTTP server. Its listen backlog holds a burst of clients connecting at
+    once: socketserver's default of 5 drops the rest, which connect again only after the
+    kernel's one-second SYN retry, a wait no hosted provider adds."""
+
+    request_queue_size = 128
+
+
 def serve(endpoints: Endpoints) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(endpoints))
+    server = EndpointServer(("127.0.0.1", 0), handler_for(endpoints))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
