@@ -2,7 +2,8 @@
 
 Each variant is a set of ``MEMQ_*`` settings given to memq's processes (one ``--role io`` and
 one ``--role cpu`` worker, as ops/ runs them, and the API); memq ingests the same conversations
-through its API (``--via api`` of ingest_compare) under each, round after round, so the ratios
+through its API (``--via api`` of ingest_compare; ``--via intake`` hands them all to the intake
+at once) under each, round after round, so the ratios
 between variants are what it measures. Variants are separated by ``;``, settings within one by
 ``,``; an empty variant is memq's defaults.
 
@@ -25,6 +26,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--model", choices=("instant", "realistic"), default="realistic")
+    parser.add_argument(
+        "--via",
+        choices=("api", "intake"),
+        default="api",
+        help="intake: every conversation handed to the intake at once (ingest_compare's default)",
+    )
     parser.add_argument("--variants", required=True, help="e.g. 'A=1,B=2;A=3' (';' between)")
     return parser.parse_args(argv)
 
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = parse_variants(args.variants)
     warnings.filterwarnings("ignore", message="Task name 'memq\\.")
     results: dict[str, list[Result]] = {label(v): [] for v in variants}
-    with running_bench(args.conversations, "sweep-", via_api=True) as bench:
+    with running_bench(args.conversations, "sweep-", via_api=args.via == "api") as bench:
         bench.llm.provider = REALISTIC if args.model == "realistic" else None
         for round_no in range(1, args.rounds + 1):
             for settings in variants:
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {round_no}, {label(settings)}: {rate:.2f} conv/s {result}")
     n = args.conversations
     print(
-        f"| {args.model} model, memq-1w via the API | runs | conversations/s (median) | "
+        f"| {args.model} model, memq-1w via the {args.via} | runs | conversations/s (median) | "
         "embedding calls/conv | ES requests/conv | failed | 429s |"
     )
     print("|---|---|---|---|---|---|---|")
