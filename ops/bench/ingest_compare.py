@@ -75,7 +75,7 @@ from backfill_throughput import (  # also puts the repository root on sys.path
     where_time_went,
 )
 from elasticsearch import Elasticsearch
-from mem0_compare import EndpointServer, Endpoints, handler_for, mem0_config
+from mem0_compare import Endpoints, EndpointServer, handler_for, mem0_config
 
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding.local import MiniLMEmbedder
