@@ -492,7 +492,7 @@ def run_phase_task(
         return None
     todo = [s for s in states if not s.is_done(spec.phase)]
     with runtime.metrics.phase(spec.phase.value):
-        if spec.each is not None and len(todo) > 1 and runtime.settings.worker.wave_ms > 0:
+        if spec.each is not None and todo and runtime.settings.worker.wave_ms > 0:
             result = run_in_waves(
                 app,
                 spec,

@@ -147,7 +147,7 @@ def stack(
             "MEMQ_EMBEDDER_MODEL": "fake-embedder",
             "MEMQ_EMBEDDER_TIMEOUT_S": "120",
             "MEMQ_WORKER_MAX_DELIVERIES": str(MAX_DELIVERIES),
-            "MEMQ_WORKER_WAVE_MS": "500",  # extraction in waves (off by default)
+            "MEMQ_WORKER_WAVE_MS": "500",  # extraction in waves (the default, kept explicit)
             "MEMQ_WORKER_TASK_SOFT_TIME_LIMIT_S": str(TIME_LIMIT_S - 5),
             "MEMQ_WORKER_TASK_TIME_LIMIT_S": str(TIME_LIMIT_S),
         }
@@ -432,3 +432,37 @@ def test_a_batch_whose_worker_dies_after_a_wave_runs_only_the_straggler_again(
     assert requests_saying(stack, "/chat/completions", facts[0]) == 2  # killed, then again
     for fact in facts[1:]:
         assert requests_saying(stack, "/chat/completions", fact) == 1
+
+
+def test_a_live_batch_waiting_on_the_provider_gives_its_slot_up(stack: Stack) -> None:
+    """Both batch slots go to batches whose only call is held (``MEMQ_WORKER_BATCHES_IN_FLIGHT``
+    is 2). A job made ready after them starts once their calls have been out for
+    ``MEMQ_WORKER_WAVE_MS`` and ends while they are still held, instead of waiting for a
+    slot until one of them ends; then they end too, one call and one memory each."""
+    assert stack.settings.worker.batches_in_flight == 2
+    GATE.clear()
+    marker = uuid.uuid4().hex[:6]
+    held = [(new_scope(), f"{STRAGGLER} {marker} naps {n}") for n in range(2)]
+    job_ids = []
+    try:
+        for scope, fact in held:
+            job_ids.append(batch_ready(stack, scope, fact))
+            stack.app.send_task(GATHER_TASK, args=(LIVE,), queue=stack.settings.queues.io)
+            wait_for("a held call", lambda f=fact: requests_saying(stack, "/chat/completions", f))
+        late_scope, late_fact = new_scope(), f"likes {marker} plums"
+        started = time.monotonic()
+        late = batch_ready(stack, late_scope, late_fact)
+        stack.app.send_task(GATHER_TASK, args=(LIVE,), queue=stack.settings.queues.io)
+        record = wait_job(stack.store, late, RECOVERY_BOUND_S)
+        print(f"the late job ended {time.monotonic() - started:.1f} s after it was made ready")
+        assert record.status == "succeeded", record
+        for job_id in job_ids:
+            still = stack.store.get_job(job_id)
+            assert still is not None and still.status == "running", still  # still held
+    finally:
+        GATE.set()
+    for (scope, fact), job_id in zip(held, job_ids, strict=True):
+        assert wait_job(stack.store, job_id, RECOVERY_BOUND_S).status == "succeeded"
+        assert memories_of(stack, scope) == [fact]
+        assert requests_saying(stack, "/chat/completions", fact) == 1
+    assert memories_of(stack, late_scope) == [late_fact]
