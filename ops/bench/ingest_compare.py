@@ -225,11 +225,11 @@ def request_kind(method: str, path: str) -> str:
     return " ".join([method, "/" + "/".join(p if p.startswith("_") else "<x>" for p in parts)])
 
 
-class CountingProxy(ThreadingHTTPServer):
-    """Forwards every request to Elasticsearch over per-thread keep-alive connections."""
+class CountingProxy(EndpointServer):
+    """Forwards every request to Elasticsearch over per-thread keep-alive connections (with
+    the endpoints' listen backlog: a batch's clients connect at once)."""
 
     daemon_threads = True
-    request_queue_size = 128  # a burst of clients connecting at once (EndpointServer)
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), ProxyHandler)

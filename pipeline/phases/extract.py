@@ -89,11 +89,10 @@ def extract_each(
     run (``workers.waves``); with ``tick_s``, None after each ``tick_s`` in which no call
     ended, so that driver can act on time alone. The calls run concurrently, as in
     ``extract_facts_batch``."""
-    if len(states) <= 1 and tick_s is None:  # no thread for a lone job nobody times
-        for state in states:
-            yield state.job_id, attempt(state, deps)
-        return
     if not states:
+        return
+    if len(states) == 1 and tick_s is None:  # no thread for a lone job nobody times
+        yield states[0].job_id, attempt(states[0], deps)
         return
     workers = min(len(states), deps.limits.llm_concurrency)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memq-extract") as pool:
