@@ -3,16 +3,17 @@ the slowest call of the batch.
 
 A batch's calls take as long as the provider does: with a hosted model (about a second each,
 some three), a batch of twenty waits for the slowest of twenty calls, and so does every session
-in it, whose next conversation cannot start before this one ends. So each job whose call has
-returned waits for batch-mates (``hold_s``: at least ``MEMQ_WORKER_WAVE_MS``, e.g. 500 ms, and half
-as long as its own call took), and once no call has returned for ``MEMQ_WORKER_WAVE_MS``
-(``wave_due``: the calls still out are stragglers), the jobs done by then go on together as a
-run of their own, a *wave* (``{batch}.w1-…``, ``.w2-…``), from the next phase, while the batch
-waits for the rest. The jobs whose calls end last stay in the batch and go on with it. When the
-calls all end close together, or one after another without a pause (a local or an instant
-model), nothing is split and nothing costs more: 200 conversations of an instant model handed
-to the intake at once formed no wave at the default 500 ms, while a hosted-like model's run
-was 1.13 times faster (docs/BENCHMARKS.md). 0 keeps every batch whole.
+in it, whose next conversation cannot start before this one ends. So a job whose call has
+returned waits for its batch-mates at most ``MEMQ_WORKER_WAVE_MS`` (e.g. 500 ms; ``wave_due``):
+then the jobs done by then go on together as a run of their own, a *wave* (``{batch}.w1-…``,
+``.w2-…``), from the next phase, while the batch waits for the rest. The jobs whose calls end
+last stay in the batch and go on with it. When the calls all end within that wait (a local or
+an instant model), nothing is split and nothing costs more: 200 conversations of an instant
+model handed to the intake at once formed no wave at the default 500 ms. Every job waits on
+its session's path (the session's next conversation waits for it), so the wait is bounded by
+the clock alone: an earlier rule that also waited for the calls to go quiet held a job with a
+short call for a second and more while its batch-mates kept answering, and a hosted-like
+model's run was 1.13 times faster without it (docs/BENCHMARKS.md). 0 keeps every batch whole.
 
 A wave is sent as a job sent on alone is (``workers.batches.send_run``): its run is
 scheduled and leased first, then the states that name it are saved, then its chain is sent.
@@ -52,19 +53,12 @@ log = logging.getLogger("memq.worker")
 TICK_S = 0.05  # how often the driver looks at the clock while no call returns
 
 
-def hold_s(latency_s: float, wave_ms: int) -> float:
-    """How long a job whose call took ``latency_s`` waits for its batch-mates before it goes
-    on without them: a wave of one costs a chain of tasks, so a short wait gathers the calls
-    that end close together, and a long call (a slow provider) waits in proportion."""
-    return max(wave_ms / 1000, latency_s / 2)
-
-
-def wave_due(now: float, first_due: float, last_end: float, wave_ms: int) -> bool:
-    """Whether the jobs done and held go on now: the first of them has waited its
-    ``hold_s``, and no call has ended for ``wave_ms``, so the calls still out are stragglers.
-    Calls that keep ending one after another (a busy machine working through an instant
-    model's replies) are one batch's worth of work, not stragglers: they never split it."""
-    return now >= first_due and now - last_end >= wave_ms / 1000
+def wave_due(now: float, first_held: float, wave_ms: int) -> bool:
+    """Whether the jobs done and held go on now: the first of them has waited ``wave_ms``
+    for its batch-mates since its call returned (``first_held``). A wave of one costs a chain
+    of tasks, so that wait gathers the calls that end close together; a longer one would
+    delay the sessions of the jobs held, each waiting on its own path."""
+    return now - first_held >= wave_ms / 1000
 
 
 def run_in_waves(
@@ -87,11 +81,11 @@ def run_in_waves(
     result = BatchResult(states=[s for s in states if s.is_done(spec.phase)])
     todo = [s for s in states if not s.is_done(spec.phase)]
     remaining = len(todo)
-    held: list[tuple[float, JobState]] = []  # (when it goes on, its new state), oldest first
+    held: list[tuple[float, JobState]] = []  # (its call's return, its new state), oldest first
     gone: set[str] = set()  # sent on in a wave
     waves = 0
     sending = True
-    started = last_end = perf_counter()
+    started = perf_counter()
     free_at = started + wave_ms / 1000 if frees_slot_while_waiting(states) else None
     freed = False  # the batch's slot, given up before the batch ends
     try:
@@ -99,15 +93,14 @@ def run_in_waves(
             now = perf_counter()
             if outcome is not None:
                 remaining -= 1
-                last_end = now
                 job_id, ended = outcome
                 if isinstance(ended, MemqError):
                     result.failures[job_id] = ended
                 else:
                     latency = now - started
                     done = ended.completed(spec.phase, latency * 1000)
-                    held.append((now + hold_s(latency, wave_ms), done))
-            if sending and remaining and held and wave_due(now, held[0][0], last_end, wave_ms):
+                    held.append((now, done))
+            if sending and remaining and held and wave_due(now, held[0][0], wave_ms):
                 waves += 1
                 wave = [state for _, state in held]
                 sending = send_wave(app, spec, batch_id, token, wave, number=waves)
