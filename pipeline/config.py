@@ -259,10 +259,10 @@ class WorkerConfig(_Section):
     batch_wait_ms: int = Field(default=20, ge=0, le=10_000)
     batches_in_flight: int = Field(default=2, ge=1, le=1024)
     # extraction in waves: a job whose LLM call has returned waits for its batch's other calls
-    # at least wave_ms, and half as long as its own call took; once no call has returned for
-    # wave_ms, the jobs that are done go on as a run of their own while the slower calls still
-    # run, and a live batch whose calls are still out after wave_ms gives its slot up (0: a
-    # batch goes on whole, slot and all; the default, 500, is what docs/BENCHMARKS.md measured)
+    # at most wave_ms, then the jobs that are done go on as a run of their own while the slower
+    # calls still run, and a live batch whose calls are still out after wave_ms gives its slot
+    # up (0: a batch goes on whole, slot and all; the default, 500, is what docs/BENCHMARKS.md
+    # measured)
     wave_ms: int = Field(default=500, ge=0, le=60_000)
     # when a batch starts, the jobs next in its sessions' lines have their new turns embedded
     # ahead, on the CPU queue, for retrieval to find when their turn comes (live lane only)
