@@ -1,36 +1,48 @@
-"""How many LLM calls one process keeps in flight: at most ``ceiling``, and fewer while the
-provider says it is overloaded.
+"""How many LLM calls one process keeps in flight: at most ``ceiling``, and fewer once the
+provider has said it holds fewer.
 
-Additive increase, multiplicative decrease (the rule TCP uses for the same problem): each
-success raises the limit by 1/limit (about one more call per round of calls), each 429 halves
-it (at most once per second, so one burst of 429s counts once). A provider that allows 16
-concurrent requests is thus held near 16 without a storm of refusals, and one that allows more
-is never held below ``ceiling``.
+A 429 says more than "slow down": it was answered while a known number of this process's
+calls were out, this one among them, so the provider holds fewer than that many. The limit
+drops to one below the calls that were out (never below 1), and never rises on a refusal.
+Each success raises it by 1/limit (about one more call per round of calls), up to
+``ceiling``.
+
+Why not halve on a 429, as TCP does: a provider that counts a call in flight until its
+handler has finished, after the reply has reached the caller, refuses now and then a call sent
+the moment another returned, at exactly its limit. Halving on that one refusal left a process
+at 8 of 16 for the next ~90 calls (measured: one 429 in a run of 100 conversations cost a
+third of its throughput, docs/BENCHMARKS.md). Cutting to the calls that were out costs one
+call of concurrency there, and still finds a provider that holds far fewer in one burst of
+refusals: a provider holding 8 refuses the calls beyond 8, and each refusal, answered while
+fewer calls are out, brings the limit down to what it holds. The refusals of a burst number
+about what was sent beyond the provider's limit, and no more follow (no storm).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-CUT_INTERVAL_S = 1.0
 
 
 class AdaptiveLimit:
     """A counting gate whose size adapts to the provider's answers. Thread-safe."""
 
     def __init__(self, ceiling: int) -> None:
+        if ceiling < 1:
+            raise ValueError(f"a concurrency ceiling is at least 1, not {ceiling}")
         self.ceiling = ceiling
         self._limit = float(ceiling)
         self._in_flight = 0
-        self._last_cut = 0.0
         self._changed = threading.Condition()
 
     @property
     def limit(self) -> int:
         return max(1, int(self._limit))
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
 
     @contextmanager
     def slot(self) -> Iterator[None]:
@@ -47,6 +59,7 @@ class AdaptiveLimit:
                 self._changed.notify()
 
     def succeeded(self) -> None:
+        """A call was answered: one more call per round of calls, up to the ceiling."""
         with self._changed:
             before = self.limit
             self._limit = min(float(self.ceiling), self._limit + 1.0 / self._limit)
@@ -54,9 +67,7 @@ class AdaptiveLimit:
                 self._changed.notify()
 
     def throttled(self) -> None:
-        """The provider refused a call for load (429): halve the limit."""
+        """The provider refused a call for load (429), called while that call still holds its
+        slot: the limit drops below the calls in flight, this one included."""
         with self._changed:
-            now = time.monotonic()
-            if now - self._last_cut >= CUT_INTERVAL_S:
-                self._limit = max(1.0, self._limit / 2)
-                self._last_cut = now
+            self._limit = max(1.0, min(self._limit, float(self._in_flight - 1)))

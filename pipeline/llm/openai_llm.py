@@ -5,8 +5,8 @@ cannot be reached raises ``UnreachableError`` at once, for the task layer to ret
 deadline. An answered ``TransientError`` is retried with
 exponential backoff and full jitter, ``config.max_retries`` times, never sooner than a 429's
 ``Retry-After``; then ``RetriesExhaustedError`` tells the task layer not to retry again. Calls in
-flight are bounded per process by an ``AdaptiveLimit`` (``config.max_concurrency`` at most,
-halved on each wave of 429s). The SDK's exceptions become memq's in
+flight are bounded per process by an ``AdaptiveLimit`` (``config.max_concurrency`` at most;
+a 429 drops it below the calls that were out). The SDK's exceptions become memq's in
 ``openai_errors``, which the embeddings client uses too.
 
 Structured outputs: a call with a ``reply_model`` asks for ``response_format`` of type
