@@ -34,8 +34,9 @@ POSTs memq's conversations to a memq API process (8 clients at once, as a chat p
 webhooks would) instead of calling ``intake.submit`` in this process: the users' path, API hop
 included.
 
-    .venv/bin/python ops/bench/ingest_compare.py [--conversations 200] [--rounds 1] [--baseline DIR]
-        [--model instant|realistic] [--via intake|api] [--modes memq-1w,mem0-seq,memq-2w,mem0-async]
+    .venv/bin/python ops/bench/ingest_compare.py [--conversations 200] [--users 20] [--rounds 1]
+        [--baseline DIR] [--model instant|realistic] [--via intake|api]
+        [--modes memq-1w,mem0-seq,memq-2w,mem0-async]
 """
 
 from __future__ import annotations
@@ -859,6 +860,12 @@ def table(results: list[Result], conversations: int) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument(
+        "--users",
+        type=int,
+        default=20,
+        help="the conversations are spread over this many users, whose own ones run in order",
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--baseline", type=Path, help="source tree of an earlier memq to compare")
     parser.add_argument(
@@ -930,9 +937,12 @@ def embedding_work(before: dict[str, float], after: dict[str, float]) -> str:
 
 
 @contextmanager
-def running_bench(count: int, prefix: str, via_api: bool = False, **fields: Any) -> Iterator[Bench]:
-    """A bench on ``count`` conversations: the scripted model, the embeddings endpoint and the
-    counting proxy started, a working directory of its own; all stopped on the way out."""
+def running_bench(
+    count: int, prefix: str, via_api: bool = False, users: int = 20, **fields: Any
+) -> Iterator[Bench]:
+    """A bench on ``count`` conversations of ``users`` users: the scripted model, the embeddings
+    endpoint and the counting proxy started, a working directory of its own; all stopped on the
+    way out."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp, FakeLLMServer() as llm:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
         os.environ["MEM0_DIR"] = tmp
@@ -941,7 +951,7 @@ def running_bench(count: int, prefix: str, via_api: bool = False, **fields: Any)
         embeddings, proxy = Sidecar(embeddings_server), Sidecar(CountingProxy)
         try:
             yield Bench(
-                convs=conversations(count),
+                convs=conversations(count, users),
                 es_url=proxy.url,
                 es_requests=lambda: Counter(proxy.stats()),
                 embed_work=embeddings.stats,
@@ -968,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
         args.conversations,
         "ingestbench-",
         via_api=args.via == "api",
+        users=args.users,
         mem0_concurrency=16 if realistic else 8,
     ) as bench:
         if realistic:
@@ -975,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run_rounds(bench, args.rounds, args.baseline, args.modes)
     print(table(results, args.conversations))
     if realistic:
-        print(order_bound(conversations(args.conversations), REALISTIC))
+        print(order_bound(conversations(args.conversations, args.users), REALISTIC))
     return 0
 
 
