@@ -8,14 +8,15 @@ Each success raises it by 1/limit (about one more call per round of calls), up t
 ``ceiling``.
 
 Why not halve on a 429, as TCP does: a provider that counts a call in flight until its
-handler has finished, after the reply has reached the caller, refuses now and then a call sent
+handler has finished, after the reply has reached the caller, now and then refuses a call sent
 the moment another returned, at exactly its limit. Halving on that one refusal left a process
-at 8 of 16 for the next ~90 calls (measured: one 429 in a run of 100 conversations cost a
-third of its throughput, docs/BENCHMARKS.md). Cutting to the calls that were out costs one
-call of concurrency there, and still finds a provider that holds far fewer in one burst of
-refusals: a provider holding 8 refuses the calls beyond 8, and each refusal, answered while
-fewer calls are out, brings the limit down to what it holds. The refusals of a burst number
-about what was sent beyond the provider's limit, and no more follow (no storm).
+at 8 of 16 for the next ~90 calls (8 + 9 + ... + 15 successes to climb back); on 100
+conversations of 100 users with a hosted-like model, cutting to the calls that were out
+measured 1.08 to 1.22 times the throughput (docs/BENCHMARKS.md). It still finds a provider that
+holds far fewer in one burst of refusals: a provider holding 8 refuses the calls beyond 8, and
+each refusal, answered while fewer calls are out, brings the limit down to what it holds. The
+refusals of a burst number about what was sent beyond the provider's limit, then one now and
+then as the additive increase probes for more: no storm, even with ``Retry-After: 0``.
 """
 
 from __future__ import annotations
