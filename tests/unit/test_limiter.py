@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 
 import pytest
@@ -18,8 +19,10 @@ from pipeline.protocols import ChatMessage
 from tests.fakellm import FakeLLMServer, ProviderModel
 
 
-def hold(limit: AdaptiveLimit, count: int) -> tuple[list[threading.Event], list[threading.Thread]]:
-    """``count`` threads, each holding a slot until its event is set."""
+@contextmanager
+def holding(limit: AdaptiveLimit, count: int) -> Iterator[list[threading.Event]]:
+    """``count`` threads, each holding a slot (or waiting for one) until its event is set; on
+    the way out every event is set and every thread joined."""
     releases = [threading.Event() for _ in range(count)]
 
     def run(release: threading.Event) -> None:
@@ -29,7 +32,13 @@ def hold(limit: AdaptiveLimit, count: int) -> tuple[list[threading.Event], list[
     threads = [threading.Thread(target=run, args=(event,)) for event in releases]
     for thread in threads:
         thread.start()
-    return releases, threads
+    try:
+        yield releases
+    finally:
+        for release in releases:
+            release.set()
+        for thread in threads:
+            thread.join(5)
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -41,48 +50,36 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
 
 def test_no_more_than_the_ceiling_are_in_flight() -> None:
     limit = AdaptiveLimit(3)
-    releases, threads = hold(limit, 5)
-    wait_for(lambda: limit.in_flight == 3)
-    time.sleep(0.05)
-    assert limit.in_flight == 3  # two wait for a slot
-    for release in releases:
-        release.set()
-    for thread in threads:
-        thread.join(5)
+    with holding(limit, 5):
+        wait_for(lambda: limit.in_flight == 3)
+        time.sleep(0.05)
+        assert limit.in_flight == 3  # two wait for a slot
     assert limit.in_flight == 0
 
 
 def test_a_refusal_drops_the_limit_below_the_calls_that_were_out() -> None:
     limit = AdaptiveLimit(16)
-    releases, threads = hold(limit, 16)
-    wait_for(lambda: limit.in_flight == 16)
-    # a refusal at exactly the limit (the provider still counted a call that had returned)
-    # costs one call of concurrency, not half of them
-    limit.throttled()
-    assert limit.limit == 15
-    # a second refusal of the same burst, answered while as many were out, changes nothing
-    limit.throttled()
-    assert limit.limit == 15
-    for release in releases:
-        release.set()
-    for thread in threads:
-        thread.join(5)
+    with holding(limit, 16):
+        wait_for(lambda: limit.in_flight == 16)
+        # a refusal at exactly the limit (the provider still counted a call that had
+        # returned) costs one call of concurrency, not half of them
+        limit.throttled()
+        assert limit.limit == 15
+        # a second refusal of the same burst, answered while as many were out, changes nothing
+        limit.throttled()
+        assert limit.limit == 15
 
 
 def test_refusals_answered_as_calls_leave_find_what_the_provider_holds() -> None:
     limit = AdaptiveLimit(16)
-    releases, threads = hold(limit, 16)
-    wait_for(lambda: limit.in_flight == 16)
-    # a provider holding 6 refuses 10 of the 16; each refusal leaves before the next is read
-    for left, leaving in enumerate(releases[6:], start=1):
-        limit.throttled()
-        leaving.set()
-        wait_for(partial(lambda out: limit.in_flight == out, 16 - left))
-    assert limit.limit == 6
-    for release in releases:
-        release.set()
-    for thread in threads:
-        thread.join(5)
+    with holding(limit, 16) as releases:
+        wait_for(lambda: limit.in_flight == 16)
+        # a provider holding 6 refuses 10 of the 16; each refusal leaves before the next
+        for left, leaving in enumerate(releases[6:], start=1):
+            limit.throttled()
+            leaving.set()
+            wait_for(partial(lambda out: limit.in_flight == out, 16 - left))
+        assert limit.limit == 6
 
 
 def test_the_limit_never_drops_below_one_and_grows_back_to_the_ceiling() -> None:
@@ -106,14 +103,10 @@ def test_a_waiting_call_starts_when_the_limit_grows() -> None:
     with limit.slot(), limit.slot():
         limit.throttled()  # two out, refused: one at a time from now on
     assert limit.limit == 1
-    releases, threads = hold(limit, 2)
-    wait_for(lambda: limit.in_flight == 1)
-    limit.succeeded()  # 1 -> 2: the waiting thread gets its slot without a release
-    wait_for(lambda: limit.in_flight == 2)
-    for release in releases:
-        release.set()
-    for thread in threads:
-        thread.join(5)
+    with holding(limit, 2):
+        wait_for(lambda: limit.in_flight == 1)
+        limit.succeeded()  # 1 -> 2: the waiting thread gets its slot without a release
+        wait_for(lambda: limit.in_flight == 2)
 
 
 def test_a_ceiling_below_one_is_refused() -> None:
