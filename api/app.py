@@ -134,7 +134,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
 def instrument(app: FastAPI, settings: Settings) -> bool:
     """Trace the API's requests when an OTLP endpoint is configured (``pipeline.telemetry``);
     returns whether tracing is on. The default intake traces the tasks it sends
-    (``workers.intake.celery_intake``): each carries the request's trace context, which the
+    (``workers.serving.celery_intake``): each carries the request's trace context, which the
     workers continue."""
     if not configure_tracing(settings, "memq-api"):
         return False

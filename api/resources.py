@@ -29,7 +29,7 @@ IntakeFactory = Callable[[Settings], Intake]
 
 def worker_intake(settings: Settings) -> Intake:
     """The Celery-backed intake of ``workers`` (see the module's docstring for why here)."""
-    from workers.intake import celery_intake
+    from workers.serving import celery_intake
 
     return celery_intake(settings)
 

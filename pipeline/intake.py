@@ -2,7 +2,7 @@
 
 ``Intake`` is what a request handler may ask of the queue side: accept a conversation as a
 job, replay a dead job, buffer a chat-platform message, and forget a user's queued work. The
-handler never sees how: ``workers.intake.CeleryIntake`` implements it over Celery and Redis,
+handler never sees how: ``workers.serving.CeleryIntake`` implements it over Celery and Redis,
 and the API is given one when it is built (``api.resources``). Nothing here runs a phase.
 """
 

@@ -4,29 +4,26 @@
 Elasticsearch request, atomic, so a conversation posted twice is one job), saves the state and
 joins the session's line and, when its session was idle, makes the job ready for the next batch
 (behind others, the job ahead starts it). Nothing runs here. A Redis ledger of intakes under
-way lets the reaper finish one whose process died between the record and the start.
+way lets the reaper finish one whose process died between the record and the start. The
+serving processes reach these functions through ``workers.serving.CeleryIntake``.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
 
 from kombu.exceptions import OperationalError
 
-from pipeline.chat import ChatEvent
-from pipeline.config import Settings
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import NAMESPACE, AddRequest
 from pipeline.state import JobState
 from workers.batches import make_ready
-from workers.erase import erase_user_everywhere
 from workers.runtime import MemqCelery
 
-__all__ = ["Accepted", "CeleryIntake", "celery_intake", "finish_intakes", "replay", "submit"]
+__all__ = ["Accepted", "finish_intakes", "replay", "submit"]
 
 log = logging.getLogger("memq.worker")
 
@@ -147,45 +144,3 @@ def replay(app: MemqCelery, job_id: str) -> JobRecord:
     runtime.store.save_job(queued)
     enqueue(app, state)
     return queued
-
-
-class CeleryIntake:
-    """``pipeline.intake.Intake`` over one Celery app: jobs go to its broker and queues, their
-    state to its Redis, their records to its store."""
-
-    def __init__(self, app: MemqCelery) -> None:
-        self.app = app
-
-    def submit(
-        self,
-        request: AddRequest,
-        idempotency_key: str | None = None,
-        batch_id: str | None = None,
-        backfill: bool = False,
-    ) -> Accepted:
-        return submit(self.app, request, idempotency_key, batch_id, backfill)
-
-    def replay(self, job_id: str) -> JobRecord:
-        return replay(self.app, job_id)
-
-    def accept_chat(self, event: ChatEvent) -> bool:
-        from workers.chat import accept_event  # the chat module registers tasks: loaded on use
-
-        return accept_event(self.app, event)
-
-    def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
-        chat_tenant = self.app.runtime.settings.chat.tenant
-        return erase_user_everywhere(self.app, tenant, user_id, chat_tenant)
-
-
-def celery_intake(settings: Settings) -> CeleryIntake:
-    """The intake of a serving process: a Celery app of its own for ``settings``, every task
-    registered (chat flushes are sent by name). When tracing is configured, the tasks it sends
-    carry the current trace, which the workers continue."""
-    from workers.app import create_celery
-
-    if settings.otel_endpoint is not None:
-        from opentelemetry.instrumentation.celery import CeleryInstrumentor
-
-        CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
-    return CeleryIntake(create_celery(settings))

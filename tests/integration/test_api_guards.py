@@ -27,7 +27,7 @@ from pipeline.config import Settings
 from pipeline.store.indices import IndexNames
 from pipeline.store.routing import source_routing
 from workers.app import MemqCelery
-from workers.intake import CeleryIntake
+from workers.serving import CeleryIntake
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from pipeline.store.indices import IndexNames
 from tests.doubles import HashEmbedder
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
-from workers.intake import celery_intake
+from workers.serving import celery_intake
 
 pytestmark = pytest.mark.integration
 

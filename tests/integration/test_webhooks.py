@@ -21,7 +21,7 @@ from pipeline.jobs import JobStatus
 from pipeline.store.elastic import ElasticStore
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
-from workers.intake import CeleryIntake
+from workers.serving import CeleryIntake
 
 pytestmark = pytest.mark.integration
 

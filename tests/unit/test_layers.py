@@ -1,11 +1,14 @@
 """The package picture holds: ``pipeline`` (the domain) imports neither Celery nor FastAPI,
 and nothing under it reaches back up into ``workers``, ``api`` or ``memq``; ``api`` imports no
 Elasticsearch client of its own (it reaches the node through the store) and no Celery, and
-names ``workers`` in one place only: ``api.resources``, where its default intake is made."""
+names ``workers`` in one place only: ``api.resources``, where its default intake is made. The
+modules of ``workers`` import one another without a cycle, counting the imports made inside
+functions, which would otherwise hide one."""
 
 from __future__ import annotations
 
 import ast
+from graphlib import TopologicalSorter
 from pathlib import Path
 
 import pytest
@@ -44,3 +47,27 @@ def test_a_package_imports_nothing_above_or_beside_its_layer(
 def test_the_api_names_the_workers_only_where_its_default_intake_is_made() -> None:
     naming = sorted(f for f, names in imported("api").items() if "workers" in names)
     assert naming == ["api/resources.py"]
+
+
+def modules_imported(path: Path, package: str) -> set[str]:
+    """The modules of ``package`` that the file at ``path`` imports, at its top or anywhere
+    else (a function body, a ``TYPE_CHECKING`` block)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in names if name.split(".")[0] == package}
+
+
+def test_the_workers_modules_import_one_another_without_a_cycle() -> None:
+    modules = {f"workers.{path.stem}": path for path in sorted((ROOT / "workers").glob("*.py"))}
+    graph = {
+        name: modules_imported(path, "workers") & modules.keys() - {name}
+        for name, path in modules.items()
+    }
+    assert graph["workers.serving"] >= {"workers.app", "workers.intake", "workers.chat"}
+    order = list(TopologicalSorter(graph).static_order())  # CycleError names the cycle
+    assert set(order) == modules.keys()

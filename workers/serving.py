@@ -1,0 +1,60 @@
+"""The intake of a serving process (the API, the MCP server): ``pipeline.intake.Intake`` over a
+Celery app of its own. It stands above the modules it joins (``workers.app``, ``intake``,
+``chat``, ``erase``) and none of them imports it, so every import here is at the top of the
+module and hides no cycle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.chat import ChatEvent
+from pipeline.config import Settings
+from pipeline.intake import Accepted
+from pipeline.jobs import JobRecord
+from pipeline.models import AddRequest
+from workers.app import create_celery
+from workers.chat import accept_event
+from workers.erase import erase_user_everywhere
+from workers.intake import replay, submit
+from workers.runtime import MemqCelery
+
+__all__ = ["CeleryIntake", "celery_intake"]
+
+
+class CeleryIntake:
+    """``pipeline.intake.Intake`` over one Celery app: jobs go to its broker and queues, their
+    state to its Redis, their records to its store."""
+
+    def __init__(self, app: MemqCelery) -> None:
+        self.app = app
+
+    def submit(
+        self,
+        request: AddRequest,
+        idempotency_key: str | None = None,
+        batch_id: str | None = None,
+        backfill: bool = False,
+    ) -> Accepted:
+        return submit(self.app, request, idempotency_key, batch_id, backfill)
+
+    def replay(self, job_id: str) -> JobRecord:
+        return replay(self.app, job_id)
+
+    def accept_chat(self, event: ChatEvent) -> bool:
+        return accept_event(self.app, event)
+
+    def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
+        chat_tenant = self.app.runtime.settings.chat.tenant
+        return erase_user_everywhere(self.app, tenant, user_id, chat_tenant)
+
+
+def celery_intake(settings: Settings) -> CeleryIntake:
+    """The intake of a serving process: a Celery app of its own for ``settings``, every task
+    registered (chat flushes are sent by name). When tracing is configured, the tasks it sends
+    carry the current trace, which the workers continue."""
+    if settings.otel_endpoint is not None:
+        # an optional instrumentation, loaded only where tracing is on (no cycle behind it)
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+        CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
+    return CeleryIntake(create_celery(settings))
