@@ -245,8 +245,11 @@ def test_a_cpu_worker_killed_in_retrieve_costs_seconds_and_its_session_goes_on(
     marker = f"jazz-{uuid.uuid4().hex[:6]}"
     stack.model.script_embeddings(Delay(HOLD_S, Normal()))  # retrieve's embedding is held open
     first = submit(stack.app, ask(scope, f"likes {marker}")).record.job_id
-    second = submit(stack.app, ask(scope, f"hums {marker} tunes")).record.job_id
     wait_for("the held embedding", lambda: requests_saying(stack, "/embeddings", marker))
+    # The session's next job only now: queued before the first batch started, its new turn
+    # would be embedded ahead on the CPU queue beside retrieve (``memq.batch.prepare``), and
+    # the held call could be that one, leaving the kill to land in another phase.
+    second = submit(stack.app, ask(scope, f"hums {marker} tunes")).record.job_id
     stack.cpu.sigkill()
     back = stack.restart(stack.cpu)
 
