@@ -985,9 +985,10 @@ def main(argv: list[str] | None = None) -> int:
         if realistic:
             bench.llm.provider = REALISTIC
         results = run_rounds(bench, args.rounds, args.baseline, args.modes)
+        convs = bench.convs
     print(table(results, args.conversations))
     if realistic:
-        print(order_bound(conversations(args.conversations, args.users), REALISTIC))
+        print(order_bound(convs, REALISTIC))
     return 0
 
 
