@@ -21,12 +21,12 @@ from typing import Annotated, Literal, cast
 import redis
 from fastapi import Depends, Request
 from limits import RateLimitItem, RateLimitItemPerSecond
-from limits.storage import RedisStorage
+from limits.storage import MemoryStorage, RedisStorage
 from limits.strategies import FixedWindowRateLimiter
 
 from api.deps import PrincipalDep
 from pipeline.config import ApiConfig
-from pipeline.errors import MemqError
+from pipeline.errors import MemqError, TransientError
 from pipeline.listing import PIT_KEEP_ALIVE_S
 from pipeline.redis_errors import redis_errors
 
@@ -48,6 +48,7 @@ class TenantLimits:
         self.client = client
         self.prefix = f"memq:{namespace}"
         self.limiter = FixedWindowRateLimiter(RedisStorage(url))
+        self.local = FixedWindowRateLimiter(MemoryStorage())
         self.items: dict[Path, RateLimitItem | None] = {
             "write": per_window(config.rate_write_per_s, config.rate_window_s),
             "search": per_window(config.rate_search_per_s, config.rate_window_s),
@@ -56,14 +57,19 @@ class TenantLimits:
 
     def charge(self, tenant: str, path: Path, cost: int = 1) -> None:
         """Count ``cost`` requests of ``tenant`` on ``path``; ``RateLimitedError`` when over.
-        A cost above the limit counts as the whole second's worth (it could never pass else)."""
+        A cost above the limit counts as the whole second's worth (it could never pass else).
+        While Redis cannot be reached, each process counts on its own (``local``): the limit
+        still holds per process, and the intake keeps accepting work through the outage."""
         item = self.items[path]
         if item is None:
             return
-        with redis_errors("count requests"):
-            if self.limiter.hit(item, self.prefix, tenant, path, cost=min(cost, item.amount)):
-                return
-            reset_at = self.limiter.get_window_stats(item, self.prefix, tenant, path).reset_time
+        try:
+            with redis_errors("count requests"):
+                reset_at = over_limit(self.limiter, item, (self.prefix, tenant, path), cost)
+        except TransientError:
+            reset_at = over_limit(self.local, item, (self.prefix, tenant, path), cost)
+        if reset_at is None:
+            return
         raise RateLimitedError(
             f"over {item.amount} {path} requests in {item.multiples} s for this tenant",
             math.ceil(reset_at - time.time()),
@@ -99,6 +105,16 @@ class TenantLimits:
     def cursor_closed(self, tenant: str, cursor: str) -> None:
         with redis_errors("count open cursors"):
             self.client.zrem(self._cursors(tenant), _pit_of(cursor))
+
+
+def over_limit(
+    limiter: FixedWindowRateLimiter, item: RateLimitItem, names: tuple[str, ...], cost: int
+) -> float | None:
+    """Count ``cost`` hits on ``item`` under ``names``: None when allowed, else when the
+    window resets (epoch seconds)."""
+    if limiter.hit(item, *names, cost=min(cost, item.amount)):
+        return None
+    return float(limiter.get_window_stats(item, *names).reset_time)
 
 
 def per_window(rate_per_s: int, window_s: int) -> RateLimitItem | None:

@@ -334,6 +334,9 @@ class ApiConfig(_Section):
     # How long an API process trusts a tenant key it has read (0: read it on every request).
     # A revocation is seen at once by the process that made it, within this by the others.
     key_cache_s: float = Field(default=5.0, ge=0, le=300)
+    # While Elasticsearch cannot be reached, a key read within this many seconds still
+    # authenticates (its revocation could not be recorded either), so adds keep being accepted.
+    key_stale_s: float = Field(default=3600.0, ge=0, le=86_400)
 
     @field_validator("admin_key")
     @classmethod

@@ -49,6 +49,11 @@ class Intake(Protocol):
         """Buffer a verified chat-platform message; False when it repeats one already taken."""
         ...
 
+    def held_job(self, job_id: str) -> JobRecord | None:
+        """The ``queued`` record of a job accepted while Elasticsearch was down and not yet
+        recorded there (rebuilt from its state); None for any other job."""
+        ...
+
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         """Erase a user's data everywhere memq keeps it: ``{"erased": counts per place,
         "in_flight": ids of the user's jobs that were not finished}``."""

@@ -57,6 +57,8 @@ class JobRecord(BaseModel):
     batch_id: str | None = None
     attempts: int = 0
     backfill: bool = False
+    # accepted while Redis was down: in no session line yet (``workers.intake.drain_parked``)
+    parked: bool = False
     counts: dict[str, int] = Field(default_factory=dict)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     reason: str | None = None

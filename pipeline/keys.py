@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from pipeline.errors import NotFoundError
+from pipeline.errors import NotFoundError, TransientError
 from pipeline.store.protocol import KeyRecords
 
 _TOKEN = re.compile(r"^mq_(?P<id>[0-9a-f]{16})_(?P<secret>[A-Za-z0-9_-]{20,100})$")
@@ -48,9 +48,10 @@ def _digest(secret: str) -> str:
 class KeyStore:
     """Keys over the store's key documents (``KeyRecords``); its errors pass through."""
 
-    def __init__(self, records: KeyRecords, cache_s: float = 0.0) -> None:
+    def __init__(self, records: KeyRecords, cache_s: float = 0.0, stale_s: float = 0.0) -> None:
         self.records = records
         self.cache_s = cache_s
+        self.stale_s = stale_s
         self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
@@ -96,13 +97,21 @@ class KeyStore:
         return self.records.list_keys(tenant)
 
     def _cached(self, key_id: str) -> dict[str, Any] | None:
-        """The key's document, read at most once per ``cache_s`` (only keys that exist)."""
+        """The key's document, read at most once per ``cache_s`` (only keys that exist). While
+        the store cannot be reached, a key read in the last ``stale_s`` still authenticates:
+        the store that would hold its revocation is down, so nothing newer can be known, and
+        the intake keeps accepting work (docs/ARCHITECTURE.md, the failure model)."""
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(key_id)
         if hit is not None and hit[0] > now:
             return hit[1]
-        stored = self.records.get_key(key_id)
+        try:
+            stored = self.records.get_key(key_id)
+        except TransientError:
+            if hit is not None and hit[0] + self.stale_s > now:
+                return hit[1]
+            raise
         if stored is not None and self.cache_s > 0:
             with self._lock:
                 self._cache[key_id] = (now + self.cache_s, stored)

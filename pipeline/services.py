@@ -48,7 +48,8 @@ class Services:
 
     @cached_property
     def keys(self) -> KeyStore:
-        return KeyStore(self.store, self.settings.api.key_cache_s)
+        api = self.settings.api
+        return KeyStore(self.store, api.key_cache_s, api.key_stale_s)
 
     @cached_property
     def deps(self) -> Deps:

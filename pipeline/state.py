@@ -110,6 +110,9 @@ class JobState(BaseModel):
     batch_id: str | None = None
     attempts: int = 0  # how many times the job was replayed
     backfill: bool = False  # runs on the backfill queue (and so does its replay)
+    # accepted while Elasticsearch was down: in its session's line, but not started until its
+    # record is written (``workers.intake.record_held``)
+    unrecorded: bool = False
     run: str | None = None  # the worker batch that runs the job now (its phase tasks' batch id)
     batch_size: int = 1  # how many jobs that batch started with
     retries: int = 0  # times the job was sent on alone to retry a phase

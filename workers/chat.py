@@ -2,7 +2,8 @@
 flushed as ONE job once the conversation has been quiet for ``MEMQ_CHAT_DEBOUNCE_S``.
 
 The API only calls ``accept_event`` (a few Redis commands: well within the platforms' 3 s
-deadlines); the flush is a task that re-schedules itself until the burst is over.
+deadlines); the flush is a task that re-schedules itself until the burst is over. While Redis
+is down, an event becomes a job of its own, parked in Elasticsearch by the intake.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
 from pipeline.chat import ChatEvent
@@ -39,11 +41,26 @@ def accept_event(app: MemqCelery, event: ChatEvent) -> bool:
     runtime, chat = app.runtime, app.runtime.settings.chat
     check_event(event, chat.tenant)
     buffer = runtime.chat_buffer
-    if not buffer.first_time(event):
-        return False
-    if buffer.push(event, runtime.clock(), chat.max_buffered):
-        schedule_flush(app, event.conversation, chat.debounce_s)
+    try:
+        if not buffer.first_time(event):
+            return False
+        if buffer.push(event, runtime.clock(), chat.max_buffered):
+            schedule_flush(app, event.conversation, chat.debounce_s)
+    except (TransientError, OperationalError) as exc:
+        log.warning("chat buffer unreachable (%s): event %s queued alone", exc, event.event_id)
+        return accept_alone(app, event)
     return True
+
+
+def accept_alone(app: MemqCelery, event: ChatEvent) -> bool:
+    """The event as a job of its own, for when its buffer (Redis) cannot be reached: the intake
+    parks it in Elasticsearch, so the platform is answered at once and the message is kept.
+    Its id is the event's, so the platform's retries of it make no second job (and a copy that
+    the buffer did take before failing adds no second memory: dedup is by text within the
+    scope). ``TransientError`` when Elasticsearch is down too."""
+    tenant = app.runtime.settings.chat.tenant
+    key = f"chat\x1f{event.platform}\x1f{event.event_id}"
+    return submit(app, conversation_request([event], tenant), idempotency_key=key).created
 
 
 def schedule_flush(app: MemqCelery, conversation: str, countdown: float) -> None:

@@ -23,7 +23,15 @@ from pipeline.state import JobState
 from workers.batches import make_ready
 from workers.runtime import MemqCelery
 
-__all__ = ["Accepted", "finish_intakes", "replay", "submit"]
+__all__ = [
+    "Accepted",
+    "drain_parked",
+    "finish_intakes",
+    "held_job",
+    "record_held",
+    "replay",
+    "submit",
+]
 
 log = logging.getLogger("memq.worker")
 
@@ -43,7 +51,13 @@ def submit(
     backfill: bool = False,
 ) -> Accepted:
     """Accept ``request`` as a job, or return the job it already is. One Elasticsearch request
-    either way (``ElasticStore.create_job``)."""
+    either way (``ElasticStore.create_job``).
+
+    Either store may be down (the failure model in docs/ARCHITECTURE.md): with Redis down the
+    job is recorded in Elasticsearch as ``parked`` (``park``), with Elasticsearch down it joins
+    its line in Redis unrecorded (``hold_unrecorded``); both down raises ``TransientError``.
+    While this process knows of parked jobs not yet in their lines, it parks new ones too, so
+    a session's jobs join their line in the order they were accepted."""
     runtime = app.runtime
     job_id = job_id_for(request, idempotency_key)
     now = runtime.clock()
@@ -51,16 +65,165 @@ def submit(
         job_id=job_id, request=request, received_at=now, batch_id=batch_id, backfill=backfill
     )
     record = job_record(state, JobStatus.QUEUED, now)
-    begun = runtime.states.intake_begun(job_id, now)
-    existing = runtime.store.create_job(record)
+    if runtime.parking.pending and not drain_parked(app, fresh=True):
+        try:
+            return park(app, record)
+        except TransientError:
+            pass  # Elasticsearch is down now: the job is held in Redis below
+    try:
+        begun = runtime.states.intake_begun(job_id, now)
+    except TransientError as exc:
+        log.warning("Redis is unreachable (%s): job %s parked in Elasticsearch", exc, job_id)
+        return park(app, record)
+    try:
+        existing = runtime.store.create_job(record)
+    except TransientError as exc:
+        log.warning("Elasticsearch is unreachable (%s): job %s held in Redis", exc, job_id)
+        return hold_unrecorded(app, state, record)
     if existing is None:
-        enqueue(app, state)
+        enqueue_or_park(app, state)
         return Accepted(record, created=True)
     if existing.status == JobStatus.QUEUED and not runtime.states.exists(job_id):
-        enqueue(app, state_of(existing))  # accepted, but its intake never started it
+        enqueue_or_park(app, state_of(existing))  # accepted, but its intake never started it
     elif begun:
         runtime.states.intake_done(job_id)
     return Accepted(existing, created=False)
+
+
+def enqueue_or_park(app: MemqCelery, state: JobState) -> None:
+    """``enqueue`` a recorded job; when Redis or the broker refuses it, mark its record parked
+    instead (its line joined once Redis is back). ``TransientError`` only when Elasticsearch
+    refuses that too: the record stays ``queued`` in the ledger of intakes, which the reaper
+    finishes."""
+    try:
+        enqueue(app, state)
+    except TransientError as exc:
+        log.warning("could not start job %s (%s): parked", state.job_id, exc)
+        record = job_record(state, JobStatus.QUEUED, app.runtime.clock())
+        app.runtime.store.save_job(record.model_copy(update={"parked": True}))
+        app.runtime.parking.pending = True
+
+
+def park(app: MemqCelery, record: JobRecord) -> Accepted:
+    """Accept a job with Elasticsearch alone (Redis is down, or parked jobs wait to join their
+    lines): its record, marked ``parked``, holds the whole request; ``drain_parked`` moves it
+    into its session's line once Redis answers. Raises ``TransientError`` when Elasticsearch
+    is down too (the caller gets 503: nothing was accepted)."""
+    parked = record.model_copy(update={"parked": True})
+    existing = app.runtime.store.create_job(parked)
+    if existing is not None:
+        return Accepted(existing, created=False)
+    app.runtime.parking.pending = True
+    return Accepted(parked, created=True)
+
+
+def hold_unrecorded(app: MemqCelery, state: JobState, record: JobRecord) -> Accepted:
+    """Accept a job with Redis alone (Elasticsearch is down): its state joins its session's
+    line marked ``unrecorded``, and nothing starts it until ``record_held`` has written its
+    record (or found the job known and ended). Raises ``TransientError`` when Redis fails too.
+    A job whose state exists is known and under way: returned as it is, not accepted twice."""
+    states = app.runtime.states
+    if states.exists(state.job_id):
+        return Accepted(record, created=False)
+    states.note_unrecorded(state.job_id, state.received_at)
+    states.enter(state.with_(unrecorded=True), state.received_at)
+    states.intake_done(state.job_id)
+    return Accepted(record, created=True)
+
+
+DRAIN_BATCH = 200
+DRAIN_LEASE_S = 30.0
+
+
+def drain_parked(app: MemqCelery, fresh: bool = False) -> bool:
+    """Move parked jobs into their session lines, oldest first, and start those that head
+    them; True when none is left. One process drains at a time (a Redis lock), so a session's
+    parked jobs join its line in acceptance order. A job already in its line (a drain that died
+    before unparking it) is only unparked. Never raises: a store still down leaves the rest
+    for the next drain (the reaper's, every few seconds, or the next submit of this process).
+    ``fresh``: read the records just written too (a refresh of the jobs index)."""
+    runtime, owner = app.runtime, uuid.uuid4().hex
+    try:
+        if not runtime.states.take_drain(owner, DRAIN_LEASE_S):
+            return False
+        try:
+            left = _drain_once(app, fresh)
+        finally:
+            runtime.states.end_drain(owner)
+    except (TransientError, OperationalError) as exc:
+        log.warning("parked jobs not moved yet: %s", exc)
+        return False
+    if not left:
+        runtime.parking.pending = False
+    return not left
+
+
+def _drain_once(app: MemqCelery, fresh: bool) -> bool:
+    """One page of parked jobs into their lines; True when more may be left."""
+    runtime = app.runtime
+    records = runtime.store.parked_jobs(DRAIN_BATCH, fresh=fresh)
+    moved: list[str] = []
+    try:
+        for record in records:
+            if not runtime.states.exists(record.job_id):
+                enqueue(app, state_of(record))
+            moved.append(record.job_id)
+    finally:
+        runtime.store.unpark_jobs(moved)
+    if records:
+        log.warning("%d parked job(s) joined their session lines", len(moved))
+    return len(records) == DRAIN_BATCH
+
+
+def record_held(app: MemqCelery, limit: int = DRAIN_BATCH) -> None:
+    """Write the records of jobs accepted while Elasticsearch was down (oldest first), then let
+    them start: a job heading its line is made ready; one behind others waits for its turn.
+    A job whose record shows it known and no longer queued (the same conversation sent again
+    during the outage, after it had run) leaves its line instead: it is not run twice. A held
+    job whose state is gone (erased) is forgotten."""
+    runtime = app.runtime
+    job_ids = runtime.states.unrecorded(limit)
+    if not job_ids:
+        return
+    for job_id, state in zip(job_ids, runtime.states.load_many(job_ids), strict=True):
+        if state is not None:
+            _record_one(app, state)
+        runtime.states.recorded(job_id)
+
+
+def _record_one(app: MemqCelery, state: JobState) -> None:
+    runtime = app.runtime
+    existing = runtime.store.create_job(job_record(state, JobStatus.QUEUED, state.received_at))
+    if existing is not None and existing.status != JobStatus.QUEUED:
+        log.warning(
+            "job %s was accepted again while it had %s: not run again",
+            state.job_id,
+            existing.status,
+        )
+        withdraw(app, state)
+        return
+    runtime.states.save(state.with_(unrecorded=False))
+    if runtime.states.heads_line(state.request.scope.key, state.job_id):
+        make_ready(app, state.job_id, state.backfill)
+
+
+def withdraw(app: MemqCelery, state: JobState) -> None:
+    """Take a held job out of its line and forget it; the job behind it gets its turn."""
+    runtime = app.runtime
+    following = runtime.states.leave_line(state.request.scope.key, state.job_id)
+    runtime.states.forget(state.job_id, state.attempts)
+    waiting = runtime.states.load(following) if following is not None else None
+    if waiting is not None and not waiting.unrecorded:
+        make_ready(app, waiting.job_id, waiting.backfill)
+
+
+def held_job(app: MemqCelery, job_id: str) -> JobRecord | None:
+    """The ``queued`` record of a job held in Redis unrecorded (``hold_unrecorded``), rebuilt
+    from its state, so its caller can follow it before the record is written; else None."""
+    state = app.runtime.states.load(job_id)
+    if state is None or not state.unrecorded:
+        return None
+    return job_record(state, JobStatus.QUEUED, state.received_at)
 
 
 def state_of(record: JobRecord) -> JobState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -62,6 +62,15 @@ class MemqCelery(Celery):
         self.keeper = Keeper(lambda: self.runtime.leases, settings.worker, reap=lambda: None)
 
 
+@dataclass
+class Parking:
+    """What one process knows of the jobs it parked (``workers.intake.park``): ``pending``
+    while some may not have joined their lines yet; its submits park too until a drain finds
+    none left, so a session's jobs join their line in the order they were accepted."""
+
+    pending: bool = False
+
+
 class Runtime:
     """What a task needs besides its message."""
 
@@ -84,6 +93,10 @@ class Runtime:
     @cached_property
     def leases(self) -> RunLeases:
         return RunLeases(self.redis, self.settings.es.index_prefix)
+
+    @cached_property
+    def parking(self) -> Parking:
+        return Parking()
 
     @cached_property
     def chat_buffer(self) -> ChatBuffer:

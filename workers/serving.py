@@ -15,7 +15,7 @@ from pipeline.models import AddRequest
 from workers.app import create_celery
 from workers.chat import accept_event
 from workers.erase import erase_user_everywhere
-from workers.intake import replay, submit
+from workers.intake import held_job, replay, submit
 from workers.runtime import MemqCelery
 
 __all__ = ["CeleryIntake", "celery_intake"]
@@ -42,6 +42,9 @@ class CeleryIntake:
 
     def accept_chat(self, event: ChatEvent) -> bool:
         return accept_event(self.app, event)
+
+    def held_job(self, job_id: str) -> JobRecord | None:
+        return held_job(self.app, job_id)
 
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         chat_tenant = self.app.runtime.settings.chat.tenant

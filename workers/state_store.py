@@ -346,6 +346,49 @@ class RedisStateStore:
     def _intakes(self) -> str:
         return f"{self.prefix}:intakes"
 
+    # -- jobs accepted while Elasticsearch was down: in their lines, waiting for a record ------
+
+    def note_unrecorded(self, job_id: str, now: datetime) -> None:
+        """The job was accepted without its record (Elasticsearch down): it is to be recorded
+        (``unrecorded``, oldest first) before it may start."""
+        with redis_errors("note a job without a record"):
+            self.client.zadd(self._unrecorded, {job_id: now.timestamp()}, nx=True)
+
+    def unrecorded(self, limit: int) -> list[str]:
+        """Jobs accepted without a record, oldest first."""
+        with redis_errors("list jobs without a record"):
+            raw = self.client.zrange(self._unrecorded, 0, limit - 1)
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+
+    def recorded(self, *job_ids: str) -> None:
+        if job_ids:
+            with redis_errors("note jobs recorded"):
+                self.client.zrem(self._unrecorded, *job_ids)
+
+    @property
+    def _unrecorded(self) -> str:
+        return f"{self.prefix}:unrecorded"
+
+    def heads_line(self, session_key: str, job_id: str) -> bool:
+        """Whether ``job_id`` is first in its session's line."""
+        with redis_errors("check the session line"):
+            return self._head(self._session(session_key)) == job_id
+
+    def take_drain(self, owner: str, ttl_s: float) -> bool:
+        """The one process that moves parked jobs into their lines for the next ``ttl_s``
+        (``workers.intake.drain_parked``): two at once could interleave a session's jobs."""
+        with redis_errors("take the drain of parked jobs"):
+            return bool(self.client.set(self._drain, owner, nx=True, px=int(ttl_s * 1000)))
+
+    def end_drain(self, owner: str) -> None:
+        with redis_errors("end the drain of parked jobs"):
+            if self.client.get(self._drain) == owner.encode():
+                self.client.delete(self._drain)
+
+    @property
+    def _drain(self) -> str:
+        return f"{self.prefix}:drain-parked"
+
     def take_turn(self, job_id: str, attempt: int, owner: str) -> bool:
         """True for the one chain (``owner``, a task id) that runs this attempt of the job, and
         again for that same task when it is delivered a second time; False for any other chain

@@ -50,7 +50,7 @@ from workers.batches import (
     send_alone,
     send_gather,
 )
-from workers.intake import finish_intakes
+from workers.intake import drain_parked, finish_intakes, record_held
 from workers.keeper import Held
 from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import (
@@ -322,8 +322,9 @@ LINES_PER_SWEEP = 500
 def reap(app: MemqCelery) -> None:
     """Take every run whose lease lapsed and recover it (``recover_run``), look at a slice of
     the session lines for a head that nothing runs (``rescue_heads``), finish the intakes that
-    died between a job's record and its start (``finish_intakes``), and send a gather to each
-    lane that has jobs ready (``nudge_lanes``)."""
+    died between a job's record and its start (``finish_intakes``), take in the jobs accepted
+    while a store was down (``take_in_held_jobs``), and send a gather to each lane that has
+    jobs ready (``nudge_lanes``)."""
     leases = app.runtime.leases
     now = app.runtime.clock().timestamp()
     for run_id in leases.lapsed(now):
@@ -334,8 +335,20 @@ def reap(app: MemqCelery) -> None:
             log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
             recover_run(app, record)
     rescue_heads(app, app.runtime.states.line_heads(LINES_PER_SWEEP), now)
+    take_in_held_jobs(app)
     finish_intakes(app, now - app.runtime.settings.worker.orphan_after_s)
     nudge_lanes(app)
+
+
+def take_in_held_jobs(app: MemqCelery) -> None:
+    """Jobs accepted while one store was down: records written for those held in Redis
+    (``record_held``), lines joined by those parked in Elasticsearch (``drain_parked``). Each
+    is tried whatever the other does; a store still down leaves its part for the next sweep."""
+    try:
+        record_held(app)
+    except TransientError as exc:
+        log.warning("jobs accepted without a record wait for Elasticsearch: %s", exc)
+    drain_parked(app)
 
 
 def nudge_lanes(app: MemqCelery) -> None:
@@ -389,6 +402,8 @@ def rescue_heads(app: MemqCelery, heads: list[tuple[str, str]], now: float) -> N
         elif state.run is not None:
             if state.run not in live:
                 send_on_runless(app, state)
+        elif state.unrecorded:
+            continue  # accepted while Elasticsearch was down: record_held starts it
         elif now - (accepted.get(job_id) or now) > runtime.settings.worker.orphan_after_s:
             start_orphan(app, state)
 

@@ -33,7 +33,9 @@ def hand_on(app: MemqCelery, ended: list[tuple[str, str]]) -> None:
     try:
         lanes: dict[bool, list[str]] = {}
         for job_id, state in zip(following, runtime.states.load_many(following), strict=True):
-            if state is not None:  # lost; the reaper's walk of the lines takes it out of the line
+            # lost: the reaper's walk of the lines takes it out of the line; unrecorded: it
+            # starts once its record is written (``workers.intake.record_held``)
+            if state is not None and not state.unrecorded:
                 lanes.setdefault(state.backfill, []).append(job_id)
         for backfill, job_ids in lanes.items():
             make_ready_all(app, job_ids, backfill)

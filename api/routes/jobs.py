@@ -10,7 +10,8 @@ from api.convert import add_request, job_public
 from api.deps import IdPath, IntakeDep, PrincipalDep, SettingsDep, StoreDep
 from api.limits import WriteLimited
 from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
-from pipeline.errors import NotFoundError
+from pipeline.errors import NotFoundError, TransientError
+from pipeline.intake import Intake
 from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.store.protocol import ServingStore
@@ -19,8 +20,18 @@ from pipeline.webhook import tenant_signing_key
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-def own_job(store: ServingStore, principal: Principal, job_id: str) -> JobRecord:
-    record = store.get_job(job_id)
+def own_job(
+    store: ServingStore, principal: Principal, job_id: str, intake: Intake | None = None
+) -> JobRecord:
+    """The caller's job. With ``intake``, a job accepted while Elasticsearch was down is found
+    in Redis before its record is written, and while Elasticsearch is still down."""
+    try:
+        record = store.get_job(job_id)
+    except TransientError:
+        if intake is None or (record := intake.held_job(job_id)) is None:
+            raise
+    if record is None and intake is not None:
+        record = intake.held_job(job_id)
     if record is None or record.tenant != principal.tenant:
         raise NotFoundError(f"no job {job_id}")
     return record
@@ -38,9 +49,11 @@ def webhook_secret(settings: SettingsDep, principal: PrincipalDep) -> dict[str, 
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, name="get_job")
-def get_job(job_id: IdPath, store: StoreDep, principal: PrincipalDep) -> JobPublic:
+def get_job(
+    job_id: IdPath, store: StoreDep, intake: IntakeDep, principal: PrincipalDep
+) -> JobPublic:
     """Status (queued, running, succeeded, failed, dead), phase, timings, results, errors."""
-    return job_public(own_job(store, principal, job_id))
+    return job_public(own_job(store, principal, job_id, intake))
 
 
 @router.post(

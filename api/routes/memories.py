@@ -41,7 +41,7 @@ from api.schemas import (
     SearchResults,
 )
 from pipeline import crud
-from pipeline.errors import InvalidInputError
+from pipeline.errors import InvalidInputError, TransientError
 from pipeline.intake import Intake
 from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
@@ -80,7 +80,10 @@ async def wait_for(store: ServingStore, record: JobRecord, timeout_s: float) -> 
     deadline = time.monotonic() + timeout_s
     while not record.ended and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-        latest: JobRecord | None = await run_in_threadpool(store.get_job, record.job_id)
+        try:
+            latest: JobRecord | None = await run_in_threadpool(store.get_job, record.job_id)
+        except TransientError:  # the store is down: the job was accepted, keep waiting
+            latest = None
         record = latest or record
     if record.ended:
         await run_in_threadpool(store.make_visible)

@@ -20,7 +20,7 @@ from elasticsearch import Elasticsearch, NotFoundError
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import TransientError
 from pipeline.health import elasticsearch_health
-from pipeline.jobs import JobRecord
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.client import error_reason, es_errors, item_error
 from pipeline.store.indices import IndexNames, Kind, ensure_indices
@@ -598,6 +598,45 @@ class ElasticStore:
         if reply["result"] == "created":
             return None
         return JobRecord.model_validate(reply["get"]["_source"])
+
+    def parked_jobs(self, limit: int, fresh: bool = False) -> list[JobRecord]:
+        """Jobs accepted while Redis was down and not yet in their session's lines: ``queued``
+        records marked ``parked``, oldest first. ``fresh``: refresh the jobs index first, so a
+        record written a moment ago is seen (a search sees only refreshed documents)."""
+        query = {
+            "bool": {
+                "filter": [
+                    {"term": {"parked": True}},
+                    {"term": {"status": JobStatus.QUEUED.value}},
+                ]
+            }
+        }
+        with es_errors("list parked jobs"):
+            if fresh:
+                self.client.indices.refresh(index=self.names.jobs)
+            hits = self.client.search(
+                index=self.names.jobs,
+                query=query,
+                sort=[{"created_at": "asc"}, {"job_id": "asc"}],
+                size=limit,
+            ).body["hits"]["hits"]
+        return [JobRecord.model_validate(hit["_source"]) for hit in hits]
+
+    def unpark_jobs(self, job_ids: Sequence[str]) -> None:
+        """Clear ``parked`` on these records (their jobs joined their lines). A record the
+        workers rewrote meanwhile is rewritten unparked anyway; a missing one is skipped."""
+        actions: list[dict[str, Any]] = []
+        for job_id in job_ids:
+            actions.append({"update": {"_index": self.names.jobs, "_id": job_id}})
+            actions.append({"doc": {"parked": False}})
+        if not actions:
+            return
+        with es_errors("unpark jobs"):
+            body = self._bulk(operations=actions)
+        for item in body["items"] if body.get("errors") else []:
+            result = item["update"]
+            if result.get("error") and result["status"] != 404:
+                raise TransientError(f"unpark jobs: {error_reason(result['error'])}")
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with es_errors(f"read job {job_id}"):

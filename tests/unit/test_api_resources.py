@@ -55,6 +55,9 @@ class ChatOnlyIntake:
         self.events.append(event)
         return True
 
+    def held_job(self, job_id: str) -> JobRecord | None:
+        return None
+
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         raise InvalidInputError("this intake takes chat events only")
 
