@@ -83,6 +83,9 @@ class JobPublic(BaseModel):
     job_id: str
     status: str
     phase: str | None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
     batch_id: str | None
     attempts: int
     counts: dict[str, int]
@@ -97,6 +100,13 @@ class JobPublic(BaseModel):
 
 MemoryPublic = MemoryView
 """A memory as the API returns it."""
+
+
+class JobPage(BaseModel):
+    """A page of jobs, newest first; ``next_cursor`` fetches the next (None: the last)."""
+
+    results: list[JobPublic]
+    next_cursor: str | None
 
 
 class MemoryPage(BaseModel):

@@ -370,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memq.reindex import add_commands as add_reindex_commands
 
     add_reindex_commands(sub)  # memq reindex
+    from memq.jobs import add_commands as add_jobs_commands
+
+    add_jobs_commands(sub)  # memq jobs
     return parser
 
 

@@ -54,6 +54,9 @@ class JobRecord(BaseModel):
     status: JobStatus
     phase: str | None = None
     session_key: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
     batch_id: str | None = None
     attempts: int = 0
     backfill: bool = False
@@ -96,6 +99,9 @@ def job_record(
         status=status,
         phase=phase,
         session_key=state.request.scope.key,
+        user_id=state.request.scope.user_id,
+        agent_id=state.request.scope.agent_id,
+        run_id=state.request.scope.run_id,
         batch_id=state.batch_id,
         attempts=state.attempts,
         backfill=state.backfill,

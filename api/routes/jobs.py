@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import Annotated
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Query, Request, status
 
 from api.convert import add_request, job_public
 from api.deps import IdPath, IntakeDep, PrincipalDep, SettingsDep, StoreDep
 from api.limits import WriteLimited
-from api.schemas import BatchAccepted, BatchCreate, BatchPublic, JobAccepted, JobPublic
-from pipeline.errors import NotFoundError, TransientError
+from api.schemas import (
+    BatchAccepted,
+    BatchCreate,
+    BatchPublic,
+    JobAccepted,
+    JobPage,
+    JobPublic,
+)
+from pipeline.errors import InvalidInputError, NotFoundError, TransientError
 from pipeline.intake import Intake
-from pipeline.jobs import JobRecord
+from pipeline.job_listing import MAX_JOB_PAGE, JobFilter
+from pipeline.job_listing import list_jobs as listed_jobs
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.keys import Principal
 from pipeline.store.protocol import ServingStore
 from pipeline.webhook import tenant_signing_key
@@ -46,6 +57,49 @@ def webhook_secret(settings: SettingsDep, principal: PrincipalDep) -> dict[str, 
         raise NotFoundError("webhook signing is not enabled on this server")
     key = tenant_signing_key(secret.get_secret_value(), principal.tenant)
     return {"key": key, "header": "X-Memq-Signature", "timestamp_header": "X-Memq-Timestamp"}
+
+
+@router.get("/jobs", response_model=JobPage)
+def list_jobs(
+    *,
+    store: StoreDep,
+    principal: PrincipalDep,
+    status: Annotated[list[str] | None, Query(max_length=10)] = None,
+    user_id: Annotated[str | None, Query(max_length=200)] = None,
+    agent_id: Annotated[str | None, Query(max_length=200)] = None,
+    run_id: Annotated[str | None, Query(max_length=200)] = None,
+    batch_id: Annotated[str | None, Query(max_length=200)] = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_JOB_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(max_length=2000)] = None,
+) -> JobPage:
+    """The caller's jobs, newest first: by status (``failed``, ``dead``, ``running``…), scope,
+    batch, and acceptance time (``since`` inclusive, ``until`` exclusive). Page with
+    ``next_cursor`` (valid for the same filters)."""
+    where = JobFilter(
+        tenant=principal.tenant,
+        statuses=job_statuses(status),
+        user_id=user_id,
+        agent_id=agent_id,
+        run_id=run_id,
+        batch_id=batch_id,
+        since=since,
+        until=until,
+    )
+    page = listed_jobs(store, where, limit, cursor)
+    return JobPage(results=[job_public(r) for r in page.jobs], next_cursor=page.cursor)
+
+
+def job_statuses(given: list[str] | None) -> tuple[JobStatus, ...]:
+    """``status`` as given (repeated, or comma-separated) as statuses; a 422 names a word that
+    is not one."""
+    words = [w.strip() for value in given or [] for w in value.split(",") if w.strip()]
+    try:
+        return tuple(JobStatus(word) for word in words)
+    except ValueError as exc:
+        known = ", ".join(s.value for s in JobStatus)
+        raise InvalidInputError(f"status must be one of {known}", field="status") from exc
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, name="get_job")

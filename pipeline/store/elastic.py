@@ -638,6 +638,12 @@ class ElasticStore:
             if result.get("error") and result["status"] != 404:
                 raise TransientError(f"unpark jobs: {error_reason(result['error'])}")
 
+    def search_jobs(self, body: dict[str, Any]) -> list[tuple[JobRecord, list[Any]]]:
+        """The jobs a listing's search body finds, each with its sort values."""
+        with es_errors("list jobs"):
+            hits = self.client.search(index=self.names.jobs, **body).body["hits"]["hits"]
+        return [(JobRecord.model_validate(hit["_source"]), hit["sort"]) for hit in hits]
+
     def get_job(self, job_id: str) -> JobRecord | None:
         with es_errors(f"read job {job_id}"):
             try:
