@@ -85,6 +85,7 @@ class JobPublic(BaseModel):
     phase: str | None
     batch_id: str | None
     attempts: int
+    request_id: str | None = None  # the X-Request-ID of the request that queued the job
     counts: dict[str, int]
     timings_ms: dict[str, float]
     reason: str | None

@@ -41,14 +41,21 @@ def submit(
     idempotency_key: str | None = None,
     batch_id: str | None = None,
     backfill: bool = False,
+    *,
+    request_id: str | None = None,
 ) -> Accepted:
     """Accept ``request`` as a job, or return the job it already is. One Elasticsearch request
-    either way (``ElasticStore.create_job``)."""
+    either way (``ElasticStore.create_job``). A new job's record names ``request_id``."""
     runtime = app.runtime
     job_id = job_id_for(request, idempotency_key)
     now = runtime.clock()
     state = JobState(
-        job_id=job_id, request=request, received_at=now, batch_id=batch_id, backfill=backfill
+        job_id=job_id,
+        request=request,
+        received_at=now,
+        batch_id=batch_id,
+        backfill=backfill,
+        request_id=request_id,
     )
     record = job_record(state, JobStatus.QUEUED, now)
     begun = runtime.states.intake_begun(job_id, now)
@@ -72,6 +79,7 @@ def state_of(record: JobRecord) -> JobState:
         batch_id=record.batch_id,
         attempts=record.attempts,
         backfill=record.backfill,
+        request_id=record.request_id,
     )
 
 

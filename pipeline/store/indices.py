@@ -174,6 +174,7 @@ def job_properties() -> dict[str, Any]:
         "phase": _KEYWORD,
         "attempts": {"type": "integer"},
         "backfill": {"type": "boolean"},
+        "request_id": _KEYWORD,
         "counts": {"type": "object", "dynamic": False},
         "timings_ms": {"type": "object", "dynamic": False},
         "reason": {"type": "text", "index": False},
