@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
@@ -13,18 +12,17 @@ from fastapi import FastAPI, Request, Response
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import error, install_error_handlers
+from api.errors import error, install_error_handlers, internal_error, log_unexpected
 from api.limits import TenantLimits
 from api.mcp import mount_mcp
 from api.metrics import Metrics
+from api.request_ids import RequestIds
 from api.resources import IntakeFactory, Resources
 from api.routes import admin, export, health, jobs, mem0, memories, webhooks
 from api.schemas import ERROR_RESPONSES
 from pipeline.config import Settings
 from pipeline.intake import Intake
 from pipeline.telemetry import configure_tracing
-
-log = logging.getLogger("memq.api")
 
 DESCRIPTION = """Long-term memory for AI agents.
 
@@ -33,7 +31,11 @@ workers turn the conversation into memories. Search them with `POST /v1/memories
 
 Every call except the health checks and the chat-platform webhooks needs a tenant's API key:
 `Authorization: Bearer mq_…` (or `Token mq_…`). Use **Authorize** to try calls from this page.
-Errors are JSON `{"error": {"type", "message", "field"}, "detail"}`."""
+Errors are JSON `{"error": {"type", "message", "field"}, "detail"}`.
+
+Every answer carries an `X-Request-ID` header: the caller's own (up to 128 token characters),
+else a new one. The id is in the server's log lines for the request, in the record of a job the
+request queued (`request_id`) and in the workers' log lines for that job; a 500 names it."""
 
 TAGS = [
     {
@@ -171,6 +173,7 @@ def create_app(
     install_error_handlers(app)
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
+    app.add_middleware(RequestIds)  # the last added is the outermost: its header goes on all
     app.router.lifespan_context = mount_mcp(app, resources)
     for router in (
         health.router,
@@ -194,8 +197,8 @@ async def count_requests(
     try:
         response = await call_next(request)
     except Exception:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        response = error(500, "internal", "internal error; the server log has the details")
+        log_unexpected(request)
+        response = internal_error(request)
     route = request.scope.get("route")
     path = getattr(route, "path", "unmatched")
     request.app.state.metrics.requests.labels(request.method, path, str(response.status_code)).inc()

@@ -1,6 +1,7 @@
 """memq's errors as HTTP answers: always JSON ``{"error": {"type", "message", "field"},
 "detail": message}`` (``detail`` is where mem0 clients read the message), never a stack trace.
-The one place exceptions become status codes."""
+The one place exceptions become status codes. A 500 (a bug) names the request id under which
+the server logged it, in its message and as ``error.request_id``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from starlette.exceptions import HTTPException
 
 from api.deps import ForbiddenError, UnauthorizedError
 from api.limits import RateLimitedError
+from api.request_ids import HEADER, request_id_of
 from pipeline.chat import SignatureError
 from pipeline.errors import (
     InvalidInputError,
@@ -31,11 +33,38 @@ log = logging.getLogger("memq.api")
 
 
 def error(
-    status: int, kind: str, message: str, field: str | None = None, retry_after_s: int = 5
+    status: int,
+    kind: str,
+    message: str,
+    field: str | None = None,
+    retry_after_s: int = 5,
+    *,
+    request_id: str | None = None,
 ) -> JSONResponse:
-    body = {"error": {"type": kind, "message": message, "field": field}, "detail": message}
-    headers = {"Retry-After": str(retry_after_s)} if status in (429, 503) else None
-    return JSONResponse(status_code=status, content=body, headers=headers)
+    """The answer for an error; with ``request_id``, the body and the headers name it."""
+    details: dict[str, Any] = {"type": kind, "message": message, "field": field}
+    headers = {"Retry-After": str(retry_after_s)} if status in (429, 503) else {}
+    if request_id is not None:
+        details["request_id"] = request_id
+        headers[HEADER] = request_id
+    body = {"error": details, "detail": message}
+    return JSONResponse(status_code=status, content=body, headers=headers or None)
+
+
+def internal_error(request: Request) -> JSONResponse:
+    """The answer for a bug, after it was logged: no detail of it, only the request id under
+    which the log has them."""
+    request_id = request_id_of(request)
+    where = f" under request id {request_id}" if request_id else ""
+    message = f"internal error; the server log has the details{where}"
+    return error(500, "internal", message, request_id=request_id)
+
+
+def log_unexpected(request: Request) -> None:
+    """Log the exception being handled, with the request's method, path and id."""
+    request_id = request_id_of(request)
+    extra = {"request_id": request_id} if request_id else None
+    log.exception("unexpected error on %s %s", request.method, request.url.path, extra=extra)
 
 
 def _status(exc: MemqError) -> tuple[int, str]:
@@ -83,10 +112,14 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MemqError)
-    async def memq_error(_: Request, exc: MemqError) -> JSONResponse:
+    async def memq_error(request: Request, exc: MemqError) -> JSONResponse:
         status, kind = _status(exc)
+        if status == 500:  # an error of ours no caller can act on: logged, and named by its id
+            log_unexpected(request)
         retry_after_s = exc.retry_after_s if isinstance(exc, RateLimitedError) else 5
-        return error(status, kind, exc.reason, getattr(exc, "field", None), retry_after_s)
+        request_id = request_id_of(request) if status == 500 else None
+        field = getattr(exc, "field", None)
+        return error(status, kind, exc.reason, field, retry_after_s, request_id=request_id)
 
     @app.exception_handler(RequestValidationError)
     async def request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -103,5 +136,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error(500, "internal", "internal error; the server log has the details")
+        # reached only by a bug outside ``count_requests`` (which answers the others), in the
+        # server's outermost layer: the request's log context has ended, so the id goes as extra
+        log_unexpected(request)
+        return internal_error(request)

@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.convert import add_request, job_public, memory_public
 from api.errors import error
+from api.request_ids import request_id_of
 from api.resources import Resources
 from api.schemas import MemoryCreate
 from pipeline import crud
@@ -150,7 +151,8 @@ class MemqTools:
 
         def accept() -> Accepted:
             body = MemoryCreate.model_validate(fields)
-            return self.resources.intake.submit(add_request(body, principal))
+            request_id = request_id_of(ctx.request_context.request)
+            return self.resources.intake.submit(add_request(body, principal), request_id=request_id)
 
         accepted = await self.call(accept)
         record = accepted.record

@@ -88,6 +88,7 @@ class JobPublic(BaseModel):
     run_id: str | None = None
     batch_id: str | None
     attempts: int
+    request_id: str | None = None  # the X-Request-ID of the request that queued the job
     counts: dict[str, int]
     timings_ms: dict[str, float]
     reason: str | None

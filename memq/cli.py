@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from pipeline.config import Settings
 from pipeline.embedding.cores import cores_file
 from pipeline.errors import MemqError
-from pipeline.logs import configure_logging
+from pipeline.logs import configure_logging, json_lines
 
 Handler = Callable[[Settings, argparse.Namespace], int]
 
@@ -55,6 +55,8 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
         "--without-gossip",
         "--without-mingle",
     ]
+    if json_lines(settings.log):  # a plain banner in a log file (an option of celery itself)
+        argv.insert(0, "--no-color")
     app = create_celery(settings)
     # A task publishing while the broker is away (its own retry, the next phase) waits for the
     # broker instead of failing: Celery turns a failed publish of a retry into a reject without
@@ -158,7 +160,8 @@ def _api(settings: Settings, args: argparse.Namespace) -> int:
 
     app = create_app(settings)
     instrument(app, settings)
-    # log_config=None: uvicorn's lines go through the logging memq configured at start
+    # log_config=None: uvicorn's lines go through the logging memq configured at start (JSON
+    # or text, no colours: pipeline.logs leaves out the coloured copy uvicorn puts on them)
     uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None)
     return 0
 

@@ -103,13 +103,15 @@ class Job(MemqModel):
     """A job: ``status`` is queued, running, succeeded, failed or dead; ``phase`` the last
     phase it reached; ``counts`` facts, stored, duplicates, entities and LLM tokens;
     ``timings_ms`` per phase; ``results`` the memories it added; ``errors`` per-item failures;
-    ``reason`` why it failed."""
+    ``reason`` why it failed; ``request_id`` the ``X-Request-ID`` of the request that queued
+    it."""
 
     job_id: str
     status: str
     phase: str | None = None
     batch_id: str | None = None
     attempts: int = 0
+    request_id: str | None = None
     counts: dict[str, int] = Field(default_factory=dict)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     reason: str | None = None

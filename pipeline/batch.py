@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from pipeline.deps import Deps
 from pipeline.errors import MemqError
+from pipeline.logs import log_context
 from pipeline.state import JobState
 
 log = logging.getLogger("memq.batch")
@@ -52,7 +53,8 @@ def shared(run: SharedRun) -> BatchRun:
         result = BatchResult()
         for state in states:
             try:
-                result.states += run([state], deps)
+                with log_context(**state.log_fields()):
+                    result.states += run([state], deps)
             except MemqError as exc:
                 result.failures[state.job_id] = exc
         return result

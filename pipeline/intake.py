@@ -36,9 +36,12 @@ class Intake(Protocol):
         idempotency_key: str | None = None,
         batch_id: str | None = None,
         backfill: bool = False,
+        request_id: str | None = None,
     ) -> Accepted:
         """Accept ``request`` as a job, or return the job it already is (same conversation,
-        or same ``idempotency_key`` of the tenant). Answers without running anything."""
+        or same ``idempotency_key`` of the tenant). Answers without running anything. A new
+        job's record names ``request_id``, the request that queued it (it has no part in the
+        job's id)."""
         ...
 
     def replay(self, job_id: str) -> JobRecord:

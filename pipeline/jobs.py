@@ -62,6 +62,7 @@ class JobRecord(BaseModel):
     backfill: bool = False
     # accepted while Redis was down: in no session line yet (``workers.intake.drain_parked``)
     parked: bool = False
+    request_id: str | None = None  # the API request that queued the job (X-Request-ID)
     counts: dict[str, int] = Field(default_factory=dict)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     reason: str | None = None
@@ -105,6 +106,7 @@ def job_record(
         batch_id=state.batch_id,
         attempts=state.attempts,
         backfill=state.backfill,
+        request_id=state.request_id,
         counts={**state.counts, "batch_size": state.batch_size},
         timings_ms=state.timings_ms,
         reason=reason,

@@ -14,6 +14,7 @@ produce float32, and Elasticsearch indexes float32.
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -35,6 +36,7 @@ __all__ = [
     "Vectors",
     "decode_vectors",
     "encode_vectors",
+    "run_log_fields",
 ]
 
 
@@ -113,6 +115,7 @@ class JobState(BaseModel):
     # accepted while Elasticsearch was down: in its session's line, but not started until its
     # record is written (``workers.intake.record_held``)
     unrecorded: bool = False
+    request_id: str | None = None  # the API request that queued the job (X-Request-ID)
     run: str | None = None  # the worker batch that runs the job now (its phase tasks' batch id)
     batch_size: int = 1  # how many jobs that batch started with
     retries: int = 0  # times the job was sent on alone to retry a phase
@@ -146,3 +149,18 @@ class JobState(BaseModel):
 
     def is_done(self, phase: Phase) -> bool:
         return phase in self.done
+
+    def log_fields(self) -> dict[str, str]:
+        """What names the job on a log line (``pipeline.logs``): its id, tenant and, when an
+        API request queued it, that request's id."""
+        fields = {"job_id": self.job_id, "tenant": self.request.scope.tenant}
+        if self.request_id is not None:
+            fields["request_id"] = self.request_id
+        return fields
+
+
+def run_log_fields(states: Sequence[JobState]) -> dict[str, str]:
+    """The log fields of a run of ``states``: its job's when it is one job (the usual run
+    under light load, so every line of its phases names it), none for a batch of several
+    (their lines about one job name it themselves)."""
+    return states[0].log_fields() if len(states) == 1 else {}

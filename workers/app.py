@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.signals import setup_logging, worker_init, worker_process_init, worker_ready
 
 from pipeline.config import Settings
 from pipeline.telemetry import configure_tracing
@@ -31,7 +31,21 @@ def create_celery(settings: Settings) -> MemqCelery:
     register_chat_tasks(app)
     connect_warm_up(app)
     connect_tracing(app)
+    keep_memq_logging()
     return app
+
+
+def keep_memq_logging() -> None:
+    """Leave the worker's logging as ``pipeline.logs.configure_logging`` set it at process
+    start: Celery sets up none of its own while ``setup_logging`` has a receiver. (Its own would
+    add handlers with its coloured text format to its task and multiprocessing loggers, whose
+    lines would then not be JSON.) The worker's ``--loglevel`` still sets the level."""
+
+    def keep(loglevel: int | str | None = None, **_: Any) -> None:
+        if loglevel:
+            logging.getLogger().setLevel(loglevel)
+
+    setup_logging.connect(keep, weak=False, dispatch_uid="memq.keep_memq_logging")
 
 
 def connect_warm_up(app: MemqCelery) -> None:

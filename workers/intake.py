@@ -49,6 +49,8 @@ def submit(
     idempotency_key: str | None = None,
     batch_id: str | None = None,
     backfill: bool = False,
+    *,
+    request_id: str | None = None,
 ) -> Accepted:
     """Accept ``request`` as a job, or return the job it already is. One Elasticsearch request
     either way (``ElasticStore.create_job``).
@@ -57,12 +59,18 @@ def submit(
     job is recorded in Elasticsearch as ``parked`` (``park``), with Elasticsearch down it joins
     its line in Redis unrecorded (``hold_unrecorded``); both down raises ``TransientError``.
     While this process knows of parked jobs not yet in their lines, it parks new ones too, so
-    a session's jobs join their line in the order they were accepted."""
+    a session's jobs join their line in the order they were accepted. A new job's record names
+    ``request_id``."""
     runtime = app.runtime
     job_id = job_id_for(request, idempotency_key)
     now = runtime.clock()
     state = JobState(
-        job_id=job_id, request=request, received_at=now, batch_id=batch_id, backfill=backfill
+        job_id=job_id,
+        request=request,
+        received_at=now,
+        batch_id=batch_id,
+        backfill=backfill,
+        request_id=request_id,
     )
     record = job_record(state, JobStatus.QUEUED, now)
     if runtime.parking.pending and not drain_parked(app, fresh=True):
@@ -235,6 +243,7 @@ def state_of(record: JobRecord) -> JobState:
         batch_id=record.batch_id,
         attempts=record.attempts,
         backfill=record.backfill,
+        request_id=record.request_id,
     )
 
 

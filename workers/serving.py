@@ -34,8 +34,9 @@ class CeleryIntake:
         idempotency_key: str | None = None,
         batch_id: str | None = None,
         backfill: bool = False,
+        request_id: str | None = None,
     ) -> Accepted:
-        return submit(self.app, request, idempotency_key, batch_id, backfill)
+        return submit(self.app, request, idempotency_key, batch_id, backfill, request_id=request_id)
 
     def replay(self, job_id: str) -> JobRecord:
         return replay(self.app, job_id)

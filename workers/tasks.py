@@ -40,7 +40,7 @@ from pipeline.logs import log_context
 from pipeline.phases import PHASES, PhaseSpec, Workload, next_phase, run_batch
 from pipeline.phases.retrieve import embed_queries_ahead
 from pipeline.redis_errors import redis_errors
-from pipeline.state import JobState, Phase
+from pipeline.state import JobState, Phase, run_log_fields
 from workers.batches import (
     BACKFILL,
     LIVE,
@@ -194,7 +194,7 @@ def end_job(
         status.value,
         phase,
         reason,
-        extra={"job_id": state.job_id, "tenant": state.request.scope.tenant, "phase": phase},
+        extra={**state.log_fields(), "phase": phase},
     )
     current = runtime.states.load(state.job_id)
     if current is not None and current.attempts == state.attempts:
@@ -506,7 +506,7 @@ def run_phase_task(
         batch_ended(app, batch_id)
         return None
     todo = [s for s in states if not s.is_done(spec.phase)]
-    with runtime.metrics.phase(spec.phase.value):
+    with runtime.metrics.phase(spec.phase.value), log_context(**run_log_fields(states)):
         if spec.each is not None and todo and runtime.settings.worker.wave_ms > 0:
             result = run_in_waves(
                 app,
@@ -555,7 +555,8 @@ def run_guarded(spec: PhaseSpec, states: list[JobState], runtime: Runtime) -> Ba
     result = BatchResult()
     for state in states:
         try:
-            result.merge(run_batch(spec, [state], runtime.deps))
+            with log_context(**state.log_fields()):
+                result.merge(run_batch(spec, [state], runtime.deps))
         except (SoftTimeLimitExceeded, TransientError):
             raise
         except Exception as exc:
@@ -577,7 +578,7 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
         log.info(
             "job %s succeeded",
             state.job_id,
-            extra={"job_id": state.job_id, "tenant": state.request.scope.tenant},
+            extra=state.log_fields(),
         )
         runtime.states.forget(state.job_id, state.attempts)
     hand_on(app, [(state.request.scope.key, state.job_id) for state in states])
@@ -601,7 +602,13 @@ def settle_failures(
         if exc is None:
             continue
         if isinstance(exc, TransientError) and not policy.expired(since, now):
-            log.warning("job %s left its batch in %s to retry alone: %s", state.job_id, phase, exc)
+            log.warning(
+                "job %s left its batch in %s to retry alone: %s",
+                state.job_id,
+                phase,
+                exc,
+                extra=state.log_fields(),
+            )
             delay = policy.delay_s(state.retries, exc.retry_after_s)
             send_alone(app, state, phase, delay, since)
         else:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, status
 from api.convert import add_request, job_public
 from api.deps import IdPath, IntakeDep, PrincipalDep, SettingsDep, StoreDep
 from api.limits import WriteLimited
+from api.request_ids import request_id_of
 from api.schemas import (
     BatchAccepted,
     BatchCreate,
@@ -139,7 +140,7 @@ def create_batch(
     batch_id = str(uuid.uuid4())
     jobs = []
     for add in requests:
-        accepted = intake.submit(add, batch_id=batch_id)
+        accepted = intake.submit(add, batch_id=batch_id, request_id=request_id_of(request))
         url = str(request.url_for("get_job", job_id=accepted.record.job_id))
         jobs.append(
             JobAccepted(

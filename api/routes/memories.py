@@ -25,6 +25,7 @@ from api.deps import (
     StoreDep,
 )
 from api.limits import LimitsDep, SearchLimited, WriteLimited
+from api.request_ids import request_id_of
 from api.schemas import (
     BatchSearchRequest,
     BatchSearchResults,
@@ -58,7 +59,8 @@ def accept(
     intake: Intake, request: Request, body: MemoryCreate, principal: Principal, key: str | None
 ) -> tuple[JobAccepted, JobRecord]:
     started = time.perf_counter()
-    accepted = intake.submit(add_request(body, principal), idempotency_key=key)
+    add = add_request(body, principal)
+    accepted = intake.submit(add, idempotency_key=key, request_id=request_id_of(request))
     request.app.state.metrics.enqueue_seconds.observe(time.perf_counter() - started)
     record = accepted.record
     log.info(

@@ -178,6 +178,7 @@ def job_properties() -> dict[str, Any]:
         "attempts": {"type": "integer"},
         "backfill": {"type": "boolean"},
         "parked": {"type": "boolean"},
+        "request_id": _KEYWORD,
         "counts": {"type": "object", "dynamic": False},
         "timings_ms": {"type": "object", "dynamic": False},
         "reason": {"type": "text", "index": False},

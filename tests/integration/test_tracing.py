@@ -22,6 +22,7 @@ from pipeline.state import Phase
 from pipeline.store.indices import drop_indices, ensure_indices
 from tests.conftest import admin_key, running
 from tests.fakellm import FakeLLMServer
+from tests.integration.test_request_ids import lines_of
 from tests.integration.test_sdk import eventually
 from tests.otlp import OtlpReceiver, ReceivedSpan
 from tests.processes import ApiProcess, WorkerProcess, free_port
@@ -115,6 +116,16 @@ def test_one_job_is_one_trace_from_the_api_through_the_tasks_to_elasticsearch(
     assert {phase_task_name(Phase.EXTRACT), phase_task_name(Phase.PERSIST)} <= tasks, tasks
     roots = [s for s in trace if not s.parent_id]
     assert [r.service for r in roots] == ["memq-api"], roots  # one root: the API request
+    # the trace leads to the log lines: the API's of the request, the worker's of the job
+    assert job.request_id is not None
+    api_lines = [line for line in lines_of(api.log_path, job.request_id) if "trace_id" in line]
+    assert {line["trace_id"] for line in api_lines} == {roots[0].trace_id}, api_lines
+    succeeded = [
+        line
+        for line in lines_of(worker.log_path, job.request_id)
+        if line["message"] == f"job {job.job_id} succeeded"
+    ]
+    assert [line["trace_id"] for line in succeeded] == [roots[0].trace_id], succeeded
 
 
 def complete(trace: list[ReceivedSpan]) -> bool:

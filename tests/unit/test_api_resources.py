@@ -45,6 +45,7 @@ class ChatOnlyIntake:
         idempotency_key: str | None = None,
         batch_id: str | None = None,
         backfill: bool = False,
+        request_id: str | None = None,
     ) -> Accepted:
         raise InvalidInputError("this intake takes chat events only")
 
