@@ -47,7 +47,8 @@ class TenantLimits:
     def __init__(self, config: ApiConfig, client: redis.Redis, url: str, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}"
-        self.limiter = FixedWindowRateLimiter(RedisStorage(url))
+        self.storage = RedisStorage(url)
+        self.limiter = FixedWindowRateLimiter(self.storage)
         self.items: dict[Path, RateLimitItem | None] = {
             "write": per_window(config.rate_write_per_s, config.rate_window_s),
             "search": per_window(config.rate_search_per_s, config.rate_window_s),
@@ -63,11 +64,19 @@ class TenantLimits:
         with redis_errors("count requests"):
             if self.limiter.hit(item, self.prefix, tenant, path, cost=min(cost, item.amount)):
                 return
-            reset_at = self.limiter.get_window_stats(item, self.prefix, tenant, path).reset_time
+            left_s = self._window_left_s(item, tenant, path)
         raise RateLimitedError(
             f"over {item.amount} {path} requests in {item.multiples} s for this tenant",
-            math.ceil(reset_at - time.time()),
+            math.ceil(left_s),
         )
+
+    def _window_left_s(self, item: RateLimitItem, tenant: str, path: Path) -> float:
+        """Seconds until the tenant's window on ``path`` ends, from the counter's expiry in
+        milliseconds: the library's own reading rounds it to the nearest second, which would
+        send a client back up to half a second before the window ends."""
+        key = self.storage.prefixed_key(item.key_for(self.prefix, tenant, path))
+        left_ms: int = self.client.pttl(key)
+        return max(left_ms, 0) / 1000
 
     def _cursors(self, tenant: str) -> str:
         return f"{self.prefix}:cursors:{tenant}"
