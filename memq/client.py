@@ -948,7 +948,8 @@ class Client(_Retrying):
         return _parse(Memory, self._send(call))
 
     def delete(self, memory_id: str) -> Message:
-        """Delete one memory (its history keeps a DELETE row)."""
+        """Delete one memory (its history keeps a DELETE row). A delete sent again because its
+        answer was lost answers ``NotFoundError`` when the first had done it."""
         return _parse(Message, self._send(_Call("DELETE", f"/v1/memories/{_segment(memory_id)}")))
 
     def delete_all(
