@@ -47,7 +47,8 @@ class TenantLimits:
     def __init__(self, config: ApiConfig, client: redis.Redis, url: str, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}"
-        self.limiter = FixedWindowRateLimiter(RedisStorage(url))
+        self.storage = RedisStorage(url)
+        self.limiter = FixedWindowRateLimiter(self.storage)
         self.local = FixedWindowRateLimiter(MemoryStorage())
         self.items: dict[Path, RateLimitItem | None] = {
             "write": per_window(config.rate_write_per_s, config.rate_window_s),
@@ -63,17 +64,28 @@ class TenantLimits:
         item = self.items[path]
         if item is None:
             return
+        names, cost = (self.prefix, tenant, path), min(cost, item.amount)
         try:
             with redis_errors("count requests"):
-                reset_at = over_limit(self.limiter, item, (self.prefix, tenant, path), cost)
-        except TransientError:
-            reset_at = over_limit(self.local, item, (self.prefix, tenant, path), cost)
-        if reset_at is None:
-            return
+                if self.limiter.hit(item, *names, cost=cost):
+                    return
+                left_s = self._window_left_s(item, tenant, path)
+        except TransientError:  # Redis is down: this process counts on its own
+            if self.local.hit(item, *names, cost=cost):
+                return
+            left_s = self.local.get_window_stats(item, *names).reset_time - time.time()
         raise RateLimitedError(
             f"over {item.amount} {path} requests in {item.multiples} s for this tenant",
-            math.ceil(reset_at - time.time()),
+            math.ceil(left_s),
         )
+
+    def _window_left_s(self, item: RateLimitItem, tenant: str, path: Path) -> float:
+        """Seconds until the tenant's window on ``path`` ends, from the counter's expiry in
+        milliseconds: the library's own reading rounds it to the nearest second, which would
+        send a client back up to half a second before the window ends."""
+        key = self.storage.prefixed_key(item.key_for(self.prefix, tenant, path))
+        left_ms: int = self.client.pttl(key)
+        return max(left_ms, 0) / 1000
 
     def _cursors(self, tenant: str) -> str:
         return f"{self.prefix}:cursors:{tenant}"
@@ -105,16 +117,6 @@ class TenantLimits:
     def cursor_closed(self, tenant: str, cursor: str) -> None:
         with redis_errors("count open cursors"):
             self.client.zrem(self._cursors(tenant), _pit_of(cursor))
-
-
-def over_limit(
-    limiter: FixedWindowRateLimiter, item: RateLimitItem, names: tuple[str, ...], cost: int
-) -> float | None:
-    """Count ``cost`` hits on ``item`` under ``names``: None when allowed, else when the
-    window resets (epoch seconds)."""
-    if limiter.hit(item, *names, cost=min(cost, item.amount)):
-        return None
-    return float(limiter.get_window_stats(item, *names).reset_time)
 
 
 def per_window(rate_per_s: int, window_s: int) -> RateLimitItem | None:

@@ -13,10 +13,12 @@ if TYPE_CHECKING:
     from memq.client import (
         AsyncClient,
         AuthenticationError,
+        Backoff,
         Client,
         MemqAPIError,
         MemqTimeoutError,
         NotFoundError,
+        RateLimitError,
         UnavailableError,
         ValidationError,
     )
@@ -49,6 +51,7 @@ _TYPES = frozenset(
 __all__ = [
     "AsyncClient",
     "AuthenticationError",
+    "Backoff",
     "Batch",
     "BatchAccepted",
     "Client",
@@ -60,6 +63,7 @@ __all__ = [
     "MemqAPIError",
     "MemqTimeoutError",
     "NotFoundError",
+    "RateLimitError",
     "SearchHit",
     "SearchHits",
     "UnavailableError",

@@ -2,31 +2,43 @@
 
 ``Client`` is synchronous (over ``httpx.Client``), ``AsyncClient`` has the same methods as
 coroutines (over ``httpx.AsyncClient``). Both build their requests with the same module-level
-functions and decode answers in the same place, so they cannot drift apart.
+functions, decide retries with the same ``RetryPolicy`` and decode answers in the same place,
+so they cannot drift apart.
 
 Every method returns a pydantic model of the answer (``memq.types``: ``Job``, ``Memory``,
 ``SearchHit``, ``MemoryPage``, ``Batch``...), or raises a ``MemqAPIError``:
 ``AuthenticationError`` (401, 403), ``NotFoundError`` (404), ``ValidationError`` (400, 413, 422),
-``UnavailableError`` (502, 503, 504, and transport failures: connection refused, timeouts) or
-the base class for anything else. ``wait_for`` raises ``MemqTimeoutError``. No httpx exception
-ever escapes: ``error_from`` is the one place they, and error bodies, are translated.
+``RateLimitError`` (429), ``UnavailableError`` (502, 503, 504, and transport failures:
+connection refused, timeouts) or the base class for anything else. ``wait_for`` raises
+``MemqTimeoutError``. No httpx exception ever escapes: ``error_from`` is the one place they,
+and error bodies, are translated.
 
-``Client()`` with no arguments reads ``MEMQ_CLIENT_URL`` (default ``http://127.0.0.1:8000``)
-and ``MEMQ_CLIENT_API_KEY``. The prefix is the SDK's own: the server's settings ignore it, so a
-client key set on a machine that also runs memq changes nothing for the server or its CLI.
+A 429, a 502/503/504 and a failed connection are retried (``max_retries``, 2 by default) with
+exponential backoff and jitter, after the server's ``Retry-After`` when it sends one; a call
+is sent again only where a second delivery cannot do a second thing (``Repeat``).
+
+``Client()`` with no arguments reads ``MEMQ_CLIENT_URL`` (default ``http://127.0.0.1:8000``),
+``MEMQ_CLIENT_API_KEY``, ``MEMQ_CLIENT_TIMEOUT_S`` and ``MEMQ_CLIENT_MAX_RETRIES``. The prefix
+is the SDK's own: the server's settings ignore it, so a client key set on a machine that also
+runs memq changes nothing for the server or its CLI.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
+import random
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
+from email.utils import parsedate_to_datetime
+from enum import Enum
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
 from urllib.parse import quote
 
 import httpx
@@ -56,19 +68,25 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "ENV_API_KEY",
     "ENV_BASE_URL",
+    "ENV_MAX_RETRIES",
     "ENV_TIMEOUT_S",
     "TERMINAL_STATUSES",
     "AsyncClient",
     "AsyncMemoryPager",
     "AuthenticationError",
+    "Backoff",
     "Client",
     "MemoryPager",
     "MemqAPIError",
     "MemqTimeoutError",
     "NotFoundError",
+    "RateLimitError",
+    "Repeat",
+    "RetryPolicy",
     "UnavailableError",
     "ValidationError",
     "error_from",
+    "parse_retry_after",
 ]
 
 _SERVER_WAIT_MAX_S = 300.0  # the API refuses a longer ``wait_s``
@@ -78,11 +96,16 @@ _SERVER_WAIT_MAX_S = 300.0  # the API refuses a longer ``wait_s``
 ENV_BASE_URL = "MEMQ_CLIENT_URL"
 ENV_API_KEY = "MEMQ_CLIENT_API_KEY"
 ENV_TIMEOUT_S = "MEMQ_CLIENT_TIMEOUT_S"
+ENV_MAX_RETRIES = "MEMQ_CLIENT_MAX_RETRIES"
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+DEFAULT_MAX_RETRIES = 2
+
+_DELTA_SECONDS = re.compile(r"\d+(\.\d+)?")
 
 Messages = str | Mapping[str, Any] | Sequence[Mapping[str, Any]]
 JobRef = str | Mapping[str, Any] | JobAccepted | Job
 M = TypeVar("M", bound=BaseModel)
+N = TypeVar("N", int, float)
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -90,14 +113,23 @@ M = TypeVar("M", bound=BaseModel)
 
 class MemqAPIError(Exception):
     """A failed call. ``status`` is the HTTP status (``None`` when no answer came back);
-    ``type``, ``message`` and ``field`` come from the API's error body when it sent one."""
+    ``type``, ``message`` and ``field`` come from the API's error body when it sent one;
+    ``retry_after_s`` is the server's ``Retry-After`` in seconds (``None`` when it sent none)."""
 
-    def __init__(self, status: int | None, type: str, message: str, field: str | None = None):
+    def __init__(
+        self,
+        status: int | None,
+        type: str,
+        message: str,
+        field: str | None = None,
+        retry_after_s: float | None = None,
+    ):
         super().__init__(status, type, message, field)
         self.status = status
         self.type = type
         self.message = message
         self.field = field
+        self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
@@ -118,9 +150,15 @@ class ValidationError(MemqAPIError):
     Sending it again unchanged will fail again."""
 
 
+class RateLimitError(MemqAPIError):
+    """429: over a per-tenant limit (requests per second, open listing cursors); nothing was
+    done. ``retry_after_s`` says when the server will take the call again."""
+
+
 class UnavailableError(MemqAPIError):
     """The service could not answer now (502/503/504, connection refused, timeout): transient,
-    worth retrying later. ``status`` is ``None`` for transport failures."""
+    worth retrying later. ``status`` is ``None`` for transport failures; a 503 carries the
+    server's ``retry_after_s``."""
 
 
 class MemqTimeoutError(MemqAPIError):
@@ -138,6 +176,7 @@ _ERROR_BY_STATUS: dict[int, type[MemqAPIError]] = {
     404: NotFoundError,
     413: ValidationError,
     422: ValidationError,
+    429: RateLimitError,
     502: UnavailableError,
     503: UnavailableError,
     504: UnavailableError,
@@ -161,7 +200,26 @@ def _error_from_response(response: httpx.Response) -> MemqAPIError:
     if response.is_success:
         return MemqAPIError(response.status_code, "invalid_response", message)
     cls = _ERROR_BY_STATUS.get(response.status_code, MemqAPIError)
-    return cls(response.status_code, kind, message, field)
+    retry_after_s = parse_retry_after(response.headers.get("Retry-After"))
+    return cls(response.status_code, kind, message, field, retry_after_s)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` header: delta-seconds (``"5"``; a decimal is read too) or
+    an HTTP-date (the seconds from ``now`` until then, 0 once it is past). ``None`` when the
+    header is absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if _DELTA_SECONDS.fullmatch(value):
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC by RFC 5322
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
 
 
 def _error_body(response: httpx.Response) -> tuple[str, str, str | None]:
@@ -178,6 +236,118 @@ def _error_body(response: httpx.Response) -> tuple[str, str, str | None]:
     return "http", text, None
 
 
+# -- retries, decided once for both clients --------------------------------------------------
+
+Outcome = httpx.Response | Exception
+"""What one try of a call gave: the server's answer, or the exception httpx raised."""
+
+
+class Repeat(Enum):
+    """Which failures a call may be sent again after, by what a second delivery would do."""
+
+    IDEMPOTENT = "idempotent"
+    """A second delivery does what the first did: GET, PUT, DELETE, searches, and an add (the
+    server makes the same conversation, or the same ``Idempotency-Key``, the same job).
+    Retried after a 429, a 502/503/504, a connection that failed, and a timeout or a dropped
+    connection after the request may have reached the server."""
+
+    IF_REFUSED = "if_refused"
+    """A second delivery could do the thing twice (a new key, a batch under a second id, a
+    job's replay). Retried only when the server surely did nothing: a 429 (refused before any
+    work) or a connection never made. Every POST not said otherwise."""
+
+    NEVER = "never"
+    """Never retried: the health probes report the moment."""
+
+
+# The server refused the call before doing anything with it: safe to send again, any call.
+_REFUSED_STATUSES = frozenset({429})
+# The service could not answer now; a POST may have been partly done before it failed.
+_UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+# Raised before a byte of the request left: the server cannot have seen it.
+_NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Raised after the request may have arrived: the answer was lost, not necessarily the work.
+_ANSWER_LOST_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+def worth_repeating(outcome: Outcome, repeat: Repeat) -> bool:
+    """Whether a call of kind ``repeat`` may be sent again after ``outcome``; how many times
+    and when is ``RetryPolicy``'s business."""
+    if repeat is Repeat.NEVER:
+        return False
+    if isinstance(outcome, httpx.Response):
+        if outcome.status_code in _REFUSED_STATUSES:
+            return True
+        return repeat is Repeat.IDEMPOTENT and outcome.status_code in _UNAVAILABLE_STATUSES
+    if isinstance(outcome, _NOT_SENT_ERRORS):
+        return True
+    return repeat is Repeat.IDEMPOTENT and isinstance(outcome, _ANSWER_LOST_ERRORS)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """The waits between tries. Without ``Retry-After``, retry n (from 0) waits
+    ``min(first_s * 2**n, max_s)`` times a random factor in [0.5, 1], so clients that failed
+    together do not come back together. A ``Retry-After`` is waited as the server gave it when
+    it is at most ``retry_after_max_s``; a longer one ends the retries at once (the error
+    carries it in ``retry_after_s``, for the caller to decide)."""
+
+    first_s: float = 0.5
+    max_s: float = 8.0
+    retry_after_max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if min(self.first_s, self.max_s, self.retry_after_max_s) < 0:
+            raise MemqAPIError(None, "configuration", f"{self}: waits cannot be negative")
+
+    def wait_s(self, retries_done: int, jitter: float) -> float:
+        """The wait before retry number ``retries_done`` (0 first), ``jitter`` in [0, 1]."""
+        return min(self.first_s * 2.0 ** min(retries_done, 32), self.max_s) * (0.5 + jitter / 2)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often a failed call is sent again, and after how long: the one decision the loops
+    of ``Client`` and ``AsyncClient`` ask for. ``max_retries=0`` sends every call once."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise MemqAPIError(
+                None, "configuration", f"max_retries={self.max_retries}: expected 0 or more"
+            )
+
+    def delay_s(
+        self,
+        outcome: Outcome,
+        repeat: Repeat,
+        retries_done: int,
+        *,
+        now: datetime | None = None,
+        jitter: float | None = None,
+    ) -> float | None:
+        """Seconds to wait before sending the call again after ``outcome``, or ``None``: the
+        outcome is final (a success, a failure not worth repeating, retries spent, or a
+        ``Retry-After`` beyond the cap). ``now`` and ``jitter`` are drawn when not given."""
+        if retries_done >= self.max_retries or not worth_repeating(outcome, repeat):
+            return None
+        retry_after_s = None
+        if isinstance(outcome, httpx.Response):
+            retry_after_s = parse_retry_after(outcome.headers.get("Retry-After"), now)
+        if retry_after_s is None:
+            return self.backoff.wait_s(retries_done, random.random() if jitter is None else jitter)
+        return retry_after_s if retry_after_s <= self.backoff.retry_after_max_s else None
+
+
+def _answer(outcome: Outcome) -> Any:
+    """The JSON of the last try's 2xx answer; else its ``MemqAPIError``."""
+    if isinstance(outcome, Exception):
+        raise error_from(outcome) from outcome
+    return _decode(outcome)
+
+
 # -- requests, shared by both clients --------------------------------------------------------
 
 
@@ -190,6 +360,14 @@ class _Call:
     params: dict[str, Any] = field(default_factory=dict)
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    repeat: Repeat | None = None  # None: by the method (a POST only if refused)
+
+    @property
+    def replay(self) -> Repeat:
+        """When this call may be sent again (``Repeat``)."""
+        if self.repeat is not None:
+            return self.repeat
+        return Repeat.IF_REFUSED if self.method == "POST" else Repeat.IDEMPOTENT
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments for ``httpx.(Async)Client.request``."""
@@ -226,14 +404,64 @@ def _without_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _add_call(body: dict[str, Any], idempotency_key: str | None, wait_s: float | None) -> _Call:
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+class AddOptions(TypedDict, total=False):
+    """The keyword options of ``add`` (both clients), besides ``wait``: the scope (at least one
+    id) and the fields of the add's body, then ``idempotency_key`` (sent as the
+    ``Idempotency-Key`` header) and ``wait_timeout_s`` (how long ``wait=True`` waits, 60 s)."""
+
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    metadata: Mapping[str, Any] | None
+    infer: bool
+    memory_type: str | None
+    prompt: str | None
+    timestamp: datetime | int | None
+    expiration_date: datetime | None
+    webhook_url: str | None
+    idempotency_key: str | None
+    wait_timeout_s: float
+
+
+_ADD_OPTIONS = AddOptions.__optional_keys__ | AddOptions.__required_keys__
+
+
+@dataclass(frozen=True)
+class _Add:
+    """An add, ready to send: the call, and how long the caller will wait for the job."""
+
+    call: _Call
+    wait_timeout_s: float
+
+
+def _add(messages: Messages, options: AddOptions, wait: bool, http_timeout_s: float) -> _Add:
+    """The request of ``add``. It is sent again after a lost answer like a read: without an
+    ``idempotency_key`` the server makes the same conversation the same job (a hash of scope,
+    messages, timestamp and extraction options), with one the same key the same job. No key is
+    made up per call, since that would turn a conversation deliberately posted twice into two
+    jobs. ``TypeError`` for an option ``add`` does not have (``AddOptions`` for typed code)."""
+    unknown = options.keys() - _ADD_OPTIONS
+    if unknown:
+        raise TypeError(f"add() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    fields: dict[str, Any] = {"infer": True, **options}
+    key: str | None = fields.pop("idempotency_key", None)
+    wait_timeout_s: float = fields.pop("wait_timeout_s", 60.0)
+    headers = {"Idempotency-Key": key} if key else {}
+    wait_s = _server_wait_s(wait_timeout_s, http_timeout_s) if wait else None
     params = {"wait": "true", "wait_s": wait_s} if wait_s else {}
-    return _Call("POST", "/v1/memories", params=params, body=_without_none(body), headers=headers)
+    body = _without_none({**fields, "messages": messages})
+    call = _Call("POST", "/v1/memories", params, body, headers, repeat=Repeat.IDEMPOTENT)
+    return _Add(call, wait_timeout_s)
 
 
-def _search_body(query: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    return _without_none({"query": query, **options})
+def _search_call(query: str, options: Mapping[str, Any]) -> _Call:
+    body = _without_none({"query": query, **options})
+    return _Call("POST", "/v1/memories/search", body=body, repeat=Repeat.IDEMPOTENT)
+
+
+def _search_many_call(queries: Sequence[Mapping[str, Any]]) -> _Call:
+    body = {"queries": queries}
+    return _Call("POST", "/v1/memories/search/batch", body=body, repeat=Repeat.IDEMPOTENT)
 
 
 def _list_call(scope: dict[str, Any], filters: Any, page_size: int, cursor: str | None) -> _Call:
@@ -354,37 +582,60 @@ class _Connection:
     base_url: str
     api_key: str
     timeout_s: float
+    retry: RetryPolicy
 
 
-def _connection(base_url: str | None, api_key: str | None, timeout_s: float | None) -> _Connection:
-    """Explicit arguments win; else ``MEMQ_CLIENT_URL``, ``MEMQ_CLIENT_API_KEY`` and
-    ``MEMQ_CLIENT_TIMEOUT_S``. No key anywhere is a ``MemqAPIError`` of type
-    ``configuration`` (raised at construction, not at the first call)."""
+def _connection(
+    base_url: str | None,
+    api_key: str | None,
+    timeout_s: float | None,
+    max_retries: int | None,
+    backoff: Backoff | None,
+) -> _Connection:
+    """Explicit arguments win; else ``MEMQ_CLIENT_URL``, ``MEMQ_CLIENT_API_KEY``,
+    ``MEMQ_CLIENT_TIMEOUT_S`` and ``MEMQ_CLIENT_MAX_RETRIES``. No key anywhere, or a value
+    out of range, is a ``MemqAPIError`` of type ``configuration`` (raised at construction, not
+    at the first call)."""
     key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
     if not key:
         raise MemqAPIError(
             None, "configuration", f"no API key: pass api_key=... or set {ENV_API_KEY}"
         )
+    if max_retries is None:
+        max_retries = _from_env(ENV_MAX_RETRIES, DEFAULT_MAX_RETRIES, _count, "a count, 0 or more")
+    if timeout_s is None:
+        timeout_s = _from_env(ENV_TIMEOUT_S, 30.0, _positive, "seconds, a number > 0")
     return _Connection(
         base_url=base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL,
         api_key=key,
-        timeout_s=timeout_s if timeout_s is not None else _env_timeout_s(),
+        timeout_s=timeout_s,
+        retry=RetryPolicy(max_retries, backoff or Backoff()),
     )
 
 
-def _env_timeout_s() -> float:
-    raw = os.environ.get(ENV_TIMEOUT_S)
+def _from_env(name: str, default: N, parse: Callable[[str], N | None], expected: str) -> N:
+    """The environment variable ``name`` read by ``parse`` (``None`` or ``ValueError`` when
+    it is out of range or unreadable: a ``configuration`` error); ``default`` when unset."""
+    raw = os.environ.get(name)
     if not raw:
-        return 30.0
+        return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise MemqAPIError(
-            None, "configuration", f"{ENV_TIMEOUT_S}={raw!r}: expected seconds, a number > 0"
-        )
+        value = None
+    if value is None:
+        raise MemqAPIError(None, "configuration", f"{name}={raw!r}: expected {expected}")
     return value
+
+
+def _positive(raw: str) -> float | None:
+    value = float(raw)
+    return value if value > 0 else None
+
+
+def _count(raw: str) -> int | None:
+    value = int(raw)
+    return value if value >= 0 else None
 
 
 # -- paging ----------------------------------------------------------------------------------
@@ -439,15 +690,45 @@ class AsyncMemoryPager:
         return self._memories()
 
 
+# -- the clients -----------------------------------------------------------------------------
+
+
+class _Retrying:
+    """What the two clients share besides the module's functions: their ``RetryPolicy``."""
+
+    _retry: RetryPolicy
+
+    @property
+    def max_retries(self) -> int:
+        """How many times a failed call is sent again (``Repeat`` says which failures)."""
+        return self._retry.max_retries
+
+    def with_options(
+        self, *, max_retries: int | None = None, backoff: Backoff | None = None
+    ) -> Self:
+        """This client with other retry settings, for one call or one part of a program
+        (``client.with_options(max_retries=0).search(...)``). The copy shares the connection
+        pool, so it is cheap to make; closing either closes both."""
+        clone = copy.copy(self)
+        clone._retry = RetryPolicy(
+            self._retry.max_retries if max_retries is None else max_retries,
+            backoff or self._retry.backoff,
+        )
+        return clone
+
+
 # -- the synchronous client ------------------------------------------------------------------
 
 
-class Client:
+class Client(_Retrying):
     """memq over HTTP, synchronously. Use as a context manager, or call ``close()``.
 
-    ``base_url``, ``api_key`` and ``timeout_s`` default to ``MEMQ_CLIENT_URL``,
-    ``MEMQ_CLIENT_API_KEY`` and ``MEMQ_CLIENT_TIMEOUT_S`` (30 s). ``timeout_s`` bounds each
-    HTTP request; ``transport`` replaces the network (tests pass an ``httpx.MockTransport``).
+    ``base_url``, ``api_key``, ``timeout_s`` and ``max_retries`` default to
+    ``MEMQ_CLIENT_URL``, ``MEMQ_CLIENT_API_KEY``, ``MEMQ_CLIENT_TIMEOUT_S`` (30 s) and
+    ``MEMQ_CLIENT_MAX_RETRIES`` (2). ``timeout_s`` bounds each HTTP request (each try);
+    ``max_retries`` is how many times a call is sent again after a 429, a 502/503/504 or a
+    connection failure (``Repeat`` says which calls after which; 0: never), waiting as
+    ``backoff`` says; ``transport`` replaces the network (tests pass an ``httpx.MockTransport``).
     """
 
     def __init__(
@@ -456,10 +737,14 @@ class Client:
         api_key: str | None = None,
         timeout_s: float | None = None,
         transport: httpx.BaseTransport | None = None,
+        *,
+        max_retries: int | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
-        conn = _connection(base_url, api_key, timeout_s)
+        conn = _connection(base_url, api_key, timeout_s, max_retries, backoff)
         self.base_url = conn.base_url
         self._timeout_s = conn.timeout_s
+        self._retry = conn.retry
         self._http = httpx.Client(
             base_url=conn.base_url,
             headers=_headers(conn.api_key),
@@ -483,51 +768,58 @@ class Client:
         self._http.close()
 
     def _send(self, call: _Call) -> Any:
+        """``call``'s answer, tried again as ``RetryPolicy.delay_s`` says."""
+        options, retries_done = call.options(), 0
+        while True:
+            outcome = self._try(call, options)
+            delay_s = self._retry.delay_s(outcome, call.replay, retries_done)
+            if delay_s is None:
+                return _answer(outcome)
+            time.sleep(delay_s)
+            retries_done += 1
+
+    def _try(self, call: _Call, options: dict[str, Any]) -> Outcome:
         try:
-            response = self._http.request(call.method, call.path, **call.options())
+            return self._http.request(call.method, call.path, **options)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise error_from(exc) from exc
-        return _decode(response)
+            return exc
 
     # jobs
 
+    @overload
     def add(
-        self,
-        messages: Messages,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        infer: bool = True,
-        memory_type: str | None = None,
-        prompt: str | None = None,
-        timestamp: datetime | int | None = None,
-        expiration_date: datetime | None = None,
-        webhook_url: str | None = None,
-        idempotency_key: str | None = None,
-        wait: bool = False,
-        wait_timeout_s: float = 60.0,
+        self, messages: Messages, *, wait: Literal[False] = False, **options: Unpack[AddOptions]
+    ) -> JobAccepted: ...
+
+    @overload
+    def add(
+        self, messages: Messages, *, wait: Literal[True], **options: Unpack[AddOptions]
+    ) -> Job: ...
+
+    @overload
+    def add(
+        self, messages: Messages, *, wait: bool, **options: Unpack[AddOptions]
+    ) -> JobAccepted | Job: ...
+
+    def add(
+        self, messages: Messages, *, wait: bool = False, **options: Unpack[AddOptions]
     ) -> JobAccepted | Job:
         """Queue a conversation (POST /v1/memories). Returns a ``JobAccepted`` (``job_id``,
-        ``status``, ``status_url``, ``created``); with ``wait``, the finished ``Job`` instead
-        (whatever its status), or ``MemqTimeoutError`` after ``wait_timeout_s``. The same
-        ``idempotency_key`` always answers with the same job."""
-        body = {
-            **_scope(user_id, agent_id, run_id),
-            "messages": messages,
-            "metadata": metadata,
-            "infer": infer,
-            "memory_type": memory_type,
-            "prompt": prompt,
-            "timestamp": timestamp,
-            "expiration_date": expiration_date,
-            "webhook_url": webhook_url,
-        }
-        deadline = time.monotonic() + wait_timeout_s
-        wait_s = _server_wait_s(wait_timeout_s, self._timeout_s) if wait else None
-        job = _accepted_or_job(self._send(_add_call(body, idempotency_key, wait_s)))
-        if not wait or (isinstance(job, Job) and job.finished):
+        ``status``, ``status_url``, ``created``); with ``wait=True``, the finished ``Job``
+        instead (whatever its status), or ``MemqTimeoutError`` after ``wait_timeout_s``.
+
+        ``options`` (``AddOptions``): ``user_id``, ``agent_id``, ``run_id`` (at least one),
+        ``metadata``, ``infer`` (True), ``memory_type``, ``prompt``, ``timestamp`` (a datetime
+        or Unix seconds), ``expiration_date``, ``webhook_url``, ``idempotency_key`` and
+        ``wait_timeout_s`` (60). The same conversation, or the same ``idempotency_key``, always
+        answers with the same job, which is why an add is retried like a read; an add that was
+        retried after its answer was lost may say ``created=False`` for the job it made."""
+        add = _add(messages, options, wait, self._timeout_s)
+        deadline = time.monotonic() + add.wait_timeout_s
+        if not wait:
+            return _parse(JobAccepted, self._send(add.call))
+        job = _accepted_or_job(self._send(add.call))
+        if isinstance(job, Job) and job.finished:
             return job
         return self.wait_for(job, timeout_s=max(deadline - time.monotonic(), 0.0))
 
@@ -595,13 +887,13 @@ class Client:
             "show_expired": show_expired,
             "reference_time": reference_time,
         }
-        call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
+        call = _search_call(query, options)
         return _search_hits(self._send(call))
 
     def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[SearchHits]:
         """Several searches (each a ``search`` body with ``query``), answered in order, each
         with its own ``partial`` flag."""
-        call = _Call("POST", "/v1/memories/search/batch", body={"queries": queries})
+        call = _search_many_call(queries)
         return _search_many_hits(self._send(call))
 
     def get(self, memory_id: str) -> Memory:
@@ -656,7 +948,8 @@ class Client:
         return _parse(Memory, self._send(call))
 
     def delete(self, memory_id: str) -> Message:
-        """Delete one memory (its history keeps a DELETE row)."""
+        """Delete one memory (its history keeps a DELETE row). A delete sent again because its
+        answer was lost answers ``NotFoundError`` when the first had done it."""
         return _parse(Message, self._send(_Call("DELETE", f"/v1/memories/{_segment(memory_id)}")))
 
     def delete_all(
@@ -685,18 +978,18 @@ class Client:
 
     def healthz(self) -> Health:
         """The API process is up: ``status`` is ``ok``."""
-        return _parse(Health, self._send(_Call("GET", "/healthz")))
+        return _parse(Health, self._send(_Call("GET", "/healthz", repeat=Repeat.NEVER)))
 
     def readyz(self) -> Readiness:
         """Elasticsearch and Redis reachable; ``UnavailableError`` (the answer as its message)
         when one is not."""
-        return _parse(Readiness, self._send(_Call("GET", "/readyz")))
+        return _parse(Readiness, self._send(_Call("GET", "/readyz", repeat=Repeat.NEVER)))
 
 
 # -- the asynchronous client -----------------------------------------------------------------
 
 
-class AsyncClient:
+class AsyncClient(_Retrying):
     """memq over HTTP with ``async`` methods; the same API, contracts and environment
     variables as ``Client``. Use as an async context manager, or ``await aclose()``
     (``close()`` is an alias)."""
@@ -707,10 +1000,14 @@ class AsyncClient:
         api_key: str | None = None,
         timeout_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        max_retries: int | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
-        conn = _connection(base_url, api_key, timeout_s)
+        conn = _connection(base_url, api_key, timeout_s, max_retries, backoff)
         self.base_url = conn.base_url
         self._timeout_s = conn.timeout_s
+        self._retry = conn.retry
         self._http = httpx.AsyncClient(
             base_url=conn.base_url,
             headers=_headers(conn.api_key),
@@ -736,48 +1033,49 @@ class AsyncClient:
     aclose = close
 
     async def _send(self, call: _Call) -> Any:
+        """See ``Client._send``."""
+        options, retries_done = call.options(), 0
+        while True:
+            outcome = await self._try(call, options)
+            delay_s = self._retry.delay_s(outcome, call.replay, retries_done)
+            if delay_s is None:
+                return _answer(outcome)
+            await asyncio.sleep(delay_s)
+            retries_done += 1
+
+    async def _try(self, call: _Call, options: dict[str, Any]) -> Outcome:
         try:
-            response = await self._http.request(call.method, call.path, **call.options())
+            return await self._http.request(call.method, call.path, **options)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise error_from(exc) from exc
-        return _decode(response)
+            return exc
 
     # jobs
 
+    @overload
     async def add(
-        self,
-        messages: Messages,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        infer: bool = True,
-        memory_type: str | None = None,
-        prompt: str | None = None,
-        timestamp: datetime | int | None = None,
-        expiration_date: datetime | None = None,
-        webhook_url: str | None = None,
-        idempotency_key: str | None = None,
-        wait: bool = False,
-        wait_timeout_s: float = 60.0,
+        self, messages: Messages, *, wait: Literal[False] = False, **options: Unpack[AddOptions]
+    ) -> JobAccepted: ...
+
+    @overload
+    async def add(
+        self, messages: Messages, *, wait: Literal[True], **options: Unpack[AddOptions]
+    ) -> Job: ...
+
+    @overload
+    async def add(
+        self, messages: Messages, *, wait: bool, **options: Unpack[AddOptions]
+    ) -> JobAccepted | Job: ...
+
+    async def add(
+        self, messages: Messages, *, wait: bool = False, **options: Unpack[AddOptions]
     ) -> JobAccepted | Job:
         """See ``Client.add``."""
-        body = {
-            **_scope(user_id, agent_id, run_id),
-            "messages": messages,
-            "metadata": metadata,
-            "infer": infer,
-            "memory_type": memory_type,
-            "prompt": prompt,
-            "timestamp": timestamp,
-            "expiration_date": expiration_date,
-            "webhook_url": webhook_url,
-        }
-        deadline = time.monotonic() + wait_timeout_s
-        wait_s = _server_wait_s(wait_timeout_s, self._timeout_s) if wait else None
-        job = _accepted_or_job(await self._send(_add_call(body, idempotency_key, wait_s)))
-        if not wait or (isinstance(job, Job) and job.finished):
+        add = _add(messages, options, wait, self._timeout_s)
+        deadline = time.monotonic() + add.wait_timeout_s
+        if not wait:
+            return _parse(JobAccepted, await self._send(add.call))
+        job = _accepted_or_job(await self._send(add.call))
+        if isinstance(job, Job) and job.finished:
             return job
         return await self.wait_for(job, timeout_s=max(deadline - time.monotonic(), 0.0))
 
@@ -842,12 +1140,12 @@ class AsyncClient:
             "show_expired": show_expired,
             "reference_time": reference_time,
         }
-        call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
+        call = _search_call(query, options)
         return _search_hits(await self._send(call))
 
     async def search_many(self, queries: Sequence[Mapping[str, Any]]) -> list[SearchHits]:
         """See ``Client.search_many``."""
-        call = _Call("POST", "/v1/memories/search/batch", body={"queries": queries})
+        call = _search_many_call(queries)
         return _search_many_hits(await self._send(call))
 
     async def get(self, memory_id: str) -> Memory:
@@ -931,8 +1229,9 @@ class AsyncClient:
 
     async def healthz(self) -> Health:
         """See ``Client.healthz``."""
-        return _parse(Health, await self._send(_Call("GET", "/healthz")))
+        return _parse(Health, await self._send(_Call("GET", "/healthz", repeat=Repeat.NEVER)))
 
     async def readyz(self) -> Readiness:
         """See ``Client.readyz``."""
-        return _parse(Readiness, await self._send(_Call("GET", "/readyz")))
+        call = _Call("GET", "/readyz", repeat=Repeat.NEVER)
+        return _parse(Readiness, await self._send(call))

@@ -189,7 +189,10 @@ def ingest(stack: Stack, key: str, args: argparse.Namespace, run: str, tally: Ta
     """The conversations, spread evenly over the fault window by a few posting threads."""
     spacing_s = args.window_s / args.conversations
     start = time.monotonic()
-    with Client(stack.url, key, timeout_s=30) as client, ThreadPoolExecutor(8) as pool:
+    with (
+        Client(stack.url, key, timeout_s=30, max_retries=0) as client,
+        ThreadPoolExecutor(8) as pool,
+    ):
         for number in range(args.conversations):
             time.sleep(max(0.0, start + number * spacing_s - time.monotonic()))
             pool.submit(post, client, run, number, args.sessions, tally)

@@ -4,7 +4,8 @@ Every test runs in a tenant created for this session with the admin key, under a
 its own, with ``infer=False`` (the stack has no LLM). A succeeded job's memories are readable
 by id at once, but search, listing and batch counts read Elasticsearch near-real-time (after
 the next index refresh, about a second): those checks poll a condition with a deadline
-(``eventually``) rather than sleep a fixed time.
+(``eventually``) rather than sleep a fixed time. The retries on 429 run against an API process
+of their own, started with a search rate of 2 a second per tenant.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -23,11 +25,14 @@ from memq import (
     Client,
     MemqAPIError,
     NotFoundError,
+    RateLimitError,
     UnavailableError,
     ValidationError,
 )
 from pipeline.jobs import JobStatus
-from tests.conftest import admin_key
+from pipeline.store.indices import IndexNames
+from tests.conftest import admin_key, running
+from tests.processes import ApiProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -280,3 +285,84 @@ def test_async_client_adds_waits_and_searches(
     assert job["status"] == JobStatus.SUCCEEDED
     assert ids[0] == job["results"][0]["id"]
     assert set(ids) == {job["results"][0]["id"]}
+
+
+# -- retries on 429, against an API limited to 2 searches a second per tenant ----------------
+
+SEARCHES_PER_S = 2
+
+
+@pytest.fixture(scope="module")
+def limited_api(
+    test_env: dict[str, str], indices: IndexNames, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The URL of a real ``memq api`` process that takes ``SEARCHES_PER_S`` searches per
+    tenant in each one-second window; searches need no worker."""
+    env = {
+        **test_env,
+        "MEMQ_API_PORT": str(free_port()),
+        "MEMQ_API_ADMIN_KEY": admin_key(),
+        "MEMQ_API_RATE_SEARCH_PER_S": str(SEARCHES_PER_S),
+        "MEMQ_API_RATE_WINDOW_S": "1",
+    }
+    process = ApiProcess(env, Path(tmp_path_factory.mktemp("limited-api")) / "api.log")
+    with running(process, process.wait_ready), Client(process.url, admin_key()) as admin:
+        warm = admin.create_key(f"sdk-warm-{uuid.uuid4().hex[:8]}")
+        with Client(process.url, warm.key) as sdk:
+            sdk.search("loads the embedding model", user_id="warm")
+        admin.revoke_key(warm.id)
+        yield process.url
+
+
+@pytest.fixture
+def limited_key(limited_api: str) -> Iterator[str]:
+    """A key of a tenant of its own on the limited API (the limit is per tenant)."""
+    with Client(limited_api, admin_key()) as admin:
+        created = admin.create_key(f"sdk-rate-{uuid.uuid4().hex[:8]}")
+        yield created.key
+        admin.revoke_key(created.id)
+
+
+def test_searches_over_the_rate_raise_rate_limit_error_without_retries(
+    limited_api: str, limited_key: str
+) -> None:
+    with Client(limited_api, limited_key, max_retries=0) as sdk:
+        answers: list[Any] = []
+        for n in range(4 * SEARCHES_PER_S):
+            try:
+                answers.append(sdk.search(f"bees {n}", user_id="u1"))
+            except RateLimitError as exc:
+                answers.append(exc)
+
+    refusals = [a for a in answers if isinstance(a, RateLimitError)]
+    assert refusals, "no search was refused"
+    assert all((r.status, r.type) == (429, "rate_limited") for r in refusals)
+    assert all(r.retry_after_s is not None and 0 < r.retry_after_s <= 1 for r in refusals)
+
+
+def test_with_retries_every_search_over_the_rate_succeeds(
+    limited_api: str, limited_key: str
+) -> None:
+    """One retry is enough for a caller searching one at a time: the server's Retry-After
+    sends it back once its window has ended, never before."""
+    searches = 4 * SEARCHES_PER_S
+    with Client(limited_api, limited_key, max_retries=1) as sdk:
+        started = time.monotonic()
+        answers = [sdk.search(f"bees {n}", user_id="u1") for n in range(searches)]
+        elapsed_s = time.monotonic() - started
+
+    assert len(answers) == searches
+    assert elapsed_s >= searches / SEARCHES_PER_S - 1  # the windows were waited out
+
+
+def test_async_searches_at_once_all_succeed_with_retries(
+    limited_api: str, limited_key: str
+) -> None:
+    async def scenario() -> int:
+        async with AsyncClient(limited_api, limited_key, max_retries=6) as sdk:
+            hits = await asyncio.gather(
+                *(sdk.search(f"bees {n}", user_id="u1") for n in range(3 * SEARCHES_PER_S))
+            )
+            return len(hits)
+
+    assert asyncio.run(scenario()) == 3 * SEARCHES_PER_S

@@ -1,5 +1,7 @@
 """The SDK's error translation and request shapes, over ``httpx.MockTransport``: a real httpx
-transport whose handler plays the server (or raises what a failing network raises)."""
+transport whose handler plays the server (or raises what a failing network raises). The
+clients here send each call once (``max_retries=0``): what a failure becomes, not how often it
+is tried, which is test_sdk_retries.py's subject."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from memq import (
     MemqAPIError,
     MemqTimeoutError,
     NotFoundError,
+    RateLimitError,
     UnavailableError,
     ValidationError,
 )
@@ -81,7 +84,7 @@ def raising(exc: Exception) -> Handler:
 
 
 def sync_client(handler: Handler) -> Client:
-    return Client(BASE_URL, "mq_test", transport=httpx.MockTransport(handler))
+    return Client(BASE_URL, "mq_test", transport=httpx.MockTransport(handler), max_retries=0)
 
 
 def call_sync(handler: Handler) -> MemqAPIError:
@@ -92,7 +95,8 @@ def call_sync(handler: Handler) -> MemqAPIError:
 
 def call_async(handler: Handler) -> MemqAPIError:
     async def scenario() -> None:
-        async with AsyncClient(BASE_URL, "mq_test", transport=httpx.MockTransport(handler)) as sdk:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient(BASE_URL, "mq_test", transport=transport, max_retries=0) as sdk:
             await sdk.job("j1")
 
     with pytest.raises(MemqAPIError) as raised:
@@ -113,6 +117,7 @@ CALLERS = [pytest.param(call_sync, id="sync"), pytest.param(call_async, id="asyn
         (404, "not_found", NotFoundError),
         (413, "too_large", ValidationError),
         (422, "invalid_input", ValidationError),
+        (429, "rate_limited", RateLimitError),
         (503, "unavailable", UnavailableError),
         (500, "internal", MemqAPIError),
         (409, "conflict", MemqAPIError),
@@ -131,6 +136,30 @@ def test_error_bodies_become_the_matching_error(
         "user_id",
     )
     assert str(error) == f"{status} {kind}: it went wrong (field user_id)"
+    assert error.retry_after_s is None
+
+
+@pytest.mark.parametrize("call", CALLERS)
+@pytest.mark.parametrize(
+    ("status", "retry_after", "expected"),
+    [
+        (429, "7", 7.0),
+        (503, "120", 120.0),
+        (503, "Fri, 31 Dec 1999 23:59:59 GMT", 0.0),  # a date already past: now
+        (429, "whenever", None),
+    ],
+)
+def test_a_refusal_carries_the_servers_retry_after(
+    call: Callable[[Handler], MemqAPIError], status: int, retry_after: str, expected: float | None
+) -> None:
+    def handler(_: httpx.Request) -> httpx.Response:
+        body = envelope("rate_limited" if status == 429 else "unavailable", "later")
+        return httpx.Response(status, json=body, headers={"Retry-After": retry_after})
+
+    error = call(handler)
+
+    assert type(error) is (RateLimitError if status == 429 else UnavailableError)
+    assert error.retry_after_s == expected
 
 
 @pytest.mark.parametrize("call", CALLERS)
@@ -196,7 +225,13 @@ def test_readyz_not_ready_is_unavailable_with_the_reason() -> None:
 
 
 def test_the_errors_form_one_tree_exported_from_memq() -> None:
-    for cls in (AuthenticationError, NotFoundError, ValidationError, UnavailableError):
+    for cls in (
+        AuthenticationError,
+        NotFoundError,
+        ValidationError,
+        RateLimitError,
+        UnavailableError,
+    ):
         assert issubclass(cls, MemqAPIError)
     assert issubclass(MemqTimeoutError, MemqAPIError)
     assert memq.Client is Client
