@@ -137,6 +137,9 @@ class KeptIntake:
     def accept_chat(self, event: ChatEvent) -> bool:
         raise NotImplementedError
 
+    def held_job(self, job_id: str) -> JobRecord | None:
+        return None
+
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         raise NotImplementedError
 
