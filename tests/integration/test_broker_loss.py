@@ -27,6 +27,7 @@ from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from tests.conftest import running
 from tests.fakellm import FakeLLMServer
+from tests.integration.test_node_loss import settings_of
 from tests.integration.test_pipeline import facts_from_conversation
 from tests.integration.test_worker_loss import RoleWorker
 from tests.private_services import PrivateRedis
@@ -259,11 +260,7 @@ def roles(
             "MEMQ_EMBEDDER_BASE_URL": model.base_url,
             "MEMQ_EMBEDDER_MODEL": "fake-embedder",
         }
-        with monkeypatch_session.context() as patch:
-            for key, value in env.items():
-                if key.startswith("MEMQ_"):
-                    patch.setenv(key, value)
-            settings = Settings()
+        settings = settings_of(env, monkeypatch_session)
         names = ensure_indices(es, settings.es, settings.embedder.dims)
         app = create_celery(settings)
         io = RoleWorker(env, tmp_path / "io.log", "io")
