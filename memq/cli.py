@@ -34,6 +34,7 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     # before anything imports prometheus_client, which reads the directory at import time
     metrics_dir = prepare_metrics_dir() if settings.worker.metrics_port else None
     from workers.app import connect_metrics_server, create_celery
+    from workers.broker import TRANSPORT
 
     queues = settings.queues
     role = {
@@ -62,6 +63,9 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
     # broker instead of failing: Celery turns a failed publish of a retry into a reject without
     # requeue, which would drop the job's message. Workers only: the API answers 503 at once.
     app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY
+    # kombu's Redis transport, without the crash that stopped workers when the broker went
+    # away under load (workers/broker.py). Workers only: Flower reads the broker URL's scheme.
+    app.conf.broker_transport = TRANSPORT
     if metrics_dir is not None:
         connect_metrics_server(app, metrics_dir, (args.queues or ",".join(names)).split(","))
     app.worker_main(argv)

@@ -60,8 +60,9 @@ class Memory:
     ) -> dict[str, Any]:
         """Run every phase for the conversation (a string is one user message; an
         ``AddRequest`` is taken as it is). Returns ``{"job_id", "results": [{"id", "memory",
-        "event"}]}``, the memories searchable at once. The job is recorded either way; a
-        failure re-raises the ``MemqError``."""
+        "event"}]}``, the memories searchable at once (persist refreshes what it wrote, as
+        for every job that succeeds). The job is recorded either way; a failure re-raises
+        the ``MemqError``."""
         if isinstance(messages, AddRequest):
             request = messages
         else:
@@ -73,10 +74,7 @@ class Memory:
                 memory_type=memory_type,
                 prompt=prompt,
             )
-        result = self._add(request, job_id)
-        if isinstance(self.deps.store, ServingStore):
-            self.deps.store.make_visible()
-        return result
+        return self._add(request, job_id)
 
     def _add(self, request: AddRequest, job_id: str | None) -> dict[str, Any]:
         state = JobState(

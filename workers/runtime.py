@@ -157,7 +157,14 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return {
         "broker_url": settings.redis.url,
         "result_backend": settings.redis.url,
+        # A worker waits out a broker outage of any length (the consumer retries 2, 4, ... s
+        # apart, then every 30 s): exiting would only hand the wait to its supervisor.
         "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": None,
+        # Tasks running when the connection drops finish (their work is kept, their hand-on
+        # waits for the broker); cancelling them would only redo it (Celery 6's default).
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "broker_transport_options": {"visibility_timeout": settings.worker.visibility_timeout_s},
         "result_backend_transport_options": {
             "visibility_timeout": settings.worker.visibility_timeout_s

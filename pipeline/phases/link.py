@@ -137,7 +137,8 @@ def link_stored(states: Sequence[JobState], deps: Deps) -> list[JobState]:
         s.job_id: planned_links(planned(s, job), {i: m.id for i, m in enumerate(s.stored)})
         for s, job in zip(states, found, strict=True)
     }
-    deps.store.link_entities([link for job in links.values() for link in job])
+    # searchable when the phase ends, as persist's writes are (succeeded means findable)
+    deps.store.link_entities([link for job in links.values() for link in job], refresh=True)
     return [linked(s, links[s.job_id]) for s in states]
 
 

@@ -10,6 +10,12 @@ go in the same bulk as their memories; the rare row whose memory turned out not 
 (refused, raced, or moved to another id) is deleted afterwards, so history reports only what
 was stored. Entities are linked to stored memories only, so a memory that was refused leaves no
 link behind.
+
+Both bulks ask Elasticsearch to refresh the shards they wrote to (``refresh``), so when this
+phase ends its memories and their entity links are searchable: the job is reported
+``succeeded`` after it, and succeeded means findable, from any process. That is one refresh of
+the touched shards per bulk, per batch (not per job), in the bulk's own request; the 1 s
+refresh interval is never waited for.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState
     }
     everyone = [link for job in links.values() for link in job]
     if everyone:
-        deps.store.link_entities(everyone, update_memories=False)
+        deps.store.link_entities(everyone, update_memories=False, refresh=True)
     return [
         linked(finish(s, written), links[s.job_id])
         for s, written in zip(states, results, strict=True)
@@ -76,7 +82,7 @@ def write(
 ) -> tuple[WriteOutcome, WriteOutcome]:
     if not docs:
         return WriteOutcome(), WriteOutcome()
-    return deps.store.create_memories_with_history(docs, rows)
+    return deps.store.create_memories_with_history(docs, rows, refresh=True)
 
 
 def settle(

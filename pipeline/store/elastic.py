@@ -77,7 +77,8 @@ def cosine_from_score(score: float) -> float:
 
 
 class ElasticStore:
-    """The real store. ``refresh`` is "wait_for" only where a read follows in the same flow."""
+    """The real store. ``refresh`` is "wait_for" only where a read follows in the same flow;
+    the writes a job's ``succeeded`` promises findable refresh the shards they touched."""
 
     def __init__(self, client: Elasticsearch, names: IndexNames) -> None:
         self.client = client
@@ -286,15 +287,18 @@ class ElasticStore:
         return self.create_memories_with_history([], rows)[1]
 
     def create_memories_with_history(
-        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
+        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc], refresh: bool = False
     ) -> tuple[WriteOutcome, WriteOutcome]:
         """Memories and history rows in one bulk create; conflicting memories are read back
-        (one mget, only when there are any) to tell our own earlier write from another's."""
+        (one mget, only when there are any) to tell our own earlier write from another's.
+        ``refresh``: the bulk asks Elasticsearch to refresh the shards it wrote to before it
+        answers (no extra request, no wait for the refresh interval), so the memories are
+        searchable when this returns."""
         items = {(self.names.memories, d.id, scope_routing(d.scope)): d.source() for d in docs}
         items |= {
             (self.names.history, r.id, history_routing(r.memory_id, r.id)): r.source() for r in rows
         }
-        outcomes = self._create_all(items)
+        outcomes = self._create_all(items, refresh)
         memories = outcomes[self.names.memories]
         if memories.conflicts:
             routings = {d.id: scope_routing(d.scope) for d in docs}
@@ -348,12 +352,15 @@ class ElasticStore:
             for hits in self._msearch(searches, "search similar entities")
         ]
 
-    def link_entities(self, links: Sequence[EntityLink], update_memories: bool = True) -> None:
+    def link_entities(
+        self, links: Sequence[EntityLink], update_memories: bool = True, refresh: bool = False
+    ) -> None:
         """One mget of the target entities, then one bulk: creates for the missing, updates
         guarded by ``if_seq_no`` for the rest, and (``update_memories``) each memory's
         ``entity_ids``. Targets that another writer changed in between are read and written
         again. A target that is gone (merged into, then deleted since the search) is created
-        again under its id, since memories may name it already."""
+        again under its id, since memories may name it already. ``refresh``: as for
+        ``create_memories_with_history``, on the shards this bulk wrote to."""
         wanted: dict[str, set[str]] = {}
         creatable: dict[str, EntityDoc] = {}
         memories: dict[str, set[str]] = {}
@@ -379,7 +386,9 @@ class ElasticStore:
             actions = self._entity_link_actions(wanted, creatable, routing) + extra
             if not actions:
                 return
-            conflicted = self._bulk_all_or_raise(actions, "link entities", frozenset(wanted))
+            conflicted = self._bulk_all_or_raise(
+                actions, "link entities", frozenset(wanted), refresh
+            )
             wanted = {target: ids for target, ids in wanted.items() if target in conflicted}
             extra = []
         raise TransientError(f"entities {sorted(wanted)}: too many concurrent link updates")
@@ -820,7 +829,7 @@ class ElasticStore:
         return body
 
     def _create_all(
-        self, items: dict[tuple[str, str, str], dict[str, Any]]
+        self, items: dict[tuple[str, str, str], dict[str, Any]], refresh: bool = False
     ) -> dict[str, WriteOutcome]:
         """Bulk-create ``items`` ((index, id, routing) -> source); items rejected with 429 are
         retried, item by item. One outcome per index."""
@@ -833,7 +842,8 @@ class ElasticStore:
                 break
             if attempt:
                 time.sleep(0.2 * 2**attempt)
-            pending = self._create_round(pending, outcomes, last=attempt == _BULK_ITEM_RETRIES)
+            last = attempt == _BULK_ITEM_RETRIES
+            pending = self._create_round(pending, outcomes, last, refresh)
         return outcomes
 
     def _create_round(
@@ -841,13 +851,14 @@ class ElasticStore:
         pending: dict[tuple[str, str, str], dict[str, Any]],
         outcomes: dict[str, WriteOutcome],
         last: bool,
+        refresh: bool,
     ) -> dict[tuple[str, str, str], dict[str, Any]]:
         actions: list[dict[str, Any]] = []
         for (index, doc_id, routing), source in pending.items():
             actions.append({"create": {"_index": index, "_id": doc_id, "routing": routing}})
             actions.append(source)
         with es_errors("bulk create"):
-            items = self._bulk(operations=actions)["items"]
+            items = self._bulk(operations=actions, refresh=refresh)["items"]
         retry: dict[tuple[str, str, str], dict[str, Any]] = {}
         for (key, source), item in zip(pending.items(), items, strict=True):
             result, outcome = item["create"], outcomes[key[0]]
@@ -879,7 +890,11 @@ class ElasticStore:
         }
 
     def _bulk_all_or_raise(
-        self, actions: list[dict[str, Any]], what: str, may_conflict: frozenset[str] = frozenset()
+        self,
+        actions: list[dict[str, Any]],
+        what: str,
+        may_conflict: frozenset[str] = frozenset(),
+        refresh: bool = False,
     ) -> set[str]:
         """Run a bulk whose every item must succeed, except that ids in ``may_conflict`` may
         meet a version conflict (409): those are returned. Any other item error raises: a
@@ -887,7 +902,7 @@ class ElasticStore:
         pass (a document the mapping rejects, a memory deleted meanwhile) as ``PermanentError``,
         so its job fails at once with the reason instead of retrying until its deadline."""
         with es_errors(what):
-            body = self._bulk(operations=actions)
+            body = self._bulk(operations=actions, refresh=refresh)
         conflicted: set[str] = set()
         if not body.get("errors"):
             return conflicted

@@ -85,7 +85,7 @@ class InMemoryStore:
         return [self._hashes(scope, hashes, set(not_of_jobs)) for scope, hashes in queries]
 
     def create_memories_with_history(
-        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
+        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc], refresh: bool = False
     ) -> tuple[WriteOutcome, WriteOutcome]:
         return self.create_memories(docs), self.write_history(rows)
 
@@ -156,7 +156,9 @@ class InMemoryStore:
         scored = [(i, cosine(vector, e["embedding"])) for i, e in pool]
         return max(scored, key=lambda s: s[1]) if scored else None
 
-    def link_entities(self, links: Sequence[EntityLink], update_memories: bool = True) -> None:
+    def link_entities(
+        self, links: Sequence[EntityLink], update_memories: bool = True, refresh: bool = False
+    ) -> None:
         targets: dict[str, set[str]] = {}
         with self._lock:
             for link in links:

@@ -229,9 +229,10 @@ class Store(Protocol):
     def write_history(self, rows: Sequence[HistoryDoc]) -> WriteOutcome: ...
 
     def create_memories_with_history(
-        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc]
+        self, docs: Sequence[MemoryDoc], rows: Sequence[HistoryDoc], refresh: bool = False
     ) -> tuple[WriteOutcome, WriteOutcome]:
-        """``create_memories`` and ``write_history`` in one call: the outcome of each."""
+        """``create_memories`` and ``write_history`` in one call: the outcome of each.
+        ``refresh``: what was written is searchable when this returns."""
         ...
 
     def delete_history(self, rows: Sequence[HistoryDoc]) -> None:
@@ -250,11 +251,13 @@ class Store(Protocol):
         """``nearest_entities`` of each (scope, vector), in one call."""
         ...
 
-    def link_entities(self, links: Sequence[EntityLink], update_memories: bool = True) -> None:
+    def link_entities(
+        self, links: Sequence[EntityLink], update_memories: bool = True, refresh: bool = False
+    ) -> None:
         """Record every link: each target entity (created when missing, under the target's id)
         gains the memory ids, and (``update_memories``; not when the memories were created with
         them) each memory's ``entity_ids`` becomes its targets. Concurrent callers never lose
-        each other's links."""
+        each other's links. ``refresh``: the links are searchable when this returns."""
         ...
 
     def save_job(self, record: JobRecord) -> None: ...

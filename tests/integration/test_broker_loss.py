@@ -9,18 +9,27 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from elasticsearch import Elasticsearch
 
 from pipeline.config import RedisConfig, Settings
 from pipeline.errors import TransientError
 from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.store.indices import IndexNames
+from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
+from tests.conftest import running
+from tests.fakellm import FakeLLMServer
+from tests.integration.test_node_loss import settings_of
+from tests.integration.test_pipeline import facts_from_conversation
+from tests.integration.test_worker_loss import RoleWorker
 from tests.private_services import PrivateRedis
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
 from workers.intake import submit
@@ -137,6 +146,7 @@ def test_workers_ride_out_a_broker_restart_and_a_kill(
         assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
         for session in sessions:  # ten jobs each, one memory each: none lost, none twice
             assert memory_count(app, session) == 10
+        assert worker.restarts() == 0, worker.tail()  # the outage was ridden out, not restarted
 
         os.kill(worker.worker_pid(), signal.SIGKILL)  # a crash no reconnect can ride out
         deadline = time.monotonic() + 30
@@ -193,3 +203,109 @@ def memory_count(app: MemqCelery, user_id: str) -> int:
     texts = [h["_source"]["text"] for h in hits]
     assert len(set(texts)) == len(texts), texts  # nothing stored twice
     return len(texts)
+
+
+HELD = "held-through-the-outage"
+RELEASE = threading.Event()  # the held extraction answers once the test has stopped the broker
+
+
+def held_responder(request: dict[str, Any]) -> str:
+    """Facts of the conversation; the marked one's call is held until the broker is down."""
+    if HELD in request["messages"][-1]["content"]:
+        RELEASE.wait(timeout=120)
+    return facts_from_conversation(request)
+
+
+@dataclass
+class RoleStack:
+    app: MemqCelery
+    broker: PrivateRedis
+    io: RoleWorker
+    cpu: RoleWorker
+    settings: Settings
+
+    def pids(self) -> tuple[int, int]:
+        assert self.io.process is not None and self.cpu.process is not None
+        return self.io.process.pid, self.cpu.process.pid
+
+    def check_alive(self) -> None:
+        self.io.check_alive()
+        self.cpu.check_alive()
+
+
+@pytest.fixture
+def roles(
+    test_env: dict[str, str],
+    es: Elasticsearch,
+    monkeypatch_session: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[RoleStack]:
+    """A private Redis, private indices and queues, the scripted model, and an I/O worker and
+    a CPU worker as ``ops/`` runs them (no supervisor: a worker that exits stays gone)."""
+    tag = uuid.uuid4().hex[:8]
+    broker = PrivateRedis(tmp_path, ports=(6400, 6500))
+    broker.start()
+    RELEASE.clear()
+    with FakeLLMServer() as model:
+        model.responder = held_responder
+        env = test_env | {
+            "MEMQ_REDIS_URL": broker.url,
+            "MEMQ_ES_INDEX_PREFIX": f"memqbroker-{tag}",
+            "MEMQ_QUEUES_IO": f"broker-{tag}.io",
+            "MEMQ_QUEUES_CPU": f"broker-{tag}.cpu",
+            "MEMQ_QUEUES_BACKFILL": f"broker-{tag}.backfill",
+            "MEMQ_LLM_BASE_URL": model.base_url,
+            "MEMQ_LLM_TIMEOUT_S": "120",
+            "MEMQ_EMBEDDER_KIND": "openai",
+            "MEMQ_EMBEDDER_BASE_URL": model.base_url,
+            "MEMQ_EMBEDDER_MODEL": "fake-embedder",
+        }
+        settings = settings_of(env, monkeypatch_session)
+        names = ensure_indices(es, settings.es, settings.embedder.dims)
+        app = create_celery(settings)
+        io = RoleWorker(env, tmp_path / "io.log", "io")
+        cpu = RoleWorker(env, tmp_path / "cpu.log", "cpu")
+        try:
+            with (
+                running(io, lambda: io.ready_on(app, settings.queues.io)),
+                running(cpu, lambda: cpu.ready_on(app, settings.queues.cpu)),
+            ):
+                yield RoleStack(app, broker, io, cpu, settings)
+        finally:
+            RELEASE.set()
+            app.close()
+            drop_indices(es, names)
+            broker.stop()
+
+
+@pytest.mark.parametrize("outage_s", [10, pytest.param(60, marks=pytest.mark.slow)])
+def test_workers_keep_running_through_a_broker_stop(roles: RoleStack, outage_s: float) -> None:
+    """Both roles stay up (same processes) while the broker is gone for ``outage_s``, and
+    consume again once it is back: a job in flight before the stop and jobs waiting their
+    turn finish, and a job submitted after the restart succeeds."""
+    app, pids = roles.app, roles.pids()
+    held = submit(app, extraction(f"fact: {HELD} {uuid.uuid4().hex[:6]}")).record.job_id
+    sessions = [f"broker-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    jobs = [submit(app, conversation(i, sessions[i % 4])).record.job_id for i in range(24)]
+    wait_terminal(app, jobs, 120, until_any=True)
+
+    roles.broker.stop()
+    RELEASE.set()  # the held call answers while the broker is away: its hand-on must wait
+    down_until = time.monotonic() + outage_s
+    while time.monotonic() < down_until:
+        roles.check_alive()
+        time.sleep(0.5)
+    roles.broker.start()
+
+    later = submit_when_possible(app, range(100, 102))
+    statuses = wait_terminal(app, [held, *jobs, *later], 180)
+    assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
+    roles.check_alive()
+    assert roles.pids() == pids
+
+
+def extraction(text: str) -> AddRequest:
+    return AddRequest(
+        scope=Scope(user_id=f"broker-{uuid.uuid4().hex[:8]}"),
+        messages=[MessageIn(role="user", content=text)],
+    )
