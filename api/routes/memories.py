@@ -76,9 +76,9 @@ def accept(
 
 
 async def wait_for(store: ServingStore, record: JobRecord, timeout_s: float) -> JobRecord:
-    """Poll the job until it ends or ``timeout_s`` passes, without holding a server thread.
-    A finished job's memories are made visible to search before it is returned (a caller who
-    waited is about to read)."""
+    """Poll the job until it ends or ``timeout_s`` passes, without holding a server thread. A
+    job recorded ``succeeded`` is already findable (its writes refreshed the shards they wrote
+    to), so nothing is refreshed here."""
     deadline = time.monotonic() + timeout_s
     while not record.ended and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
@@ -87,8 +87,6 @@ async def wait_for(store: ServingStore, record: JobRecord, timeout_s: float) -> 
         except TransientError:  # the store is down: the job was accepted, keep waiting
             latest = None
         record = latest or record
-    if record.ended:
-        await run_in_threadpool(store.make_visible)
     return record
 
 
