@@ -44,7 +44,7 @@ from pipeline.errors import (
     TransientError,
 )
 from pipeline.intake import Accepted
-from pipeline.jobs import JobRecord
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.keys import Principal
 from pipeline.listing import list_memories
 from pipeline.models import Identifier, MemoryType
@@ -156,6 +156,8 @@ class MemqTools:
         record = accepted.record
         if wait_s > 0:
             record = await self.wait(record, min(wait_s, self.resources.settings.api.wait_max_s))
+        if record.status in (JobStatus.FAILED, JobStatus.DEAD):
+            raise ToolError(failed_job_message(record))
         return {"created": accepted.created, **job_public(record).model_dump(mode="json")}
 
     async def wait(self, record: JobRecord, timeout_s: float) -> JobRecord:
@@ -286,6 +288,15 @@ def tool_message(exc: MemqError) -> str:
     if isinstance(exc, TransientError | RetriesExhaustedError):
         return f"memq is unavailable right now; try again shortly ({exc.reason})"
     return exc.reason
+
+
+def failed_job_message(record: JobRecord) -> str:
+    """What the agent reads of a job that ended without storing its memories."""
+    again = " (it is listed for replay)" if record.status == JobStatus.DEAD else ""
+    return (
+        f"the memory was not stored: job {record.job_id} {record.status}{again}: "
+        f"{record.reason or 'no reason recorded'}"
+    )
 
 
 def validation_message(exc: ValidationError) -> str:

@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pipeline.capability import EXTRACTION, refusal
 from pipeline.chat import ChatEvent
+from pipeline.config import Settings
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.models import AddRequest, MessageIn, Scope
 from workers.intake import submit
@@ -82,6 +84,22 @@ def conversation_request(events: list[ChatEvent], tenant: str) -> AddRequest:
     )
 
 
+def runnable_here(request: AddRequest, settings: Settings) -> AddRequest:
+    """``request`` as it can run under ``settings``. A chat conversation asks for extraction
+    by memq's default, not by a caller's choice, so where no LLM is configured it is stored as
+    it was said (``infer=false``, as ``memq add`` and ``memq backfill`` default to) instead of
+    being queued to fail in extract; each such job is logged."""
+    refused = refusal(request, settings)
+    if refused is None or refused.field != EXTRACTION.field:
+        return request
+    log.warning(
+        "chat conversation %s is stored verbatim (infer=false): %s",
+        request.metadata.get("conversation"),
+        refused.reason,
+    )
+    return request.model_copy(update={"infer": False})
+
+
 def register_chat_tasks(app: MemqCelery) -> None:
     runtime = app.runtime
 
@@ -109,7 +127,7 @@ def register_chat_tasks(app: MemqCelery) -> None:
         job_id = None
         if events:
             key = f"chat:{conversation}:{events[0].event_id}"
-            request = conversation_request(events, chat.tenant)
+            request = runnable_here(conversation_request(events, chat.tenant), runtime.settings)
             job_id = submit(app, request, idempotency_key=key).record.job_id
         if runtime.chat_buffer.drop(conversation, len(taken)):
             schedule_flush(app, conversation, chat.debounce_s)  # a new burst began meanwhile
