@@ -3,8 +3,10 @@
 JSON lets a body spell a lone UTF-16 surrogate (``"\\ud800"``); Python decodes it into a
 string that no UTF-8 encoder accepts, so it would fail deep inside (the store, the embedder,
 the job state) as a 500. ``unicode_body`` refuses such a body with 422 naming the field, for
-the routers that take JSON; the MCP tools check their arguments with ``lone_surrogate_at``.
-Query strings and paths cannot carry one: they are decoded from UTF-8 with replacement.
+the routers that take JSON; the chat webhooks check their events with
+``refuse_lone_surrogates``. Query strings and paths cannot carry one (they are decoded from
+UTF-8 with replacement), nor can MCP calls (the MCP layer's JSON parser refuses the escape
+with a JSON-RPC parse error before any tool runs).
 """
 
 from __future__ import annotations
