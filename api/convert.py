@@ -116,7 +116,7 @@ def nesting_depth(text: str) -> int:
             depth += 1
             deepest = max(deepest, depth)
         elif char in "]})":
-            depth -= 1
+            depth = max(depth - 1, 0)  # a stray closer must not hide the openers after it
     return deepest
 
 
