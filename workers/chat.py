@@ -86,9 +86,9 @@ def conversation_request(events: list[ChatEvent], tenant: str) -> AddRequest:
 
 def runnable_here(request: AddRequest, settings: Settings) -> AddRequest:
     """``request`` as it can run under ``settings``. A chat conversation asks for extraction
-    by memq's default, not by a caller's choice, so where no LLM is configured it is stored as
-    it was said (``infer=false``, as ``memq add`` and ``memq backfill`` default to) instead of
-    being queued to fail in extract; each such job is logged."""
+    by memq's default, not by a caller's choice, so where no LLM is configured it is stored
+    as it was said (``infer=false``, as ``memq backfill`` and ``memq demo`` do by default)
+    instead of being queued to fail in extract; each such job is logged."""
     refused = refusal(request, settings)
     if refused is None or refused.field != EXTRACTION.field:
         return request

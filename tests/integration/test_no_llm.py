@@ -1,7 +1,8 @@
 """With no LLM configured, an add that needs one (extraction, a procedural summary) is refused
 at the intake with a 4xx saying what to set, on every surface: REST, batches, the mem0 route,
 the SDK, the mem0 client, MCP and ``memq backfill``. An add that needs none (infer=false) is
-accepted and stored.
+accepted and stored. A chat-platform burst, which asks for extraction by default only, is
+stored verbatim by a worker without an LLM.
 
 The API process here has no LLM in the way compose leaves it unset: no ``MEMQ_LLM_*`` of the
 test environment, and ``OPENAI_API_KEY``, ``MEMQ_LLM_API_KEY`` and ``MEMQ_LLM_BASE_URL`` set
@@ -10,9 +11,12 @@ to the empty string. Its jobs run on the test worker.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,16 +25,23 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 from mcp import Client as McpClient
+from pydantic import SecretStr
 
 import memq
+from api.app import create_app
+from pipeline.config import LLMConfig, QueueConfig, Settings
 from pipeline.jobs import JobStatus
 from pipeline.store.indices import IndexNames
 from tests.conftest import admin_key, running
 from tests.integration.test_api import Tenant, create_tenant, http_client, remember, wait_listed
 from tests.integration.test_mcp import keyed_transport, payload, text_of
 from tests.integration.test_mem0_client import import_mem0
+from tests.integration.test_webhooks import jobs_of
 from tests.processes import ApiProcess, WorkerProcess, free_port
+from workers.app import create_celery
+from workers.serving import CeleryIntake
 
 pytestmark = pytest.mark.integration
 
@@ -204,3 +215,73 @@ def test_backfill_asked_to_infer_stops_before_it_starts(
     assert "this backfill needs an LLM" in stderr and "--no-infer" in stderr, stderr
     assert all(word in stderr for word in SAYS[1:]), stderr
     assert not checkpoint.exists(), "nothing was started"
+
+
+GENERIC = "generic-webhook-secret"
+
+
+@pytest.fixture(scope="module")
+def chat_without_llm(
+    no_llm_env: dict[str, str],
+    settings: Settings,
+    indices: IndexNames,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[TestClient, Any]]:
+    """The API app (in process) with the generic webhook on, and a worker of its own without an
+    LLM on queues of their own: the flush of a chat burst runs with no LLM."""
+    suffix = uuid.uuid4().hex[:8]
+    queues = QueueConfig(
+        io=f"nollm-{suffix}.io", cpu=f"nollm-{suffix}.cpu", backfill=f"nollm-{suffix}.bf"
+    )
+    chat = settings.chat.model_copy(update={"webhook_secret": SecretStr(GENERIC)})
+    llmless = settings.model_copy(
+        update={"llm": LLMConfig(), "openai_api_key": None, "queues": queues, "chat": chat}
+    )
+    env = {
+        **no_llm_env,
+        "MEMQ_QUEUES_IO": queues.io,
+        "MEMQ_QUEUES_CPU": queues.cpu,
+        "MEMQ_QUEUES_BACKFILL": queues.backfill,
+        "MEMQ_WORKER_METRICS_PORT": str(free_port()),
+    }
+    app = create_celery(llmless)
+    worker = WorkerProcess(env, tmp_path_factory.mktemp("worker-no-llm") / "worker.log", 1)
+    with (
+        running(worker, lambda: worker.wait_ready(app)),
+        TestClient(create_app(llmless, CeleryIntake(app))) as client,
+    ):
+        yield client, app.runtime.store
+    app.close()
+
+
+def generic_post(client: TestClient, event: dict[str, Any]) -> Any:
+    body = json.dumps(event).encode()
+    ts = str(int(time.time()))
+    mac = hmac.new(GENERIC.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    headers = {
+        "content-type": "application/json",
+        "x-memq-timestamp": ts,
+        "x-memq-signature": f"sha256={mac}",
+    }
+    return client.post("/v1/webhooks/generic", content=body, headers=headers)
+
+
+def test_a_chat_burst_without_an_llm_is_stored_as_it_was_said(
+    chat_without_llm: tuple[TestClient, Any], uid: str
+) -> None:
+    client, store = chat_without_llm
+    said = ["we moved the standup to 10:30", "and the retro to Friday"]
+    for text in said:
+        event = {
+            "event_id": uuid.uuid4().hex,
+            "conversation_id": f"c-{uid}",
+            "user_id": uid,
+            "content": text,
+        }
+        answer = generic_post(client, event)
+        assert answer.status_code == 200 and answer.json()["accepted"], answer.text
+    jobs = jobs_of(store, uid)
+    assert len(jobs) == 1, jobs
+    job = jobs[0]
+    assert job["request"]["infer"] is False, job["request"]
+    assert sorted(r["text"] for r in job["results"]) == sorted(said), job["results"]
