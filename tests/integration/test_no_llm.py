@@ -34,7 +34,7 @@ from api.app import create_app
 from pipeline.config import LLMConfig, QueueConfig, Settings
 from pipeline.jobs import JobStatus
 from pipeline.store.indices import IndexNames
-from tests.conftest import admin_key, running
+from tests.conftest import admin_key, api_running, running
 from tests.integration.test_api import Tenant, create_tenant, http_client, remember, wait_listed
 from tests.integration.test_mcp import keyed_transport, payload, text_of
 from tests.integration.test_mem0_client import import_mem0
@@ -60,14 +60,10 @@ def no_llm_env(test_env: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def no_llm_api(
-    no_llm_env: dict[str, str],
-    worker: WorkerProcess,
-    indices: IndexNames,
-    tmp_path_factory: pytest.TempPathFactory,
+    no_llm_env: dict[str, str], worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ApiProcess]:
-    env = {**no_llm_env, "MEMQ_API_PORT": str(free_port()), "MEMQ_API_ADMIN_KEY": admin_key()}
-    process = ApiProcess(env, tmp_path_factory.mktemp("api-no-llm") / "api.log")
-    with running(process, process.wait_ready):
+    """The API without an LLM; the test worker runs the jobs it accepts."""
+    with api_running(no_llm_env, tmp_path_factory.mktemp("api-no-llm")) as process:
         yield process
 
 
