@@ -311,7 +311,8 @@ TOOLS: list[tuple[str, str, bool, bool]] = [
         "add_memory",
         "Remember a conversation or a piece of text for a user, agent or run. Returns at once "
         "with a job id (processing takes a few seconds; job_status tells when it is done), or "
-        "waits up to wait_s seconds and returns the finished job with the memories it stored.",
+        "waits up to wait_s seconds and returns the finished job with the memories it stored "
+        "(a job that failed is an error giving its reason).",
         False,
         False,
     ),
