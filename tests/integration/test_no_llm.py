@@ -11,12 +11,9 @@ to the empty string. Its jobs run on the test worker.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +35,7 @@ from tests.conftest import admin_key, api_running, running
 from tests.integration.test_api import Tenant, create_tenant, http_client, remember, wait_listed
 from tests.integration.test_mcp import keyed_transport, payload, text_of
 from tests.integration.test_mem0_client import import_mem0
-from tests.integration.test_webhooks import jobs_of
+from tests.integration.test_webhooks import GENERIC, generic_post, jobs_of
 from tests.processes import ApiProcess, WorkerProcess, free_port
 from workers.app import create_celery
 from workers.serving import CeleryIntake
@@ -213,9 +210,6 @@ def test_backfill_asked_to_infer_stops_before_it_starts(
     assert not checkpoint.exists(), "nothing was started"
 
 
-GENERIC = "generic-webhook-secret"
-
-
 @pytest.fixture(scope="module")
 def chat_without_llm(
     no_llm_env: dict[str, str],
@@ -248,18 +242,6 @@ def chat_without_llm(
     ):
         yield client, app.runtime.store
     app.close()
-
-
-def generic_post(client: TestClient, event: dict[str, Any]) -> Any:
-    body = json.dumps(event).encode()
-    ts = str(int(time.time()))
-    mac = hmac.new(GENERIC.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
-    headers = {
-        "content-type": "application/json",
-        "x-memq-timestamp": ts,
-        "x-memq-signature": f"sha256={mac}",
-    }
-    return client.post("/v1/webhooks/generic", content=body, headers=headers)
 
 
 def test_a_chat_burst_without_an_llm_is_stored_as_it_was_said(
