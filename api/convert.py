@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ast
+import json
+import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +13,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from api.errors import location, most_specific
 from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
+from pipeline.capability import refusal
+from pipeline.config import Settings
 from pipeline.errors import InvalidInputError
 from pipeline.jobs import JobRecord, public_results
 from pipeline.keys import Principal
@@ -17,6 +22,12 @@ from pipeline.models import AddRequest, MessageIn, Scope
 
 _MESSAGES = TypeAdapter(list[MessageIn])
 SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+FILTERS_MAX_CHARS = 10_000
+FILTERS_MAX_DEPTH = 32
+# Python's parser recurses on chains of operators: past a few thousand characters of them it
+# raises MemoryError or RecursionError, so literals are read from a shorter text only
+LITERAL_MAX_CHARS = 2_000
+_QUOTED = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'""", re.DOTALL)
 
 
 def scope_of(
@@ -59,6 +70,56 @@ def split_filters(
     return scope, remaining or None
 
 
+def filters_param(raw: str, literals: bool = False) -> Any:
+    """A ``filters`` query parameter: JSON, or with ``literals`` a Python literal (the mem0
+    client writes a dict parameter as its ``repr``), read by ``ast.literal_eval``, which
+    evaluates literals only. Bounded before either parser runs (both recurse):
+    ``FILTERS_MAX_CHARS``, ``FILTERS_MAX_DEPTH`` brackets, ``LITERAL_MAX_CHARS`` for a
+    literal. ``InvalidInputError`` (422) naming the limit, or saying it cannot be read."""
+    if len(raw) > FILTERS_MAX_CHARS:
+        raise InvalidInputError(
+            f"filters is longer than {FILTERS_MAX_CHARS} characters", field="filters"
+        )
+    if nesting_depth(raw) > FILTERS_MAX_DEPTH:
+        raise InvalidInputError(
+            f"filters is nested deeper than {FILTERS_MAX_DEPTH} levels", field="filters"
+        )
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        if not literals:
+            raise InvalidInputError("filters is not valid JSON", field="filters") from exc
+    return python_literal(raw)
+
+
+def python_literal(raw: str) -> Any:
+    if len(raw) > LITERAL_MAX_CHARS:
+        raise InvalidInputError(
+            f"filters is not JSON, and a Python literal is read up to {LITERAL_MAX_CHARS} "
+            "characters only",
+            field="filters",
+        )
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise InvalidInputError(
+            "filters is neither JSON nor a Python literal", field="filters"
+        ) from exc
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of ``[``, ``{`` and ``(`` outside quoted strings (JSON's and
+    Python's quotes, with backslash escapes), without recursion."""
+    depth = deepest = 0
+    for char in _QUOTED.sub("", text):
+        if char in "[{(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]})":
+            depth = max(depth - 1, 0)  # a stray closer must not hide the openers after it
+    return deepest
+
+
 def strip_ids(node: Any) -> Any:
     if isinstance(node, dict):
         return {k: v for k, v in node.items() if k not in SCOPE_KEYS}
@@ -97,6 +158,20 @@ def add_request(body: MemoryCreate, principal: Principal) -> AddRequest:
         webhook_url=body.webhook_url,
         actor_id=body.actor_id,
     )
+
+
+def batch_requests(
+    items: Sequence[MemoryCreate], principal: Principal, settings: Settings
+) -> list[AddRequest]:
+    """Every item of a batch validated, and checked runnable under ``settings``
+    (``pipeline.capability``), before any is queued: ``InvalidInputError`` names the item."""
+    requests = [add_request(item, principal) for item in items]
+    for index, request in enumerate(requests):
+        refused = refusal(request, settings)
+        if refused is not None:
+            where = f"items.{index}"
+            raise InvalidInputError(f"{where}: {refused.reason}", f"{where}.{refused.field}")
+    return requests
 
 
 def from_unix(seconds: int) -> datetime:

@@ -45,7 +45,7 @@ from pipeline.errors import (
     TransientError,
 )
 from pipeline.intake import Accepted
-from pipeline.jobs import JobRecord
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.keys import Principal
 from pipeline.listing import list_memories
 from pipeline.models import Identifier, MemoryType
@@ -158,6 +158,8 @@ class MemqTools:
         record = accepted.record
         if wait_s > 0:
             record = await self.wait(record, min(wait_s, self.resources.settings.api.wait_max_s))
+        if record.status in (JobStatus.FAILED, JobStatus.DEAD):
+            raise ToolError(failed_job_message(record))
         return {"created": accepted.created, **job_public(record).model_dump(mode="json")}
 
     async def wait(self, record: JobRecord, timeout_s: float) -> JobRecord:
@@ -168,8 +170,6 @@ class MemqTools:
             await anyio.sleep(0.1)
             latest: JobRecord | None = await self.call(lambda: store.get_job(job_id))
             record = latest or record
-        if record.ended:
-            await self.call(store.make_visible)
         return record
 
     async def search_memories(
@@ -290,6 +290,15 @@ def tool_message(exc: MemqError) -> str:
     return exc.reason
 
 
+def failed_job_message(record: JobRecord) -> str:
+    """What the agent reads of a job that ended without storing its memories."""
+    again = " (it is listed for replay)" if record.status == JobStatus.DEAD else ""
+    return (
+        f"the memory was not stored: job {record.job_id} {record.status}{again}: "
+        f"{record.reason or 'no reason recorded'}"
+    )
+
+
 def validation_message(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
@@ -302,7 +311,8 @@ TOOLS: list[tuple[str, str, bool, bool]] = [
         "add_memory",
         "Remember a conversation or a piece of text for a user, agent or run. Returns at once "
         "with a job id (processing takes a few seconds; job_status tells when it is done), or "
-        "waits up to wait_s seconds and returns the finished job with the memories it stored.",
+        "waits up to wait_s seconds and returns the finished job with the memories it stored "
+        "(a job that failed is an error giving its reason).",
         False,
         False,
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+from pipeline.capability import refusal
 from pipeline.config import Settings
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
@@ -36,13 +37,8 @@ def run_demo(settings: Settings, timeout_s: float) -> int:
     app = create_celery(settings)
     reply = app.send_task(HEALTH_TASK).get(timeout=timeout_s)
     print(f"demo: worker {reply['worker']} sees Elasticsearch {reply['elasticsearch']['status']}")
-    infer = settings.llm_configured()
-    if not infer:
-        print(
-            "demo: no LLM configured (set OPENAI_API_KEY, or MEMQ_LLM_BASE_URL for an "
-            "OpenAI-compatible server): storing the raw turns (infer=false)"
-        )
-    record = ingest(app, infer, timeout_s)
+    request = sample_request(settings)
+    record = ingest(app, request, timeout_s)
     if record.status != JobStatus.SUCCEEDED:
         print(f"demo: job {record.job_id} {record.status}: {record.reason}")
         return 1
@@ -53,13 +49,22 @@ def run_demo(settings: Settings, timeout_s: float) -> int:
     return 0
 
 
-def ingest(app: MemqCelery, infer: bool, timeout_s: float) -> JobRecord:
+def sample_request(settings: Settings) -> AddRequest:
+    """The sample conversation, with facts extracted when this stack can (the intake's own
+    check, ``pipeline.capability``), else stored as the raw turns (infer=false)."""
     request = AddRequest(
         scope=SCOPE,
         messages=[MessageIn.model_validate({"role": r, "content": t}) for r, t in CONVERSATION],
-        infer=infer,
         timestamp=datetime(2026, 5, 4, 18, 30, tzinfo=UTC),
     )
+    refused = refusal(request, settings)
+    if refused is None:
+        return request
+    print(f"demo: {refused.reason}; storing the raw turns (infer=false)")
+    return request.model_copy(update={"infer": False})
+
+
+def ingest(app: MemqCelery, request: AddRequest, timeout_s: float) -> JobRecord:
     accepted = submit(app, request)
     verb = JobStatus.QUEUED if accepted.created else "already known as"
     print(f"demo: conversation {verb} job {accepted.record.job_id}")

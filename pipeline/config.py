@@ -433,9 +433,23 @@ class Settings(BaseSettings):
         ),
     )
 
+    @field_validator("openai_api_key", mode="before")
+    @classmethod
+    def _blank_key_is_no_key(cls, value: object) -> object:
+        """``OPENAI_API_KEY=`` (compose passes an unset variable so) means no key."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     def llm_api_key(self) -> SecretStr | None:
-        """The LLM key: ``MEMQ_LLM_API_KEY`` first, else ``OPENAI_API_KEY``."""
-        return self.llm.api_key or self.openai_api_key
+        """The LLM key: ``MEMQ_LLM_API_KEY`` first, else ``OPENAI_API_KEY``; a blank one is
+        no key."""
+        for key in (self.llm.api_key, self.openai_api_key):
+            if key is not None and key.get_secret_value().strip():
+                return key
+        return None
 
     def llm_configured(self) -> bool:
-        return self.llm.base_url is not None or self.llm_api_key() is not None
+        """Whether there is an LLM to call: a base URL, or a key for the default endpoint.
+        ``pipeline.capability`` decides from it which adds can run."""
+        return bool(self.llm.base_url and self.llm.base_url.strip()) or (
+            self.llm_api_key() is not None
+        )

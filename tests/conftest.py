@@ -172,15 +172,22 @@ def store(celery_app: MemqCelery, worker: WorkerProcess) -> ElasticStore:
     return celery_app.runtime.store
 
 
+@contextmanager
+def api_running(env: dict[str, str], log_dir: Path) -> Iterator[ApiProcess]:
+    """A real ``memq api`` process of this checkout with ``env`` on a free port, the admin key
+    the stack's, ready for the block and stopped after it."""
+    env = {**env, "MEMQ_API_PORT": str(free_port()), "MEMQ_API_ADMIN_KEY": admin_key()}
+    process = ApiProcess(env, log_dir / "api.log")
+    with running(process, process.wait_ready):
+        yield process
+
+
 @pytest.fixture(scope="session")
 def api_process(
     test_env: dict[str, str], worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ApiProcess]:
-    """A real ``memq api`` process of this checkout on a free port, over the test indices and
-    queues (the worker fixture consumes them); the admin key is the stack's."""
-    env = {**test_env, "MEMQ_API_PORT": str(free_port()), "MEMQ_API_ADMIN_KEY": admin_key()}
-    process = ApiProcess(env, tmp_path_factory.mktemp("api") / "api.log")
-    with running(process, process.wait_ready):
+    """The API over the test indices and queues (the worker fixture consumes them)."""
+    with api_running(test_env, tmp_path_factory.mktemp("api")) as process:
         yield process
 
 

@@ -14,7 +14,9 @@ from typing import Any
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
+from pipeline.capability import EXTRACTION, refusal
 from pipeline.chat import ChatEvent
+from pipeline.config import Settings
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.models import AddRequest, MessageIn, Scope
 from workers.intake import submit
@@ -60,7 +62,8 @@ def accept_alone(app: MemqCelery, event: ChatEvent) -> bool:
     scope). ``TransientError`` when Elasticsearch is down too."""
     tenant = app.runtime.settings.chat.tenant
     key = f"chat\x1f{event.platform}\x1f{event.event_id}"
-    return submit(app, conversation_request([event], tenant), idempotency_key=key).created
+    request = runnable_here(conversation_request([event], tenant), app.runtime.settings)
+    return submit(app, request, idempotency_key=key).created
 
 
 def schedule_flush(app: MemqCelery, conversation: str, countdown: float) -> None:
@@ -99,6 +102,22 @@ def conversation_request(events: list[ChatEvent], tenant: str) -> AddRequest:
     )
 
 
+def runnable_here(request: AddRequest, settings: Settings) -> AddRequest:
+    """``request`` as it can run under ``settings``. A chat conversation asks for extraction
+    by memq's default, not by a caller's choice, so where no LLM is configured it is stored
+    as it was said (``infer=false``, as ``memq backfill`` and ``memq demo`` do by default)
+    instead of being queued to fail in extract; each such job is logged."""
+    refused = refusal(request, settings)
+    if refused is None or refused.field != EXTRACTION.field:
+        return request
+    log.warning(
+        "chat conversation %s is stored verbatim (infer=false): %s",
+        request.metadata.get("conversation"),
+        refused.reason,
+    )
+    return request.model_copy(update={"infer": False})
+
+
 def register_chat_tasks(app: MemqCelery) -> None:
     runtime = app.runtime
 
@@ -126,7 +145,7 @@ def register_chat_tasks(app: MemqCelery) -> None:
         job_id = None
         if events:
             key = f"chat:{conversation}:{events[0].event_id}"
-            request = conversation_request(events, chat.tenant)
+            request = runnable_here(conversation_request(events, chat.tenant), runtime.settings)
             job_id = submit(app, request, idempotency_key=key).record.job_id
         if runtime.chat_buffer.drop(conversation, len(taken)):
             schedule_flush(app, conversation, chat.debounce_s)  # a new burst began meanwhile

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.capability import check_runnable
 from pipeline.chat import ChatEvent
 from pipeline.config import Settings
 from pipeline.intake import Accepted
@@ -36,6 +37,9 @@ class CeleryIntake:
         backfill: bool = False,
         request_id: str | None = None,
     ) -> Accepted:
+        """Refuse (``InvalidInputError``) an add this deployment cannot run, such as one that
+        asks for extraction where no LLM is configured; else ``workers.intake.submit``."""
+        check_runnable(request, self.app.runtime.settings)
         return submit(self.app, request, idempotency_key, batch_id, backfill, request_id=request_id)
 
     def replay(self, job_id: str) -> JobRecord:

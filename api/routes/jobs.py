@@ -8,7 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, status
 
-from api.convert import add_request, job_public
+from api.body import UnicodeBody
+from api.convert import batch_requests, job_public
 from api.deps import IdPath, IntakeDep, PrincipalDep, SettingsDep, StoreDep
 from api.limits import WriteLimited
 from api.request_ids import request_id_of
@@ -29,7 +30,7 @@ from pipeline.keys import Principal
 from pipeline.store.protocol import ServingStore
 from pipeline.webhook import tenant_signing_key
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[UnicodeBody])
 
 
 def own_job(
@@ -132,11 +133,16 @@ def retry_job(
     dependencies=[WriteLimited],
 )
 def create_batch(
-    body: BatchCreate, request: Request, intake: IntakeDep, principal: PrincipalDep
+    body: BatchCreate,
+    request: Request,
+    intake: IntakeDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
 ) -> BatchAccepted:
     """Many conversations at once (importers): one job each, under one batch id. Every item is
-    validated before any is queued, so a bad item queues nothing."""
-    requests = [add_request(item, principal) for item in body.items]
+    validated, and checked runnable here (an LLM for the items that need one), before any is
+    queued, so a bad item queues nothing."""
+    requests = batch_requests(body.items, principal, settings)
     batch_id = str(uuid.uuid4())
     jobs = []
     for add in requests:

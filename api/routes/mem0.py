@@ -4,15 +4,21 @@ included), bodies and reply shapes, over the same pipeline functions as memq's o
 
 from __future__ import annotations
 
-import ast
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.convert import SCOPE_KEYS, memory_public, scope_from_filters, scope_of, split_filters
+from api.body import UnicodeBody
+from api.convert import (
+    SCOPE_KEYS,
+    filters_param,
+    memory_public,
+    scope_from_filters,
+    scope_of,
+    split_filters,
+)
 from api.deps import (
     ClockDep,
     IdPath,
@@ -45,7 +51,7 @@ from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
 
-router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
+router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True, dependencies=[UnicodeBody])
 
 
 class Mem0Search(BaseModel):
@@ -256,12 +262,13 @@ def delete_everything(
     run_id: str | None = None,
     filters: str | None = None,
 ) -> dict[str, Any]:
-    """mem0's delete_all: ids as query parameters (or, as its client sends them, a Python-repr
-    ``filters`` dict — read with ``ast.literal_eval``, which evaluates literals only)."""
+    """mem0's delete_all: ids as query parameters, or in ``filters``: JSON, or the
+    Python-repr dict its client sends (``api.convert.filters_param``: bounded in length and
+    depth, literals only)."""
     ids = {
         k: v for k, v in {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}.items() if v
     }
-    ids |= scope_from_filters(literal(filters)) if filters else {}
+    ids |= scope_from_filters(filters_param(filters, literals=True)) if filters else {}
     scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
     deleted = delete_all(store, scope, None, clock())
     return {"message": "Memories deleted successfully!", "deleted": deleted}
@@ -336,18 +343,6 @@ def batch_items(body: dict[str, Any]) -> list[dict[str, Any]]:
     if not all(isinstance(i, dict) and isinstance(i.get("memory_id"), str) for i in items):
         raise InvalidInputError("each item needs a memory_id", field="memories")
     return items
-
-
-def literal(raw: str) -> Any:
-    try:
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise InvalidInputError(
-                "filters is neither JSON nor a literal", field="filters"
-            ) from exc
 
 
 def mem0_memory(item: dict[str, Any]) -> dict[str, Any]:

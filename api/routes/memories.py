@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Annotated, Any
@@ -11,7 +10,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.convert import add_request, job_public, memory_public, scope_of, split_filters
+from api.body import UnicodeBody
+from api.convert import (
+    add_request,
+    filters_param,
+    job_public,
+    memory_public,
+    scope_of,
+    split_filters,
+)
 from api.deps import (
     AdminDep,
     ClockDep,
@@ -51,7 +58,7 @@ from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
 
 log = logging.getLogger("memq.api")
-router = APIRouter(prefix="/v1", tags=["memories"])
+router = APIRouter(prefix="/v1", tags=["memories"], dependencies=[UnicodeBody])
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
@@ -149,12 +156,10 @@ def get_all(
 
 
 def parse_filters(raw: str | None) -> dict[str, Any] | None:
+    """The ``filters`` parameter: a JSON object (bounded: ``api.convert.filters_param``)."""
     if raw is None:
         return None
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidInputError("filters is not valid JSON", field="filters") from exc
+    value = filters_param(raw)
     if not isinstance(value, dict):
         raise InvalidInputError("filters must be a JSON object", field="filters")
     return value

@@ -4,11 +4,13 @@ authenticate by the platform's signature, not by API key; each is off until its 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from api.body import refuse_lone_surrogates
 from api.deps import ClockDep, IntakeDep
 from api.schemas import SlackChallenge, WebhookAck
 from pipeline import chat
@@ -53,8 +55,12 @@ async def verified(
 
 
 async def accept(intake: Intake, event: chat.ChatEvent | None) -> WebhookAck:
-    accepted = event is not None and await run_in_threadpool(intake.accept_chat, event)
-    return WebhookAck(accepted=accepted)
+    """Buffer a verified event (a text that is not valid Unicode is refused with 422 first,
+    as any unusable message is)."""
+    if event is None:
+        return WebhookAck(accepted=False)
+    refuse_lone_surrogates(dataclasses.asdict(event))
+    return WebhookAck(accepted=await run_in_threadpool(intake.accept_chat, event))
 
 
 @router.post("/slack")

@@ -30,6 +30,7 @@ from memq.backfill.progress import Progress
 from memq.backfill.rate import TokenBucket
 from memq.backfill.requests import requests_for
 from pipeline.backfill.readers import Located, Reader
+from pipeline.capability import LLMNeed, missing_llm
 from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest
 from workers.app import MemqCelery
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 FINISHED = TERMINAL_STATUSES
+BACKFILL_EXTRACTION = LLMNeed(
+    "to extract facts (--infer)", "infer", "or pass --no-infer to store the messages as they are"
+)
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -104,7 +108,13 @@ class Backfill:
         self.polled_at = 0.0
 
     def run(self) -> int:
-        """Submit every conversation not finished yet, wait for them, report. See module doc."""
+        """Submit every conversation not finished yet, wait for them, report. See module doc.
+        A run asking for extraction where no LLM is configured stops before it starts
+        (``EXIT_BAD_INPUT``, the reason on ``err``): every job would fail."""
+        refused = self._refusal()
+        if refused is not None:
+            self.err.write(f"backfill: {refused}\n")
+            return EXIT_BAD_INPUT
         with stop_on_signals(self._stop):
             entries = self._plan()
             for entry in entries:
@@ -116,6 +126,13 @@ class Backfill:
         self.progress.show(self.counts, len(self.in_flight), force=True)
         self.progress.end()
         return self._report()
+
+    def _refusal(self) -> str | None:
+        """Why this run cannot succeed here, or None. Its jobs are text conversations with
+        ``infer`` from the options, so only extraction can need the LLM."""
+        need = BACKFILL_EXTRACTION if self.options.infer else None
+        refused = missing_llm(need, self.app.runtime.settings, "this backfill")
+        return None if refused is None else refused.reason
 
     def _stop(self) -> None:
         self.stopping = True

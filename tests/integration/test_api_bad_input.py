@@ -461,3 +461,115 @@ def test_bad_mem0_add_is_4xx(a: Tenant, uid: str) -> None:
     assert_error(a.http.post("/v3/memories/add/", json={**base, "metadata": nested(100)}))
     assert_error(a.http.post("/v3/memories/add/", json={**base, "colour": "red"}))
     assert_only_sentinel(a, uid)
+
+
+# --- text that is not Unicode, filters that would blow up a parser -----------------------------
+
+LONE = "\ud800"  # a UTF-16 surrogate alone: JSON can spell it, no UTF-8 encoder takes it
+
+
+def post_raw(tenant: Tenant, method: str, path: str, body: Any) -> httpx.Response:
+    """``body`` sent as ASCII JSON (a lone surrogate as its ``\\ud800`` escape)."""
+    return tenant.http.request(
+        method, path, content=json.dumps(body), headers={"Content-Type": "application/json"}
+    )
+
+
+def surrogate_cases(uid: str, memory_id: str) -> list[tuple[str, str, Any, str]]:
+    """(method, path, body, field named) for every route that takes text."""
+    add = {"messages": "hi", "user_id": uid, "infer": False}
+    said = [{"role": "user", "content": f"caf{LONE}"}]
+    return [
+        ("POST", "/v1/memories", {**add, "messages": f"hi {LONE}"}, "messages"),
+        ("POST", "/v1/memories", {**add, "messages": said}, "messages.0.content"),
+        ("POST", "/v1/memories", {**add, "metadata": {"topic": LONE}}, "metadata.topic"),
+        ("POST", "/v1/memories", {**add, "metadata": {LONE: 1}}, "metadata"),
+        ("POST", "/v1/batches", {"items": [{**add, "messages": LONE}]}, "items.0.messages"),
+        ("PUT", f"/v1/memories/{memory_id}", {"text": f"new {LONE}"}, "text"),
+        ("POST", "/v1/memories/search", {"query": LONE, "user_id": uid}, "query"),
+        (
+            "POST",
+            "/v1/memories/search",
+            {"query": "tea", "user_id": uid, "filters": {"topic": LONE}},
+            "filters.topic",
+        ),
+        ("POST", "/v3/memories/add/", {**add, "messages": said}, "messages.0.content"),
+        ("POST", "/v3/memories/search/", {"query": LONE, "user_id": uid}, "query"),
+        ("POST", "/v3/memories/", {"filters": {"user_id": uid, "topic": LONE}}, "filters.topic"),
+        ("PUT", f"/v1/memories/{memory_id}/", {"text": LONE}, "text"),
+        (
+            "PUT",
+            "/v1/batch/",
+            {"memories": [{"memory_id": memory_id, "text": LONE}]},
+            "memories.0.text",
+        ),
+    ]
+
+
+def test_a_lone_surrogate_is_refused_on_every_route_that_takes_text(a: Tenant, uid: str) -> None:
+    stored = remember(a, uid, "the original text")
+    for method, path, body, field in surrogate_cases(uid, stored["id"]):
+        response = post_raw(a, method, path, body)
+        assert_error(response, field=field, mentions=("surrogate",))
+    assert [m["memory"] for m in wait_listed(a, uid, 1)] == ["the original text"]
+    assert_only_memories(a, uid, [stored["id"]])
+
+
+def assert_only_memories(tenant: Tenant, user_id: str, ids: list[str]) -> None:
+    """Nothing the refused requests could have queued is stored (the sentinel's job ran after
+    any they queued)."""
+    sentinel = remember(tenant, user_id, f"sentinel {uuid.uuid4().hex}")
+    items = wait_listed(tenant, user_id, len(ids) + 1)
+    assert sorted(item["id"] for item in items) == sorted([*ids, sentinel["id"]]), items
+
+
+def test_a_surrogate_pair_is_a_character_and_is_kept(a: Tenant, uid: str) -> None:
+    text = "a smile \U0001f600"  # json.dumps writes it as the pair \ud83d\ude00
+    response = post_raw(
+        a, "POST", "/v1/memories?wait=true", {"messages": text, "user_id": uid, "infer": False}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["results"][0]["memory"] == text
+
+
+@pytest.mark.parametrize(
+    ("filters", "mentions"),
+    [
+        pytest.param("{{}}", ("neither JSON nor",), id="set-of-dict"),
+        pytest.param("{[]}", ("neither JSON nor",), id="set-of-list"),
+        pytest.param("[" * 20_000, ("longer than",), id="long-brackets"),
+        pytest.param("[" * 5_000 + "]" * 5_000, ("nested deeper",), id="deep-list"),
+        pytest.param("{'a': " * 40 + "1" + "}" * 40, ("nested deeper",), id="deep-literal"),
+        pytest.param("-" * 1_999 + "1", ("neither JSON nor",), id="unary-chain"),
+        pytest.param("1" + "+1" * 4_000, ("python literal is read up to",), id="long-literal"),
+        pytest.param("__import__('os')", ("neither JSON nor",), id="a-call"),
+    ],
+)
+def test_mem0_delete_all_bounds_its_filters(
+    a: Tenant, uid: str, filters: str, mentions: tuple[str, ...]
+) -> None:
+    stored = remember(a, uid, "still here")
+    response = a.http.delete("/v1/memories/", params={"filters": filters})
+    assert_error(response, field="filters", mentions=mentions)
+    assert [m["id"] for m in wait_listed(a, uid, 1)] == [stored["id"]]
+
+
+@pytest.mark.parametrize("style", [json.dumps, repr])
+def test_mem0_delete_all_reads_its_clients_filters(a: Tenant, uid: str, style: Any) -> None:
+    """The mem0 client writes a dict parameter as its repr; JSON is read as well."""
+    remember(a, uid, "to be deleted")
+    response = a.http.delete("/v1/memories/", params={"filters": style({"user_id": uid})})
+    assert response.status_code == 200, response.text
+    assert response.json()["deleted"] == 1
+
+
+def test_mem0_delete_all_with_an_empty_filter_needs_an_id(a: Tenant) -> None:
+    assert_error(a.http.delete("/v1/memories/", params={"filters": "{}"}), field="user_id")
+
+
+@pytest.mark.parametrize(
+    "filters", ["[" * 5_000 + "]" * 5_000, "x" * 20_000, "{'user_id': 'u'}"], ids=str.__len__
+)
+def test_listing_filters_are_bounded_json(a: Tenant, uid: str, filters: str) -> None:
+    response = a.http.get("/v1/memories", params={"user_id": uid, "filters": filters})
+    assert_error(response, field="filters")

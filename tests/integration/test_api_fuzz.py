@@ -3,12 +3,14 @@ a generated request holds, the answer is never a 5xx.
 
 Runs with a tenant key of its own against the API process of the ``api_url`` fixture.
 ``/v1/reset`` and ``/v1/admin/*`` are left out (they act on every tenant); the mem0 wire routes
-are fuzzed in a test of their own.
+are fuzzed in a test of their own, and their query ``filters`` (JSON, or the Python repr the
+mem0 client sends) and their JSON bodies (text with lone surrogates) by hypothesis strategies.
 A bounded number of examples per operation keeps the run within a few minutes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +18,8 @@ import httpx
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
 from api.app import create_app
@@ -92,3 +95,81 @@ def test_memq_routes_never_answer_5xx(case: Any, session: requests.Session, base
 @EXAMPLES
 def test_mem0_routes_never_answer_5xx(case: Any, session: requests.Session, base_url: str) -> None:
     call(case, session, base_url)
+
+
+# --- the mem0 routes' query parameters and bodies, beyond what the OpenAPI document says ------
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=40,
+)
+FILTER_CHARS = "{}[]()'\",:+-.0123456789 eEjTrueFalsNn_id\\"
+# sizes about the parsers' and memq's limits (nesting 32, literal 2000, text 10000 characters)
+SIZES = st.sampled_from([1, 2, 31, 33, 999, 1_001, 1_999, 2_001, 4_000, 9_999, 10_001])
+FILTERS = st.one_of(
+    st.builds(lambda v, python: repr(v) if python else json.dumps(v), VALUES, st.booleans()),
+    st.text(alphabet=FILTER_CHARS, max_size=4000),
+    st.builds(
+        lambda c, n: c * n, st.sampled_from(["[", "{", "(", "-", "+1", "{{", "{'a':"]), SIZES
+    ),
+    st.builds(lambda v: "{" + repr(v) + "}", VALUES),  # a set of whatever: unhashable items
+)
+# any text, lone surrogates often (sent as their JSON escapes)
+TEXT = st.lists(
+    st.sampled_from(["\ud800", "\udfff", "\U0001f600", "a", "\u00e9", "\x00", " "])
+    | st.characters(categories=["Cs", "L", "N", "P", "S", "Zs", "Cc"]),
+    max_size=20,
+).map("".join)
+
+
+def mem0_bodies(text: str, key: str) -> list[tuple[str, str, dict[str, Any]]]:
+    said = [{"role": "user", "content": text or "x"}]
+    scope = {"user_id": "fuzz-user"}
+    return [
+        (
+            "POST",
+            "/v3/memories/add/",
+            {
+                "messages": said,
+                **scope,
+                "infer": False,
+                "async_mode": True,
+                "metadata": {key: text},
+            },
+        ),
+        ("POST", "/v3/memories/search/", {"query": text or "x", "filters": {**scope, key: text}}),
+        ("POST", "/v3/memories/", {"filters": {**scope, key: text}}),
+        ("PUT", "/v1/memories/no-such-memory/", {"text": text, "metadata": {key: text}}),
+        ("PUT", "/v1/batch/", {"memories": [{"memory_id": "no-such-memory", "text": text}]}),
+    ]
+
+
+@given(filters=FILTERS, user_id=st.sampled_from([None, "fuzz-user"]))
+@EXAMPLES
+def test_mem0_delete_all_filters_never_answer_5xx(
+    session: requests.Session, base_url: str, filters: str, user_id: str | None
+) -> None:
+    params = {"filters": filters, **({"user_id": user_id} if user_id else {})}
+    response = session.delete(f"{base_url}/v1/memories/", params=params, timeout=60)
+    assert response.status_code < 500, (filters[:200], response.text[:500])
+    listing = session.get(f"{base_url}/v1/memories", params={**params, "user_id": "u"}, timeout=60)
+    assert listing.status_code < 500, (filters[:200], listing.text[:500])
+
+
+@given(
+    text=TEXT, key=st.sampled_from(["k", "\udc00", "a\ud800b"]) | st.text(min_size=1, max_size=8)
+)
+@EXAMPLES
+def test_mem0_bodies_with_any_text_never_answer_5xx(
+    session: requests.Session, base_url: str, text: str, key: str
+) -> None:
+    for method, path, body in mem0_bodies(text, key):
+        response = session.request(
+            method,
+            f"{base_url}{path}",
+            data=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        )
+        assert response.status_code < 500, (method, path, body, response.text[:500])

@@ -30,6 +30,7 @@ from pipeline.jobs import JobStatus
 from pipeline.keys import KeyStore
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
+from tests.fakellm import FakeLLMServer
 from tests.processes import ApiProcess, WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -390,3 +391,69 @@ def test_stdio_serves_the_same_tools_for_the_keys_tenant(
             assert gone == {"deleted": stored["id"]}
 
     run(body)
+
+
+def test_an_add_that_waits_for_a_failed_job_is_a_tool_error_with_its_reason(
+    connect: Callable[[str], Client], keys: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    fake_llm.reset()
+    fake_llm.responder = lambda _request: "Sorry, I would rather chat about the weather."
+
+    async def body() -> None:
+        async with connect(keys["a"]) as client:
+            args = {"messages": "I like green tea", "user_id": user, "wait_s": 60}
+            result = await client.call_tool("add_memory", args)
+            assert result.is_error, text_of(result)
+            said = text_of(result)
+            assert "not stored" in said and JobStatus.FAILED in said, said
+            assert "chat about the weather" in said, "the job's reason, with the model's reply"
+            job_id = said.split("job ", 1)[1].split()[0]
+            job = payload(await client.call_tool("job_status", {"job_id": job_id}))
+            assert job["status"] == JobStatus.FAILED, job
+
+    try:
+        run(body)
+    finally:
+        fake_llm.reset()
+
+
+def mcp_call(stack: ApiProcess, key: str, tool: str, arguments: dict[str, Any]) -> Any:
+    """One ``tools/call`` over stateless streamable HTTP, its body written as ASCII JSON (a
+    lone surrogate as its escape, which the MCP client itself would not send)."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {key}",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    response = httpx.post(f"{stack.url}/mcp", content=json.dumps(call), headers=headers, timeout=60)
+    assert response.status_code < 500, response.text
+    return response
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("add_memory", {"messages": "caf\ud800", "user_id": "u1", "infer": False}),
+        ("add_memory", {"messages": "hi", "user_id": "u1", "metadata": {"k": "\ud800"}}),
+        ("search_memories", {"query": "\ud800", "user_id": "u1"}),
+        ("search_memories", {"query": "tea", "user_id": "u1", "filters": {"k": "\udfff"}}),
+        ("get_memories", {"user_id": "u1", "filters": {"k": "\ud800"}}),
+        ("update_memory", {"memory_id": "m1", "text": "\ud800"}),
+    ],
+)
+def test_a_lone_surrogate_is_refused_never_a_server_error(
+    stack: ApiProcess, keys: dict[str, str], tool: str, arguments: dict[str, Any]
+) -> None:
+    """The MCP layer's JSON parser refuses the escape itself: a JSON-RPC parse error, before
+    any tool runs."""
+    answer = mcp_call(stack, keys["a"], tool, arguments).json()
+    assert answer["error"]["code"] == -32700, answer
+    assert "hex escape" in answer["error"]["message"], answer

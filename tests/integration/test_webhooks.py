@@ -240,3 +240,33 @@ def test_a_bad_event_is_refused_on_arrival_and_its_burst_is_kept(
         f"{celery_app.runtime.chat_buffer.prefix}:slack:T1:{channel}::events"
     )
     assert buffered == 0  # dropped once the job existed
+
+
+def generic_post(client: TestClient, event: dict[str, Any], signature: str | None = None) -> Any:
+    """POST ``event`` (as ASCII JSON: a lone surrogate goes as its escape) to the generic
+    webhook, signed with ``GENERIC`` unless another ``signature`` is given."""
+    body = json.dumps(event).encode()
+    ts = str(int(time.time()))
+    mac = hmac.new(GENERIC.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    headers = {
+        "content-type": "application/json",
+        "x-memq-timestamp": ts,
+        "x-memq-signature": signature or f"sha256={mac}",
+    }
+    return client.post("/v1/webhooks/generic", content=body, headers=headers)
+
+
+def test_a_chat_message_that_is_not_unicode_is_refused(client: TestClient) -> None:
+    """A lone surrogate (the JSON escape ``\\ud800``) is a 422 after the signature checks out,
+    never a 500 nor a job that fails later."""
+    event = {
+        "event_id": uuid.uuid4().hex,
+        "conversation_id": "c-surrogate",
+        "user_id": "u1",
+        "content": "caf\ud800",
+    }
+    response = generic_post(client, event)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == "content"
+    assert "surrogate" in response.json()["error"]["message"]
+    assert generic_post(client, event, signature="sha256=0").status_code == 401

@@ -93,6 +93,37 @@ def test_an_empty_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) ->
     assert settings.flower.basic_auth is None
 
 
+@pytest.mark.parametrize(
+    "blank",
+    [
+        {"OPENAI_API_KEY": ""},
+        {"OPENAI_API_KEY": "   "},
+        {"MEMQ_LLM_API_KEY": ""},
+        {"MEMQ_LLM_API_KEY": " ", "OPENAI_API_KEY": ""},
+        {"MEMQ_LLM_BASE_URL": "", "OPENAI_API_KEY": "", "MEMQ_LLM_API_KEY": ""},
+        {"MEMQ_LLM_BASE_URL": "  "},
+    ],
+    ids=lambda blank: "+".join(f"{k}={v!r}" for k, v in blank.items()),
+)
+def test_a_blank_llm_key_or_url_is_no_llm(
+    monkeypatch: pytest.MonkeyPatch, blank: dict[str, str]
+) -> None:
+    """Compose passes an unset variable as the empty string: that configures nothing."""
+    for variable, value in blank.items():
+        monkeypatch.setenv(variable, value)
+    settings = Settings()
+    assert settings.llm_api_key() is None
+    assert not settings.llm_configured()
+
+
+def test_a_blank_memq_key_leaves_the_openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMQ_LLM_API_KEY", " ")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
+    key = Settings().llm_api_key()
+    assert key is not None and key.get_secret_value() == "sk-real"
+    assert Settings().llm_configured()
+
+
 def test_the_sdk_variables_are_ignored_but_a_key_under_api_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
