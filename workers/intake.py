@@ -15,6 +15,7 @@ import uuid
 
 from kombu.exceptions import OperationalError
 
+from pipeline.capability import check_runnable
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord, JobStatus, job_record
@@ -310,6 +311,7 @@ def replay(app: MemqCelery, job_id: str) -> JobRecord:
     if record.status not in (JobStatus.DEAD, JobStatus.FAILED) and not lost:
         raise InvalidInputError(f"job {job_id} is {record.status}; only dead or failed jobs replay")
     state = state_of(record).with_(attempts=record.attempts + 1)
+    check_runnable(state.request, runtime.settings)  # a replay that would fail again is refused
     now = runtime.clock()
     runtime.states.intake_begun(job_id, now)
     queued = job_record(state, JobStatus.QUEUED, now)

@@ -30,14 +30,24 @@ import memq
 from api.app import create_app
 from pipeline.config import LLMConfig, QueueConfig, Settings
 from pipeline.jobs import JobStatus
+from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames
 from tests.conftest import admin_key, api_running, running
-from tests.integration.test_api import Tenant, create_tenant, http_client, remember, wait_listed
+from tests.fakellm import Fail, FakeLLMServer
+from tests.integration.test_api import (
+    Tenant,
+    create_tenant,
+    http_client,
+    remember,
+    wait_listed,
+    wait_until,
+)
 from tests.integration.test_mcp import keyed_transport, payload, text_of
 from tests.integration.test_mem0_client import import_mem0
 from tests.integration.test_webhooks import GENERIC, generic_post, jobs_of
 from tests.processes import ApiProcess, WorkerProcess, free_port
-from workers.app import create_celery
+from workers.app import MemqCelery, create_celery
+from workers.intake import submit
 from workers.serving import CeleryIntake
 
 pytestmark = pytest.mark.integration
@@ -263,3 +273,18 @@ def test_a_chat_burst_without_an_llm_is_stored_as_it_was_said(
     job = jobs[0]
     assert job["request"]["infer"] is False, job["request"]
     assert sorted(r["text"] for r in job["results"]) == sorted(said), job["results"]
+
+
+def test_a_failed_job_that_needs_an_llm_is_not_replayed_without_one(
+    tenant: Tenant, uid: str, celery_app: MemqCelery, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.script_chat(Fail(400, "the model refused this conversation"))
+    said = MessageIn.model_validate({"role": "user", "content": "I drink green tea."})
+    request = AddRequest(scope=Scope(tenant=tenant.name, user_id=uid), messages=[said])
+    job_id = submit(celery_app, request).record.job_id  # accepted where an LLM was configured
+    failed = wait_until(
+        lambda: (r := tenant.http.get(f"/v1/jobs/{job_id}").json())["status"] == "failed" and r,
+        f"job {job_id} to fail",
+    )
+    assert "refused" in failed["reason"]
+    assert_needs_an_llm(tenant.http.post(f"/v1/jobs/{job_id}/retry"))
