@@ -179,7 +179,9 @@ def test_a_memory_its_conversation_and_history_after_an_edit(
     expect(history).to_have_count(2)
     expect(history.nth(0)).to_contain_text("ADD")
     expect(history.nth(1)).to_contain_text("UPDATE")
-    expect(history.nth(1).locator("del")).to_have_text("Mostly the Haute Route, with my sister Emma.")
+    expect(history.nth(1).locator("del")).to_have_text(
+        "Mostly the Haute Route, with my sister Emma."
+    )
     shot(page, "memory")
 
     note = next(m for m in seeded["a"].memories("alice") if "lapsang" in m["memory"])
@@ -244,9 +246,7 @@ def test_a_failed_job_is_found_and_replayed(
     expect(page.locator("text=Replay this job")).to_have_count(0)
 
 
-def test_a_batch_shows_its_progress(
-    browser: Browser, api_url: str, seeded: dict[str, Any]
-) -> None:
+def test_a_batch_shows_its_progress(browser: Browser, api_url: str, seeded: dict[str, Any]) -> None:
     items = [{"messages": f"Batch note {i}", "user_id": "erin", "infer": False} for i in range(3)]
     answer = seeded["a"].api.post("/v1/batches", json={"items": items})
     assert answer.status_code == 202, answer.text
