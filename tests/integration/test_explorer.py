@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.conftest import admin_key
-from tests.fakellm import Fail, FakeLLMServer
+from tests.fakellm import Delay, Fail, FakeLLMServer
 from tests.processes import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -246,17 +246,23 @@ def test_a_failed_job_is_found_and_replayed(
     expect(page.locator("text=Replay this job")).to_have_count(0)
 
 
-def test_a_batch_shows_its_progress(browser: Browser, api_url: str, seeded: dict[str, Any]) -> None:
-    items = [{"messages": f"Batch note {i}", "user_id": "erin", "infer": False} for i in range(3)]
+def test_a_batch_shows_its_progress_live(
+    browser: Browser, api_url: str, seeded: dict[str, Any], fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.script_chat(*[Delay(1.5)] * 3)  # one user: its three jobs run one after another
+    items = [{"messages": f"Batch note {i}", "user_id": "erin", "infer": True} for i in range(3)]
+    page = sign_in(browser, api_url, seeded["a"].key)
     answer = seeded["a"].api.post("/v1/batches", json={"items": items})
     assert answer.status_code == 202, answer.text
     batch_id = answer.json()["batch_id"]
-    page = sign_in(browser, api_url, seeded["a"].key)
-    seeded["a"].api.get(f"/v1/batches/{batch_id}")  # its records searchable before the page
+    assert seeded["a"].api.get(f"/v1/batches/{batch_id}").status_code == 200  # searchable
     page.goto(f"{api_url}/ui/batches/{batch_id}")
+    progress = page.locator("#progress")
+    expect(progress).to_contain_text("updating live")
+    assert "3 of 3" not in progress.inner_text()
     # the fragment polls itself (htmx) until every job has ended, without a reload
-    expect(page.locator("#progress")).to_contain_text("3 of 3 jobs ended", timeout=60_000)
-    expect(page.locator("#progress")).to_contain_text("finished")
+    expect(progress).to_contain_text("3 of 3 jobs ended", timeout=60_000)
+    expect(progress).to_contain_text("finished")
     shot(page, "batch")
 
 
@@ -342,3 +348,9 @@ def test_no_page_shows_another_tenants_data(
         refused = page.request.post(f"{api_url}{path}", form={"csrf": "forged"})
         assert refused.status == 403, path
     assert any(m["id"] == alice_memory["id"] for m in a.memories("alice"))
+
+    page.goto(f"{api_url}/ui/scopes")
+    page.click("text=Sign out")
+    expect(page).to_have_url(re.compile(r"/ui/login$"))
+    page.goto(f"{api_url}/ui/jobs")
+    assert page.url.endswith("/ui/login"), "signed out: no page without signing in again"

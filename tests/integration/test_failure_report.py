@@ -6,41 +6,20 @@ scripted model)."""
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import httpx
 import pytest
 
 from pipeline.config import Settings
-from tests.conftest import admin_key
 from tests.fakellm import Fail, FakeLLMServer
+from tests.integration.test_job_listing import add, new_tenant
 from tests.integration.test_services import flower_login
 from tests.processes import WorkerProcess
 from workers.runtime import MemqCelery
 from workers.tasks import JobFailedError, failure_report_id
 
 pytestmark = pytest.mark.integration
-
-
-def tenant_client(api_url: str) -> httpx.Client:
-    created = httpx.post(
-        f"{api_url}/v1/admin/keys",
-        json={"tenant": f"report-{uuid.uuid4().hex[:8]}"},
-        headers={"Authorization": f"Bearer {admin_key()}"},
-        timeout=30,
-    )
-    created.raise_for_status()
-    key = created.json()["key"]
-    return httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
-
-
-def add(client: httpx.Client, text: str, infer: bool) -> dict[str, Any]:
-    body = {"messages": text, "user_id": "flo", "infer": infer}
-    answer = client.post("/v1/memories", params={"wait": "true"}, json=body)
-    assert answer.status_code == 200, answer.text
-    job: dict[str, Any] = answer.json()
-    return job
 
 
 def flower_task(settings: Settings, task_id: str) -> dict[str, Any]:
@@ -63,10 +42,10 @@ def test_a_failed_job_is_a_failed_task_with_its_reason(
     fake_llm: FakeLLMServer,
     stack_settings: Settings,
 ) -> None:
-    with tenant_client(api_url) as client:
+    with new_tenant(api_url) as client:
         fake_llm.script_chat(Fail(400, "the model refused this conversation"))
-        failed = add(client, "A conversation the model refuses.", infer=True)
-        fine = add(client, "A note kept verbatim.", infer=False)
+        failed = add(client, "flo", "A conversation the model refuses.", infer=True)
+        fine = add(client, "flo", "A note kept verbatim.")
     assert failed["status"] == "failed", failed
     assert fine["status"] == "succeeded", fine
 
