@@ -16,6 +16,7 @@ from pipeline.errors import NotFoundError
 from pipeline.explorer import parse_time
 from pipeline.job_listing import JobFilter, list_jobs
 from pipeline.jobs import ACTIVE_STATUSES, JobStatus
+from pipeline.store.protocol import ServingStore
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 Id = Annotated[str, Query(max_length=200)]
@@ -51,9 +52,17 @@ def jobs_page(
         "form": form,
         "statuses": [s.value for s in JobStatus],
         "next_url": next_url,
-        "counts": store.job_counts(tenant=session.tenant),
+        **progress_context(request, store, session.tenant),
     }
     return render(request, "jobs.html", context)
+
+
+@router.get("/progress", name="ui_progress")
+def progress(request: Request, store: StoreDep, session: SessionDep) -> Response:
+    """The tenant's jobs per status, the fragment the jobs page polls while any is unfinished
+    (a backfill's progress, say)."""
+    context = progress_context(request, store, session.tenant)
+    return render(request, "progress.html", context)
 
 
 @router.get("/jobs/{job_id}", name="ui_job_page")
@@ -87,7 +96,8 @@ def replay_job(
 @router.get("/batches/{batch_id}", name="ui_batch_page")
 def batch_page(request: Request, batch_id: str, store: StoreDep, session: SessionDep) -> Response:
     """A batch's jobs per status; the counts refresh themselves while any job is unfinished."""
-    return render(request, "batch.html", batch_context(store, session.tenant, batch_id))
+    context = progress_context(request, store, session.tenant, batch_id)
+    return render(request, "batch.html", context)
 
 
 @router.get("/batches/{batch_id}/progress", name="ui_batch_progress")
@@ -95,21 +105,32 @@ def batch_progress(
     request: Request, batch_id: str, store: StoreDep, session: SessionDep
 ) -> Response:
     """The progress fragment the batch page polls."""
-    return render(request, "batch_progress.html", batch_context(store, session.tenant, batch_id))
+    context = progress_context(request, store, session.tenant, batch_id)
+    return render(request, "progress.html", context)
 
 
-def batch_context(store: StoreDep, tenant: str, batch_id: str) -> dict[str, object]:
+def progress_context(
+    request: Request, store: ServingStore, tenant: str, batch_id: str | None = None
+) -> dict[str, object]:
+    """Jobs per status of the tenant (or of one of its batches: ``NotFoundError`` when it has
+    none), how many ended, and where the fragment polls for the next counts."""
     counts = store.job_counts(tenant=tenant, batch_id=batch_id)
-    if not counts:
+    if batch_id is not None and not counts:
         raise NotFoundError(f"no batch {batch_id}")
     total = sum(counts.values())
     active = sum(counts.get(s.value, 0) for s in ACTIVE_STATUSES)
-    done = total - active
+    if batch_id is None:
+        poll, listed = request.url_for("ui_progress"), f"{request.url_for('ui_jobs_page')}?"
+    else:
+        poll = request.url_for("ui_batch_progress", batch_id=batch_id)
+        listed = f"{request.url_for('ui_jobs_page')}?{urlencode({'batch_id': batch_id})}&"
     return {
         "batch_id": batch_id,
         "counts": counts,
         "total": total,
-        "done": done,
-        "percent": round(100 * done / total),
+        "done": total - active,
+        "percent": round(100 * (total - active) / total) if total else 100,
         "live": active > 0,
+        "poll_url": str(poll),
+        "jobs_url": listed,
     }

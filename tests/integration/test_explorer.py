@@ -264,6 +264,10 @@ def test_a_batch_shows_its_progress_live(
     expect(progress).to_contain_text("3 of 3 jobs ended", timeout=60_000)
     expect(progress).to_contain_text("finished")
     shot(page, "batch")
+    page.click("text=← this batch's jobs")
+    expect(page.locator("tbody tr")).to_have_count(3)
+    page.goto(f"{api_url}/ui/jobs")  # the tenant's counts, live while any job is unfinished
+    expect(page.locator("#progress")).to_contain_text("jobs ended")
 
 
 def test_erase_a_user_after_a_confirmation_that_names_what_goes(
