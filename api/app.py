@@ -20,6 +20,7 @@ from api.request_ids import RequestIds
 from api.resources import IntakeFactory, Resources
 from api.routes import admin, export, health, jobs, mem0, memories, webhooks
 from api.schemas import ERROR_RESPONSES
+from api.ui import mount_ui
 from pipeline.config import Settings
 from pipeline.intake import Intake
 from pipeline.telemetry import configure_tracing
@@ -185,6 +186,7 @@ def create_app(
         export.router,
     ):
         app.include_router(router)
+    mount_ui(app)
     return app
 
 

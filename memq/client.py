@@ -38,7 +38,7 @@ from datetime import UTC, date, datetime
 from email.utils import parsedate_to_datetime
 from enum import Enum
 from types import TracebackType
-from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Generic, Literal, Protocol, Self, TypedDict, TypeVar, Unpack, overload
 from urllib.parse import quote
 
 import httpx
@@ -53,6 +53,7 @@ from memq.types import (
     HistoryEntry,
     Job,
     JobAccepted,
+    JobPage,
     KeyCreated,
     Memory,
     MemoryPage,
@@ -72,14 +73,19 @@ __all__ = [
     "ENV_TIMEOUT_S",
     "TERMINAL_STATUSES",
     "AsyncClient",
+    "AsyncJobPager",
     "AsyncMemoryPager",
+    "AsyncPager",
     "AuthenticationError",
     "Backoff",
     "Client",
+    "JobPager",
+    "JobQuery",
     "MemoryPager",
     "MemqAPIError",
     "MemqTimeoutError",
     "NotFoundError",
+    "Pager",
     "RateLimitError",
     "Repeat",
     "RetryPolicy",
@@ -471,6 +477,31 @@ def _list_call(scope: dict[str, Any], filters: Any, page_size: int, cursor: str 
     return _Call("GET", "/v1/memories", params=params)
 
 
+class JobQuery(TypedDict, total=False):
+    """The filters of a job listing (GET /v1/jobs): ``status`` one or several of queued,
+    running, succeeded, failed, dead; the scope's ids; ``batch_id``; ``since`` (inclusive)
+    and ``until`` (exclusive) on the time the job was accepted."""
+
+    status: str | Sequence[str] | None
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    batch_id: str | None
+    since: datetime | str | None
+    until: datetime | str | None
+
+
+def _jobs_call(query: JobQuery, limit: int, cursor: str | None) -> _Call:
+    params: dict[str, Any] = {k: v for k, v in query.items() if v is not None}
+    status = params.get("status")
+    if status is not None and not isinstance(status, str):
+        params["status"] = ",".join(status)
+    for bound in ("since", "until"):
+        if isinstance(params.get(bound), datetime):
+            params[bound] = params[bound].isoformat()
+    return _Call("GET", "/v1/jobs", params={**params, "limit": limit, "cursor": cursor})
+
+
 def _job_id(job_or_id: JobRef) -> str:
     if isinstance(job_or_id, str):
         return job_or_id
@@ -641,15 +672,29 @@ def _count(raw: str) -> int | None:
 # -- paging ----------------------------------------------------------------------------------
 
 
-class MemoryPager:
-    """Every memory of a listing, fetched page by page as it is consumed: iterate it for
-    ``Memory`` objects, or call ``pages()`` for the ``MemoryPage`` objects themselves. Each
-    iteration starts again from the first page; errors are raised during iteration."""
+ItemT_co = TypeVar("ItemT_co", covariant=True)
+PageT = TypeVar("PageT", bound="_Page[Any]")
 
-    def __init__(self, fetch: Callable[[str | None], MemoryPage]) -> None:
+
+class _Page(Protocol[ItemT_co]):
+    """What a pager reads of a page: its items and the cursor of the next."""
+
+    @property
+    def results(self) -> Sequence[ItemT_co]: ...
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+class Pager(Generic[ItemT_co, PageT]):
+    """Every item of a listing, fetched page by page as it is consumed: iterate it for the
+    items, or call ``pages()`` for the page objects themselves. Each iteration starts again
+    from the first page; errors are raised during iteration."""
+
+    def __init__(self, fetch: Callable[[str | None], PageT]) -> None:
         self._fetch = fetch
 
-    def pages(self) -> Iterator[MemoryPage]:
+    def pages(self) -> Iterator[PageT]:
         """The pages in order, until one has no ``next_cursor`` (or no results)."""
         cursor: str | None = None
         while True:
@@ -659,20 +704,20 @@ class MemoryPager:
             if not cursor or not page.results:
                 return
 
-    def __iter__(self) -> Iterator[Memory]:
+    def __iter__(self) -> Iterator[ItemT_co]:
         for page in self.pages():
             yield from page.results
 
 
-class AsyncMemoryPager:
-    """``MemoryPager`` for ``AsyncClient``: ``async for memory in pager``, or
+class AsyncPager(Generic[ItemT_co, PageT]):
+    """``Pager`` for ``AsyncClient``: ``async for item in pager``, or
     ``async for page in pager.pages()``."""
 
-    def __init__(self, fetch: Callable[[str | None], Awaitable[MemoryPage]]) -> None:
+    def __init__(self, fetch: Callable[[str | None], Awaitable[PageT]]) -> None:
         self._fetch = fetch
 
-    async def pages(self) -> AsyncIterator[MemoryPage]:
-        """See ``MemoryPager.pages``."""
+    async def pages(self) -> AsyncIterator[PageT]:
+        """See ``Pager.pages``."""
         cursor: str | None = None
         while True:
             page = await self._fetch(cursor)
@@ -681,13 +726,19 @@ class AsyncMemoryPager:
             if not cursor or not page.results:
                 return
 
-    async def _memories(self) -> AsyncIterator[Memory]:
+    async def _items(self) -> AsyncIterator[ItemT_co]:
         async for page in self.pages():
-            for memory in page.results:
-                yield memory
+            for item in page.results:
+                yield item
 
-    def __aiter__(self) -> AsyncIterator[Memory]:
-        return self._memories()
+    def __aiter__(self) -> AsyncIterator[ItemT_co]:
+        return self._items()
+
+
+MemoryPager = Pager[Memory, MemoryPage]
+AsyncMemoryPager = AsyncPager[Memory, MemoryPage]
+JobPager = Pager[Job, JobPage]
+AsyncJobPager = AsyncPager[Job, JobPage]
 
 
 # -- the clients -----------------------------------------------------------------------------
@@ -831,6 +882,23 @@ class Client(_Retrying):
     def retry(self, job_id: str) -> Job:
         """Replay a failed or dead job from its recorded request; returns the job."""
         return _parse(Job, self._send(_Call("POST", f"/v1/jobs/{_segment(job_id)}/retry")))
+
+    def jobs_page(
+        self, *, limit: int = 50, cursor: str | None = None, **query: Unpack[JobQuery]
+    ) -> JobPage:
+        """One page of the tenant's jobs, newest first (GET /v1/jobs); pass the page's
+        ``next_cursor`` with the same filters for the next one."""
+        return _parse(JobPage, self._send(_jobs_call(query, limit, cursor)))
+
+    def jobs(self, *, limit: int = 50, **query: Unpack[JobQuery]) -> JobPager:
+        """Every job matching the filters, newest first, as a ``Pager``: iterate it for
+        ``Job`` objects (``limit`` a page, fetched as it is consumed) or walk ``.pages()``.
+        ``client.jobs(status="failed")`` lists what to look at or replay."""
+
+        def fetch(cursor: str | None) -> JobPage:
+            return self.jobs_page(limit=limit, cursor=cursor, **query)
+
+        return JobPager(fetch)
 
     def wait_for(self, job_or_id: JobRef, timeout_s: float = 60.0, poll_s: float = 0.2) -> Job:
         """Poll the job until it is succeeded, failed or dead and return it (a failed job is
@@ -1087,6 +1155,20 @@ class AsyncClient(_Retrying):
         """See ``Client.retry``."""
         call = _Call("POST", f"/v1/jobs/{_segment(job_id)}/retry")
         return _parse(Job, await self._send(call))
+
+    async def jobs_page(
+        self, *, limit: int = 50, cursor: str | None = None, **query: Unpack[JobQuery]
+    ) -> JobPage:
+        """See ``Client.jobs_page``."""
+        return _parse(JobPage, await self._send(_jobs_call(query, limit, cursor)))
+
+    def jobs(self, *, limit: int = 50, **query: Unpack[JobQuery]) -> AsyncJobPager:
+        """See ``Client.jobs``; iterate with ``async for`` (not awaited itself)."""
+
+        async def fetch(cursor: str | None) -> JobPage:
+            return await self.jobs_page(limit=limit, cursor=cursor, **query)
+
+        return AsyncJobPager(fetch)
 
     async def wait_for(
         self, job_or_id: JobRef, timeout_s: float = 60.0, poll_s: float = 0.2

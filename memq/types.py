@@ -109,7 +109,11 @@ class Job(MemqModel):
     job_id: str
     status: str
     phase: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
     batch_id: str | None = None
+    backfill: bool = False
     attempts: int = 0
     request_id: str | None = None
     counts: dict[str, int] = Field(default_factory=dict)
@@ -133,6 +137,14 @@ class Job(MemqModel):
             prompt_tokens=self.counts.get("prompt_tokens", 0),
             completion_tokens=self.counts.get("completion_tokens", 0),
         )
+
+
+class JobPage(MemqModel):
+    """One page of a job listing, newest first; ``next_cursor`` fetches the next one (``None``
+    on the last)."""
+
+    results: list[Job]
+    next_cursor: str | None = None
 
 
 class BatchAccepted(MemqModel):

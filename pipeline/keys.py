@@ -86,6 +86,15 @@ class KeyStore:
             key_id=match.group("id"), tenant=stored["tenant"], admin=stored["role"] == "admin"
         )
 
+    def principal(self, key_id: str) -> Principal | None:
+        """The principal of the tenant key ``key_id`` while it exists and is not revoked (a
+        session that authenticated with it once checks this on each request); None else.
+        The bootstrap admin key is not a stored key: its holder's sessions check Settings."""
+        stored = self._cached(key_id)
+        if stored is None or stored.get("revoked_at"):
+            return None
+        return Principal(key_id=key_id, tenant=stored["tenant"], admin=stored["role"] == "admin")
+
     def revoke(self, key_id: str, now: datetime) -> None:
         with self._lock:
             self._cache.pop(key_id, None)

@@ -9,6 +9,7 @@ WAIT_TASK = "memq.job.wait_turn"
 GATHER_TASK = "memq.batch.gather"
 CHAT_FLUSH_TASK = "memq.chat.flush"
 RECORD_TASK = "memq.job.record_end"
+FAILED_TASK = "memq.job.failed"  # fails on purpose: a failed or dead job, red in Flower
 PREPARE_TASK = "memq.batch.prepare"
 
 

@@ -54,6 +54,7 @@ from workers.intake import drain_parked, finish_intakes, record_held
 from workers.keeper import Held
 from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import (
+    FAILED_TASK,
     GATHER_TASK,
     HEALTH_TASK,
     PREPARE_TASK,
@@ -196,10 +197,53 @@ def end_job(
         reason,
         extra={**state.log_fields(), "phase": phase},
     )
+    report_failure(app, state, status, phase, reason)
     current = runtime.states.load(state.job_id)
     if current is not None and current.attempts == state.attempts:
         runtime.states.forget(state.job_id, state.attempts)
         hand_on(app, [(state.request.scope.key, state.job_id)])
+
+
+class JobFailedError(Exception):
+    """What ``memq.job.failed`` raises: a failed or dead job, with its reason."""
+
+
+def failure_report_id(job_id: str, attempts: int) -> str:
+    """The task id of the report of a job's failure (one per attempt: a replay that fails
+    again is reported again)."""
+    return f"memq-job-failed-{job_id}-{attempts}"
+
+
+def report_failure(
+    app: MemqCelery, state: JobState, status: JobStatus, phase: str | None, reason: str
+) -> None:
+    """Make a failed or dead job visible where Celery's tasks are watched (Flower). A job's
+    phases run as tasks over micro-batches, and one job failing leaves its batch's task a
+    success (its batch-mates went on), so Flower would show every task of a failed job green.
+    One more task, ``memq.job.failed``, fails on purpose with the job's reason: Flower lists it
+    as FAILURE, and its result (in the result backend) names the job and why. It touches no
+    job state; a broker that cannot take it costs only this report (logged)."""
+    queue = queue_for(Workload.IO, app.runtime.settings.queues, state.backfill)
+    fields = {"job_id": state.job_id, "status": status.value, "phase": phase, "reason": reason}
+    try:
+        app.send_task(
+            FAILED_TASK,
+            kwargs=fields,
+            queue=queue,
+            task_id=failure_report_id(state.job_id, state.attempts),
+        )
+    except OperationalError as exc:
+        log.warning("job %s: cannot report its failure to Flower: %s", state.job_id, exc)
+
+
+def register_failure_report(app: MemqCelery) -> None:
+    """``memq.job.failed`` (see ``report_failure``)."""
+
+    @app.task(name=FAILED_TASK, acks_late=False, throws=(JobFailedError,), shared=False)
+    def job_failed(*, job_id: str, status: str, phase: str | None, reason: str) -> None:
+        """Fails on purpose (``report_failure``): the job ``job_id`` ended ``status``. An
+        expected error (``throws``): the worker logs it without a traceback."""
+        raise JobFailedError(f"job {job_id} {status} in phase {phase}: {reason}")
 
 
 def register_tasks(app: MemqCelery) -> None:
@@ -254,6 +298,8 @@ def register_tasks(app: MemqCelery) -> None:
             state = runtime.states.load(job_id)
             if state is not None and state.attempts == attempts:  # else replayed or erased
                 end_job(app, state, JobStatus(status), phase, reason)
+
+    register_failure_report(app)
 
     @app.task(name=PREPARE_TASK, acks_late=False, ignore_result=True, shared=False)
     def prepare(job_ids: list[str]) -> int:

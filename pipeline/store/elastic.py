@@ -54,9 +54,11 @@ def scope_filter(scope: Scope) -> list[dict[str, Any]]:
     return [{"term": {field: value}} for field, value in scope.fields().items()]
 
 
-def jobs_query(tenant: str | None, batch_id: str | None) -> dict[str, Any]:
-    """The job records of ``tenant`` and ``batch_id`` (either left out: any)."""
-    terms = {"tenant": tenant, "batch_id": batch_id}
+def jobs_query(
+    tenant: str | None, batch_id: str | None, user_id: str | None = None
+) -> dict[str, Any]:
+    """The job records of ``tenant``, ``batch_id`` and ``user_id`` (any left out: any)."""
+    terms = {"tenant": tenant, "batch_id": batch_id, "user_id": user_id}
     clauses = [{"term": {k: v}} for k, v in terms.items() if v is not None]
     return {"bool": {"filter": clauses}}
 
@@ -439,6 +441,21 @@ class ElasticStore:
             )["hits"]["hits"]
         return {h["_id"]: h["_source"].get("linked_memory_ids", []) for h in hits}
 
+    def entities_of(self, scope: Scope, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The entities ``entity_ids`` of ``scope`` (``{"id", "text", "type"}``), one round
+        trip on the scope's shard; ids that are gone are left out."""
+        if not entity_ids:
+            return []
+        with es_errors("read entities"):
+            docs = self.client.mget(
+                index=self.names.entities,
+                ids=list(entity_ids),
+                routing=scope_routing(scope),
+                source_includes=["text", "type", "tenant"],
+            ).body["docs"]
+        found = [{"id": d["_id"], **d["_source"]} for d in docs if d.get("found")]
+        return [e for e in found if e.get("tenant") == scope.tenant]
+
     def make_visible(self) -> None:
         """Refresh the memories index: what was written is searchable when this returns. For
         the few flows where a reader is known to follow (a caller who waited, a bulk delete)."""
@@ -721,10 +738,13 @@ class ElasticStore:
             )["count"]
         return count
 
-    def job_counts(self, tenant: str | None = None, batch_id: str | None = None) -> dict[str, int]:
-        """How many jobs are in each status: all of them, or one tenant's batch. Counted on the
-        searchable records (near real time: ``refresh_jobs`` first to count a job just saved)."""
-        query = jobs_query(tenant, batch_id)
+    def job_counts(
+        self, tenant: str | None = None, batch_id: str | None = None, user_id: str | None = None
+    ) -> dict[str, int]:
+        """How many jobs are in each status: all of them, or a tenant's (batch's, user's).
+        Counted on the searchable records (near real time: ``refresh_jobs`` first to count a
+        job just saved)."""
+        query = jobs_query(tenant, batch_id, user_id)
         with es_errors("count jobs by status"):
             body = self.client.search(
                 index=self.names.jobs, size=0, query=query, aggs=STATUS_AGGREGATION

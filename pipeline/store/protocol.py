@@ -293,6 +293,10 @@ class ServingStore(Store, Protocol):
         """Entity id -> the ids of the memories it is linked to, for entities of ``scope``."""
         ...
 
+    def entities_of(self, scope: Scope, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The entities ``entity_ids`` of ``scope``: ``{"id", "text", "type"}`` each."""
+        ...
+
     def make_visible(self) -> None:
         """What was written to the memories is searchable when this returns."""
         ...
@@ -326,8 +330,10 @@ class ServingStore(Store, Protocol):
 
     def count_memories(self, scope: Scope) -> int: ...
 
-    def job_counts(self, tenant: str | None = None, batch_id: str | None = None) -> dict[str, int]:
-        """Jobs per status: all, or one tenant's batch."""
+    def job_counts(
+        self, tenant: str | None = None, batch_id: str | None = None, user_id: str | None = None
+    ) -> dict[str, int]:
+        """Jobs per status: all, or a tenant's (batch's, user's)."""
         ...
 
     def jobs_in_status(self, status: str, limit: int) -> list[dict[str, Any]]: ...

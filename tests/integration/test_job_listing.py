@@ -4,6 +4,7 @@ found with its reason."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+import memq
 from tests.conftest import admin_key
 from tests.fakellm import Fail, FakeLLMServer
 from tests.processes import WorkerProcess
@@ -105,3 +107,24 @@ def test_no_tenant_lists_another_tenants_jobs(tenant: httpx.Client, api_url: str
     with new_tenant(api_url) as stranger:
         assert jobs(stranger, user_id=user)["results"] == []
         assert job["job_id"] not in {j["job_id"] for j in jobs(stranger, limit=200)["results"]}
+
+
+def test_the_sdk_pages_through_jobs_sync_and_async(tenant: httpx.Client, api_url: str) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    began = datetime.now(UTC)
+    done = [add(tenant, user, f"Pager note {i}.")["job_id"] for i in range(3)]
+    time.sleep(1.2)
+    key = tenant.headers["Authorization"].removeprefix("Bearer ")
+    with memq.Client(base_url=api_url, api_key=key) as client:
+        listed = list(client.jobs(user_id=user, limit=2, since=began))
+        assert [j.job_id for j in listed] == done[::-1]  # newest first, across two pages
+        assert all(isinstance(j, memq.Job) and j.user_id == user for j in listed)
+        pages = list(client.jobs(user_id=user, limit=2).pages())
+        assert [len(p.results) for p in pages] == [2, 1]
+        assert list(client.jobs(user_id=user, status=["failed", "dead"])) == []
+
+    async def walk() -> list[str]:
+        async with memq.AsyncClient(base_url=api_url, api_key=key) as sdk:
+            return [j.job_id async for j in sdk.jobs(user_id=user, status="succeeded", limit=2)]
+
+    assert asyncio.run(walk()) == done[::-1]

@@ -1,0 +1,119 @@
+"""Erasing a user (any signed-in tenant, for its own users) and the admin pages: tenant keys
+(create, revoke) and memories per tenant."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request, Response
+
+from api.deps import ClockDep, IdPath, IntakeDep, KeysDep, StoreDep
+from api.limits import LimitsDep
+from api.schemas import KeyCreate
+from api.ui.core import (
+    AdminPostedSessionDep,
+    AdminSessionDep,
+    PageRoute,
+    PostedSessionDep,
+    SessionDep,
+    render,
+    see_other,
+)
+from pipeline import explorer
+from pipeline.errors import InvalidInputError
+
+router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
+
+
+@router.get("/users/{user_id}/erase", name="ui_erase_page")
+def confirm_erase(
+    request: Request, user_id: IdPath, store: StoreDep, session: SessionDep
+) -> Response:
+    """What erasing the user removes, named and counted, before anything is removed."""
+    preview = explorer.erase_preview(store, session.tenant, user_id)
+    jobs = sum(preview.jobs.values())
+    by_status = ", ".join(f"{n} {s}" for s, n in sorted(preview.jobs.items()))
+    context = {
+        "title": f"Erase the user {user_id}?",
+        "items": [
+            f"{preview.memories} memories of {user_id}, and the text in their history",
+            f"{jobs} job records" + (f" ({by_status})" if by_status else ""),
+            "every message and session window of the user's conversations",
+            "the user's entities and their links, job state and buffered chat messages",
+        ],
+        "keeps": "What stays: one ERASE audit row without content. This cannot be undone.",
+        "action": str(request.url_for("ui_erase_user", user_id=user_id)),
+        "button": f"Erase {user_id}",
+        "back": str(request.url_for("ui_scopes_page")),
+        "confirm_text": user_id,
+    }
+    return render(request, "confirm.html", context)
+
+
+@router.post("/users/{user_id}/erase", name="ui_erase_user")
+def erase_user(
+    *,
+    request: Request,
+    user_id: IdPath,
+    intake: IntakeDep,
+    limits: LimitsDep,
+    session: PostedSessionDep,
+    confirm: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """As ``DELETE /v1/users/{user_id}``, once the user's id was typed to confirm."""
+    if confirm != user_id:
+        raise InvalidInputError(f"type {user_id} to confirm the erasure", field="confirm")
+    limits.charge(session.tenant, "write")
+    result = intake.erase_user(session.tenant, user_id)
+    return render(request, "erased.html", {"user_id": user_id, "result": result})
+
+
+@router.get("/admin", name="ui_admin_page")
+def admin_page(
+    request: Request, keys: KeysDep, store: StoreDep, _session: AdminSessionDep
+) -> Response:
+    context = {"keys": keys.list(), "tenants": explorer.tenant_summaries(store)}
+    return render(request, "admin.html", context)
+
+
+@router.post("/admin/keys", name="ui_create_key")
+def create_key(
+    *,
+    request: Request,
+    keys: KeysDep,
+    clock: ClockDep,
+    _session: AdminPostedSessionDep,
+    tenant: Annotated[str, Form(max_length=200)] = "",
+    name: Annotated[str, Form(max_length=200)] = "",
+    admin: Annotated[bool, Form()] = False,
+) -> Response:
+    """A new key, shown on this page only (it is stored as a hash)."""
+    body = KeyCreate(tenant=tenant.strip(), name=name.strip(), admin=admin)
+    key_id, token = keys.create(body.tenant, body.name, clock(), admin=body.admin)
+    context = {"key_id": key_id, "tenant": body.tenant, "token": token}
+    return render(request, "key_created.html", context, 201)
+
+
+@router.get("/admin/keys/{key_id}/revoke", name="ui_revoke_page")
+def confirm_revoke(request: Request, key_id: IdPath, _session: AdminSessionDep) -> Response:
+    context = {
+        "title": f"Revoke the key {key_id}?",
+        "items": [f"the key {key_id}: every call and session made with it stops working"],
+        "keys_hint": True,
+        "action": str(request.url_for("ui_revoke_key", key_id=key_id)),
+        "button": "Revoke the key",
+        "back": str(request.url_for("ui_admin_page")),
+    }
+    return render(request, "confirm.html", context)
+
+
+@router.post("/admin/keys/{key_id}/revoke", name="ui_revoke_key")
+def revoke_key(
+    request: Request,
+    key_id: IdPath,
+    keys: KeysDep,
+    clock: ClockDep,
+    _session: AdminPostedSessionDep,
+) -> Response:
+    keys.revoke(key_id, clock())
+    return see_other(str(request.url_for("ui_admin_page")))
