@@ -393,3 +393,64 @@ _BUILDERS: dict[str, Callable[[_Field, object, str], Clause]] = {
     "icontains": _contains(insensitive=True),
     "exists": _exists,
 }
+
+
+# -- the scope inside a filter ---------------------------------------------------------------
+
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+
+
+@dataclass(frozen=True)
+class ScopeSplit:
+    """A filter taken apart: the scope ids it names by equality, and every other condition."""
+
+    ids: dict[str, str]
+    rest: dict[str, Any] | None
+
+
+def split_scope(filters: object) -> ScopeSplit:
+    """The ``user_id`` / ``agent_id`` / ``run_id`` equalities at the top of ``filters`` or in
+    its top-level ``AND`` (where mem0 2.x callers put the scope), and the filter without them.
+
+    Only a plain string equality becomes the scope; every other condition on those keys
+    (``{"user_id": {"ne": "alice"}}``, ``"*"``) and every other key beside ``AND`` (a ``NOT``,
+    an ``OR``) stays in ``rest``, ANDed. Two different values for one id can match nothing and
+    are surely a mistake: ``InvalidInputError`` says so rather than answering empty.
+    """
+    if not isinstance(filters, Mapping):
+        return ScopeSplit({}, None)
+    ids: dict[str, str] = {}
+    rest = _without_scope(filters, ids, "")
+    for key in _LOGICAL_AND & filters.keys():
+        items = filters[key]
+        if isinstance(items, list):
+            kept = [_without_scope(item, ids, f"{key}.{i}") for i, item in enumerate(items)]
+            kept = [item for item in kept if item != {}]
+            rest.pop(key)
+            if kept:
+                rest[key] = kept
+    return ScopeSplit(ids, rest or None)
+
+
+_LOGICAL_AND = frozenset({"AND", "and"})
+
+
+def _without_scope(node: object, ids: dict[str, str], path: str) -> Any:
+    """``node`` without its scope equalities, which are added to ``ids`` (a conflicting one
+    raises ``InvalidInputError``); anything that is not an object is returned as it is, for
+    ``translate_filters`` to refuse."""
+    if not isinstance(node, Mapping):
+        return node
+    kept: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in SCOPE_KEYS and isinstance(value, str) and value != "*":
+            if ids.setdefault(key, value) != value:
+                where = _join(path, key)
+                raise InvalidInputError(
+                    f"filters name two different {key} values ({ids[key]!r} and {value!r}); "
+                    "a memory has one, so nothing could match",
+                    field=where,
+                )
+        else:
+            kept[key] = value
+    return kept

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.convert import SCOPE_KEYS, memory_public, scope_from_filters, scope_of, split_filters
+from api.convert import memory_public, scope_from_filters, split_filters
 from api.deps import (
     ClockDep,
     IdPath,
@@ -39,6 +39,7 @@ from api.schemas import (
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
+from pipeline.filters import SCOPE_KEYS
 from pipeline.jobs import JobStatus, public_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
@@ -258,12 +259,9 @@ def delete_everything(
 ) -> dict[str, Any]:
     """mem0's delete_all: ids as query parameters (or, as its client sends them, a Python-repr
     ``filters`` dict — read with ``ast.literal_eval``, which evaluates literals only)."""
-    ids = {
-        k: v for k, v in {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}.items() if v
-    }
-    ids |= scope_from_filters(literal(filters)) if filters else {}
-    scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
-    deleted = delete_all(store, scope, None, clock())
+    given = {"user_id": user_id or None, "agent_id": agent_id or None, "run_id": run_id or None}
+    scope, rest = split_filters(principal, literal(filters) if filters else None, given)
+    deleted = delete_all(store, scope, rest, clock())  # every condition of the filter holds
     return {"message": "Memories deleted successfully!", "deleted": deleted}
 
 

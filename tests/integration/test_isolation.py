@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from pipeline.config import Settings
 from pipeline.store.indices import IndexNames
+from tests.processes import WorkerProcess
 from workers.app import MemqCelery
 from workers.serving import CeleryIntake
 
@@ -68,3 +69,45 @@ def test_ids_with_control_or_format_characters_are_422_on_every_surface(
     statuses = {name: answer.status_code for name, answer in answers.items()}
     assert statuses == dict.fromkeys(answers, 422), statuses
     assert "control or format" in answers["add"].text
+
+
+def remember(client: TestClient, headers: dict[str, str], text: str, **ids: str) -> None:
+    """Store ``text`` verbatim in the scope ``ids`` and wait until it is findable."""
+    body = {**ids, "infer": False, "messages": [{"role": "user", "content": text}]}
+    added = client.post("/v1/memories", params={"wait": "true"}, json=body, headers=headers)
+    assert added.status_code == 200 and added.json()["status"] == "succeeded", added.text
+
+
+def listed_users(client: TestClient, headers: dict[str, str], filters: object) -> list[str]:
+    """The user ids of the memories mem0's get_all lists under ``filters``."""
+    listed = client.post("/v3/memories/", json={"filters": filters}, headers=headers)
+    assert listed.status_code == 200, listed.text
+    return sorted(item["user_id"] for item in listed.json()["results"])
+
+
+def test_no_filter_condition_is_dropped(
+    client: TestClient, settings: Settings, worker: WorkerProcess
+) -> None:
+    headers = tenant_headers(client, settings)
+    remember(client, headers, "alice drinks tea", user_id="alice", agent_id="helper")
+    remember(client, headers, "bob drinks coffee", user_id="bob", agent_id="helper")
+    assert listed_users(client, headers, {"agent_id": "helper"}) == ["alice", "bob"]
+    # a condition on a scope key that is not an equality is a condition, not a scope
+    not_alice = {"agent_id": "helper", "user_id": {"ne": "alice"}}
+    assert listed_users(client, headers, not_alice) == ["bob"]
+    searched = client.post(
+        "/v1/memories/search", json={"query": "drinks", "filters": not_alice}, headers=headers
+    )
+    assert searched.status_code == 200, searched.text
+    assert [hit["user_id"] for hit in searched.json()["results"]] == ["bob"]
+    # a NOT beside a top-level AND holds too
+    beside = {"AND": [{"agent_id": "helper"}], "NOT": {"user_id": "alice"}}
+    assert listed_users(client, headers, beside) == ["bob"]
+    # two values for one id can match nothing: a 422 that says so, never the last one winning
+    both = {"AND": [{"agent_id": "helper"}, {"user_id": "alice"}, {"user_id": "bob"}]}
+    refused = client.post("/v3/memories/", json={"filters": both}, headers=headers)
+    assert refused.status_code == 422 and "two different user_id" in refused.text, refused.text
+    # mem0's delete_all keeps every condition of its filters too
+    deleted = client.delete("/v1/memories/", params={"filters": repr(not_alice)}, headers=headers)
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == 1, deleted.text
+    assert listed_users(client, headers, {"agent_id": "helper"}) == ["alice"]
