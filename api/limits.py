@@ -26,8 +26,8 @@ from limits.strategies import FixedWindowRateLimiter
 
 from api.deps import PrincipalDep
 from pipeline.config import ApiConfig
-from pipeline.errors import MemqError, TransientError
-from pipeline.listing import PIT_KEEP_ALIVE_S
+from pipeline.errors import InvalidInputError, MemqError, TransientError
+from pipeline.listing import PIT_KEEP_ALIVE_S, Page
 from pipeline.redis_errors import redis_errors
 
 Path = Literal["write", "search"]
@@ -117,6 +117,34 @@ class TenantLimits:
     def cursor_closed(self, tenant: str, cursor: str) -> None:
         with redis_errors("count open cursors"):
             self.client.zrem(self._cursors(tenant), _pit_of(cursor))
+
+    def owns_cursor(self, tenant: str, cursor: str) -> None:
+        """``InvalidInputError`` unless ``cursor`` is one of ``tenant``'s open cursors. Its
+        point in time is left untouched: another tenant's cursor (leaked, or guessed) neither
+        reads nor closes it."""
+        with redis_errors("check a listing cursor"):
+            held = self.client.zscore(self._cursors(tenant), _pit_of(cursor))
+        if held is None or held < time.time():
+            raise InvalidInputError(
+                "the cursor is not an open one of this tenant's listings (it may have "
+                "expired); start again without it",
+                field="cursor",
+            )
+
+    def listing(self, tenant: str, cursor: str | None, read: Callable[[str | None], Page]) -> Page:
+        """One page of a listing through ``read``, its cursor counted: a first page only
+        within the tenant's share of open cursors, a next page only from the tenant's own
+        cursor; REST and MCP list through here."""
+        if cursor is None:
+            self.may_open_cursor(tenant)
+        else:
+            self.owns_cursor(tenant, cursor)
+        page = read(cursor)
+        if page.cursor is not None:
+            self.cursor_open(tenant, page.cursor)
+        elif cursor is not None:
+            self.cursor_closed(tenant, cursor)
+        return page
 
 
 def per_window(rate_per_s: int, window_s: int) -> RateLimitItem | None:

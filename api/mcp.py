@@ -219,8 +219,12 @@ class MemqTools:
 
         def run() -> dict[str, Any]:
             scope = scope_of(principal, user_id, agent_id, run_id)
-            page = list_memories(
-                self.services.store, scope, filters, page_size=page_size, cursor=cursor
+            page = self.resources.limits.listing(
+                principal.tenant,
+                cursor,
+                lambda at: list_memories(
+                    self.services.store, scope, filters, page_size=page_size, cursor=at
+                ),
             )
             items = [memory_public(i).model_dump(mode="json") for i in page.items]
             return {"results": items, "next_cursor": page.cursor}

@@ -111,3 +111,25 @@ def test_no_filter_condition_is_dropped(
     deleted = client.delete("/v1/memories/", params={"filters": repr(not_alice)}, headers=headers)
     assert deleted.status_code == 200 and deleted.json()["deleted"] == 1, deleted.text
     assert listed_users(client, headers, {"agent_id": "helper"}) == ["alice"]
+
+
+def test_another_tenants_cursor_is_refused_and_leaves_its_listing_open(
+    client: TestClient, settings: Settings, worker: WorkerProcess
+) -> None:
+    owner, intruder = tenant_headers(client, settings), tenant_headers(client, settings)
+    for text in ("first thing", "second thing"):
+        remember(client, owner, text, user_id="u1")
+    first = client.get("/v1/memories", params={"user_id": "u1", "page_size": 1}, headers=owner)
+    assert first.status_code == 200, first.text
+    cursor = first.json()["next_cursor"]
+    assert cursor
+    stolen = client.get(
+        "/v1/memories", params={"user_id": "u1", "page_size": 1, "cursor": cursor}, headers=intruder
+    )
+    assert stolen.status_code == 422 and "cursor" in stolen.text, stolen.text
+    # the owner's point in time is still open: its listing goes on
+    second = client.get(
+        "/v1/memories", params={"user_id": "u1", "page_size": 1, "cursor": cursor}, headers=owner
+    )
+    assert second.status_code == 200, second.text
+    assert second.json()["results"][0]["id"] != first.json()["results"][0]["id"]
