@@ -86,10 +86,36 @@ def parse_allow_list(raw: str) -> tuple[AllowRule, ...]:
     return tuple(parse_allow(entry) for entry in raw.split(",") if entry.strip())
 
 
+# Never a target, whatever ``is_global`` says: IETF protocol assignments (192.0.0.8 and its
+# neighbours are global by the registry, yet used inside networks), local-use NAT64, and the
+# deprecated IPv4-compatible IPv6 form (``::127.0.0.1``), which some stacks route as IPv4.
+_NEVER_PUBLIC = tuple(ipaddress.ip_network(n) for n in ("192.0.0.0/24", "64:ff9b:1::/48", "::/96"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one leads to: IPv4-mapped, NAT64 (well-known prefix), 6to4
+    or Teredo (its client); None for a plain IPv6 address."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    return address.teredo[1] if address.teredo is not None else None
+
+
 def is_public(address: IPAddress) -> bool:
-    """Globally routable unicast; an IPv4-mapped IPv6 address is judged by its IPv4 part."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """A plain globally routable unicast address. An IPv6 address that embeds an IPv4 one
+    (mapped, NAT64, 6to4, Teredo) is public only when that IPv4 address is too."""
+    if any(address in network for network in _NEVER_PUBLIC):
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = embedded_ipv4(address)
+        if inner is not None and not is_public(inner):
+            return False
+        if address.ipv4_mapped is not None:
+            return True  # its IPv4 part was judged; the ::ffff:0:0/96 range itself is not global
     return address.is_global and not address.is_multicast
 
 
@@ -145,6 +171,17 @@ class WebhookSender:
                     "(MEMQ_WEBHOOK_ALLOW lists the exceptions)"
                 )
         return str(addresses[0])
+
+    def refusal(self, url: str) -> str | None:
+        """Why memq may not have ``url`` fetched (the guard above: an image URL passed to the
+        LLM, which fetches it from inside the deployment), or None when it may."""
+        try:
+            self.vetted_address(httpx.URL(url))
+        except RefusedError as exc:
+            return str(exc)
+        except httpx.InvalidURL:
+            return "not a valid URL"
+        return None
 
     def _send(self, target: httpx.URL, address: str, body: bytes, tenant: str) -> str | None:
         headers = {"content-type": "application/json", "host": target.netloc.decode("ascii")}

@@ -92,6 +92,10 @@ def finished(app: MemqCelery, job_id: str, timeout_s: float = 60) -> JobRecord:
         "http://localhost:{port}/hook",
         "http://[::ffff:127.0.0.1]:{port}/hook",
         "http://0.0.0.0:{port}/hook",
+        "http://[64:ff9b::7f00:1]:{port}/hook",  # NAT64 of 127.0.0.1
+        "http://[::127.0.0.1]:{port}/hook",  # IPv4-compatible
+        "http://[2002:7f00:1::]:{port}/hook",  # 6to4 of 127.0.0.1
+        "http://192.0.0.8:{port}/hook",
     ],
 )
 def test_a_worker_refuses_a_webhook_inside_the_deployment(
@@ -183,12 +187,24 @@ def test_a_name_with_any_private_address_is_refused(receiver: Receiver) -> None:
         "fd00:ec2::254",
         "fe80::1",
         "::ffff:10.0.0.1",
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::a00:1",  # local-use NAT64
+        "::169.254.169.254",
+        "2002:a00:1::1",  # 6to4 of 10.0.0.1
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+        "192.0.0.9",
     ],
 )
 def test_addresses_inside_a_deployment_are_refused_before_any_connection(address: str) -> None:
     sender = WebhookSender(resolve=lambda host, port: [address])
     with pytest.raises(RefusedError):
         sender.vetted_address(httpx.URL("http://target.example/hook"))
+
+
+@pytest.mark.parametrize("address", ["93.184.215.14", "2606:4700::1111", "64:ff9b::808:808"])
+def test_public_addresses_are_allowed(address: str) -> None:
+    sender = WebhookSender(resolve=lambda host, port: [address])
+    assert sender.vetted_address(httpx.URL("http://target.example/hook")) == address
 
 
 def no_such_host(host: str, port: int) -> list[str]:
