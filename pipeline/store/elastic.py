@@ -539,17 +539,24 @@ class ElasticStore:
     ) -> list[dict[str, Any]]:
         """``fields`` of every document of ``index`` matching ``query`` (on the shard of
         ``routing`` only, when given)."""
+        return [h.get("_source", {}) for h in self._matching(index, query, fields, routing)]
+
+    def matching_ids(
+        self, index: str, query: dict[str, Any], routing: str | None = None
+    ) -> list[str]:
+        """The ids of every document of ``index`` matching ``query``."""
+        return [str(h["_id"]) for h in self._matching(index, query, (), routing)]
+
+    def _matching(
+        self, index: str, query: dict[str, Any], fields: Sequence[str], routing: str | None
+    ) -> list[dict[str, Any]]:
         with es_errors(f"read from {index}"):
             self.client.indices.refresh(index=index)
             pit = self.client.open_point_in_time(index=index, keep_alive="1m", routing=routing)[
                 "id"
             ]
             try:
-                return [
-                    h.get("_source", {})
-                    for hits in self._pages(pit, query, list(fields))
-                    for h in hits
-                ]
+                return [h for hits in self._pages(pit, query, list(fields)) for h in hits]
             finally:
                 self.client.options(ignore_status=404).close_point_in_time(id=pit)
 

@@ -133,3 +133,23 @@ def test_another_tenants_cursor_is_refused_and_leaves_its_listing_open(
     )
     assert second.status_code == 200, second.text
     assert second.json()["results"][0]["id"] != first.json()["results"][0]["id"]
+
+
+def test_erasing_a_user_removes_the_delete_rows_of_a_scope_wide_delete(
+    client: TestClient, settings: Settings, worker: WorkerProcess
+) -> None:
+    headers = tenant_headers(client, settings)
+    marker = f"Wombat{uuid.uuid4().hex[:10]}"
+    remember(client, headers, f"{marker} is my cat", user_id="u1", agent_id="ag1")
+    [memory] = client.get("/v1/memories", params={"user_id": "u1"}, headers=headers).json()[
+        "results"
+    ]
+    # deleting by the agent's scope writes the DELETE row, which keeps the text
+    wiped = client.delete("/v1/memories", params={"agent_id": "ag1"}, headers=headers)
+    assert wiped.status_code == 200 and wiped.json()["deleted"] == 1, wiped.text
+    history = client.get(f"/v1/memories/{memory['id']}/history", headers=headers)
+    assert marker in history.text, history.text
+    erased = client.delete("/v1/users/u1", headers=headers)
+    assert erased.status_code == 200, erased.text
+    after = client.get(f"/v1/memories/{memory['id']}/history", headers=headers)
+    assert marker not in after.text, after.text
