@@ -28,6 +28,9 @@ Fields and how they compare:
   ``key.path=*value*`` there. ``{"metadata": {"contains": ...}}`` matches when *any* metadata
   value contains the substring.
 - ``ne`` / ``nin`` also match documents that lack the field (as in mem0).
+- ``contains`` / ``icontains`` on keyword and metadata fields walk the field's term dictionary,
+  shared by every tenant on a shard: at most ``MAX_TERM_SCANS`` of them per filter, each at
+  least ``MIN_TERM_SCAN_CHARS`` long.
 
 ``tenant`` (it comes from the caller's key), ``embedding`` and ``text_lemmatized`` cannot be
 filtered. Every mistake raises ``InvalidInputError`` whose ``field`` is the dotted path of the
@@ -52,6 +55,13 @@ MAX_LEAVES = 256
 """Conditions (one per field operator, ``"*"`` included) allowed in one filter."""
 MAX_LIST_ITEMS = 1024
 MAX_CONTAINS_CHARS = 256
+MAX_TERM_SCANS = 4
+"""``contains`` / ``icontains`` conditions on keyword and metadata fields allowed in one filter:
+each is a ``*value*`` wildcard, which walks the field's whole term dictionary (every tenant's
+terms on the shard), so a filter of hundreds of them made one search cost seconds."""
+MIN_TERM_SCAN_CHARS = 3
+"""The shortest substring such a condition may look for (a shorter one matches nearly every
+term, and costs the same walk)."""
 
 Clause = dict[str, Any]
 Scalar = str | int | float | bool
@@ -102,16 +112,38 @@ class _Field:
 
 
 class _Budget:
-    """Counts the conditions of one translation against ``MAX_LEAVES``."""
+    """Counts the conditions of one translation against ``MAX_LEAVES``, and the term
+    dictionary walks among them against ``MAX_TERM_SCANS``."""
 
     def __init__(self) -> None:
         self.leaves = 0
+        self.scans = 0
 
     def take(self, where: str) -> None:
         self.leaves += 1
         if self.leaves > MAX_LEAVES:
             raise InvalidInputError(
                 f"filter has more than {MAX_LEAVES} conditions (at {where!r})", field=where
+            )
+
+    def take_scan(self, field: _Field, op: str, operand: object, where: str) -> None:
+        """Count a substring condition that walks a term dictionary (keyword and metadata
+        fields; ``text`` is a phrase match, which does not)."""
+        if op not in ("contains", "icontains") or field.kind is _Kind.TEXT:
+            return
+        if isinstance(operand, str) and len(operand) < MIN_TERM_SCAN_CHARS:
+            raise InvalidInputError(
+                f"{where!r}: {op} on {field.path} needs at least {MIN_TERM_SCAN_CHARS} "
+                "characters (a shorter substring matches nearly everything)",
+                field=where,
+            )
+        self.scans += 1
+        if self.scans > MAX_TERM_SCANS:
+            raise InvalidInputError(
+                f"filter has more than {MAX_TERM_SCANS} contains/icontains conditions on "
+                f"keyword or metadata fields (at {where!r}); each scans every term of its "
+                "field: narrow with eq/in, or use contains on text",
+                field=where,
             )
 
 
@@ -180,7 +212,8 @@ def _leaf(key: object, value: object, path: str, budget: _Budget) -> list[Clause
         budget.take(op_path)
         if op not in _ALLOWED_OPS[field.kind]:
             raise InvalidInputError(_refusal(field, op, path), field=op_path)
-        clauses.append(_BUILDERS[op](field, operand, op_path))
+        clauses.append(_BUILDERS[op](field, operand, op_path))  # checks the operand first
+        budget.take_scan(field, op, operand, op_path)
     return clauses
 
 

@@ -9,6 +9,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -153,3 +154,23 @@ def test_erasing_a_user_removes_the_delete_rows_of_a_scope_wide_delete(
     assert erased.status_code == 200, erased.text
     after = client.get(f"/v1/memories/{memory['id']}/history", headers=headers)
     assert marker not in after.text, after.text
+
+
+def test_substring_filters_on_shared_term_dictionaries_are_bounded(
+    client: TestClient, settings: Settings
+) -> None:
+    headers = tenant_headers(client, settings)
+
+    def searched(filters: dict[str, object]) -> httpx.Response:
+        body = {"query": "anything", "user_id": "u1", "filters": filters}
+        return client.post("/v1/memories/search", json=body, headers=headers)
+
+    fields = ("agent_id", "run_id", "actor_id", "job_id", "hash")
+    four = {"OR": [{field: {"icontains": "abc"}} for field in fields[:4]]}
+    assert searched(four).status_code == 200
+    five = {"OR": [{field: {"icontains": "abc"}} for field in fields]}
+    refused = searched(five)
+    assert refused.status_code == 422 and "more than 4 contains/icontains" in refused.text
+    short = searched({"agent_id": {"contains": "a"}})
+    assert short.status_code == 422 and "at least 3 characters" in short.text
+    assert searched({"text": {"contains": "a"}}).status_code == 200  # a phrase match: no walk
