@@ -49,7 +49,9 @@ class Resources:
         services: Services | None = None,
     ) -> None:
         self.settings = settings
-        self.services = services or Services(settings)
+        # a GET of an unknown id forces at most one index refresh per second (the index's own
+        # interval): tenants' requests must not make the cluster refresh at their will
+        self.services = services or Services(settings, miss_refresh_interval_s=1.0)
         self._intake: Intake | None = intake if isinstance(intake, Intake) else None
         self._make_intake: IntakeFactory = worker_intake
         if intake is not None and not isinstance(intake, Intake):

@@ -326,6 +326,8 @@ class ApiConfig(_Section):
     # Per tenant, across API processes (0: no limit). See api/limits.py.
     rate_write_per_s: int = Field(default=200, ge=0, le=1_000_000)
     rate_search_per_s: int = Field(default=200, ge=0, le=1_000_000)
+    # reads by id, listings, history, job records (each a read of Elasticsearch)
+    rate_read_per_s: int = Field(default=1000, ge=0, le=1_000_000)
     # Counted over windows of this many seconds: a tenant may spend a window's worth in a burst.
     rate_window_s: int = Field(default=1, ge=1, le=60)
     open_cursors_per_tenant: int = Field(default=20, ge=0, le=10_000)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request, status
 
 from api.convert import add_request, job_public
 from api.deps import IdPath, IntakeDep, PrincipalDep, SettingsDep, StoreDep
-from api.limits import WriteLimited
+from api.limits import LimitsDep, ReadLimited, WriteLimited
 from api.request_ids import request_id_of
 from api.schemas import (
     BatchAccepted,
@@ -29,7 +29,7 @@ from pipeline.keys import Principal
 from pipeline.store.protocol import ServingStore
 from pipeline.webhook import tenant_signing_key
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[ReadLimited])
 
 
 def own_job(
@@ -129,13 +129,17 @@ def retry_job(
     "/batches",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=BatchAccepted,
-    dependencies=[WriteLimited],
 )
 def create_batch(
-    body: BatchCreate, request: Request, intake: IntakeDep, principal: PrincipalDep
+    body: BatchCreate,
+    request: Request,
+    intake: IntakeDep,
+    principal: PrincipalDep,
+    limits: LimitsDep,
 ) -> BatchAccepted:
     """Many conversations at once (importers): one job each, under one batch id. Every item is
-    validated before any is queued, so a bad item queues nothing."""
+    validated before any is queued, so a bad item queues nothing. It costs one write per item."""
+    limits.charge(principal.tenant, "write", cost=len(body.items))
     requests = [add_request(item, principal) for item in body.items]
     batch_id = str(uuid.uuid4())
     jobs = []

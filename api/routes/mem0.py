@@ -23,7 +23,7 @@ from api.deps import (
     SettingsDep,
     StoreDep,
 )
-from api.limits import LimitsDep, SearchLimited, WriteLimited
+from api.limits import LimitsDep, ReadLimited, SearchLimited, WriteLimited
 from api.routes.memories import accept, wait_for
 from api.schemas import (
     Deleted,
@@ -46,7 +46,7 @@ from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
 
-router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True)
+router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True, dependencies=[ReadLimited])
 
 
 class Mem0Search(BaseModel):
@@ -156,6 +156,7 @@ def get_all(
             "GET /v1/memories instead",
             field="page",
         )
+    limits.charge(principal.tenant, "read", cost=page)  # it reads every page up to its own
     limits.may_open_cursor(principal.tenant)
     items, cursor = walk_to(store, scope, rest, page, page_size)
     total = store.count_memories(scope)
@@ -289,14 +290,16 @@ def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list
     ]
 
 
-@router.put("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
+@router.put("/v1/batch/", response_model=Message)
 def batch_update(
     store: StoreDep,
     deps: PhaseDepsDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     items = batch_items(body)
+    limits.charge(principal.tenant, "write", cost=len(items))  # a batch costs its items
     for item in items:  # all checked first: a bad item changes nothing
         crud.check_update(item.get("text"), item.get("metadata"))
         crud.get_memory(store, principal.tenant, item["memory_id"])
@@ -312,14 +315,16 @@ def batch_update(
     return {"message": f"Successfully updated {len(items)} memories"}
 
 
-@router.delete("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
+@router.delete("/v1/batch/", response_model=Message)
 def batch_delete(
     store: StoreDep,
     clock: ClockDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     items = batch_items(body)
+    limits.charge(principal.tenant, "write", cost=len(items))  # a batch costs its items
     for item in items:
         crud.get_memory(store, principal.tenant, item["memory_id"])
     for item in items:

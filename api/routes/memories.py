@@ -24,7 +24,7 @@ from api.deps import (
     SettingsDep,
     StoreDep,
 )
-from api.limits import LimitsDep, SearchLimited, WriteLimited
+from api.limits import LimitsDep, ReadLimited, SearchLimited, WriteLimited
 from api.request_ids import request_id_of
 from api.schemas import (
     BatchSearchRequest,
@@ -51,7 +51,7 @@ from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
 
 log = logging.getLogger("memq.api")
-router = APIRouter(prefix="/v1", tags=["memories"])
+router = APIRouter(prefix="/v1", tags=["memories"], dependencies=[ReadLimited])
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 

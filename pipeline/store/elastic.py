@@ -79,9 +79,13 @@ def cosine_from_score(score: float) -> float:
 class ElasticStore:
     """The real store. ``refresh`` is "wait_for" only where a read follows in the same flow."""
 
-    def __init__(self, client: Elasticsearch, names: IndexNames) -> None:
+    def __init__(
+        self, client: Elasticsearch, names: IndexNames, miss_refresh_interval_s: float = 0.0
+    ) -> None:
         self.client = client
         self.names = names
+        self.miss_refresh_interval_s = miss_refresh_interval_s  # see ``_routing_of``
+        self._miss_refreshed_at = -miss_refresh_interval_s  # monotonic time of the last one
 
     def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
         return self.recent_messages_many([scope], limit)[0]
@@ -460,11 +464,14 @@ class ElasticStore:
         """The routing of a memory known by id alone: a search of every shard on the id (the
         routing of a document never changes). A search sees what the last refresh made
         visible, so a miss refreshes the memories and asks once more: a memory stored a moment
-        ago is found, and an absent one costs one refresh (a no-op when nothing is new)."""
+        ago is found. A refresh costs the whole cluster, so a store serving tenants' requests
+        (``miss_refresh_interval_s`` > 0, the API's) forces at most one per interval: there a
+        flood of unknown ids costs one search each, not a refresh each, and what a caller was
+        promised findable (a succeeded job, an edit) has been refreshed already."""
         for attempt in range(2):
             with es_errors(f"find memory {memory_id}"):
-                if attempt:
-                    self.client.indices.refresh(index=self.names.memories)
+                if attempt and not self._refresh_after_miss():
+                    return None
                 hits = self.client.search(
                     index=self.names.memories,
                     query={"ids": {"values": [memory_id]}},
@@ -476,6 +483,16 @@ class ElasticStore:
                 routing: str = hits[0]["_routing"]
                 return routing
         return None
+
+    def _refresh_after_miss(self) -> bool:
+        """Refresh the memories when this process has not done so for a miss within the
+        interval; False when it has (the miss stands)."""
+        now = time.monotonic()
+        if now - self._miss_refreshed_at < self.miss_refresh_interval_s:
+            return False
+        self._miss_refreshed_at = now
+        self.client.indices.refresh(index=self.names.memories)
+        return True
 
     def update_memory(self, memory_id: str, fields: dict[str, Any], scope: Scope) -> None:
         """Change fields of the memory ``memory_id`` of ``scope`` (its routing)."""

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from elasticsearch import Elasticsearch
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -174,3 +175,48 @@ def test_substring_filters_on_shared_term_dictionaries_are_bounded(
     short = searched({"agent_id": {"contains": "a"}})
     assert short.status_code == 422 and "at least 3 characters" in short.text
     assert searched({"text": {"contains": "a"}}).status_code == 200  # a phrase match: no walk
+
+
+@pytest.fixture(scope="module")
+def tight(settings: Settings, celery_app: MemqCelery, indices: IndexNames) -> Iterator[TestClient]:
+    """An API with small limits: 5 writes and 5 reads per 5 s per tenant."""
+    api = settings.api.model_copy(
+        update={"rate_write_per_s": 1, "rate_read_per_s": 1, "rate_window_s": 5}
+    )
+    app = create_app(settings.model_copy(update={"api": api}), CeleryIntake(celery_app))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def test_a_batch_costs_its_items(tight: TestClient, settings: Settings) -> None:
+    headers = tenant_headers(tight, settings)
+    said = [{"role": "user", "content": "a fact"}]
+    items = [{"user_id": f"u{i}", "infer": False, "messages": said} for i in range(12)]
+    accepted = tight.post("/v1/batches", json={"items": items}, headers=headers)
+    assert accepted.status_code == 202, accepted.text
+    # 12 writes at 5 per 5 s: this window and the next two are spent
+    after = tight.delete(f"/v1/memories/{uuid.uuid4()}", headers=headers)
+    assert after.status_code == 429, after.text
+    assert int(after.headers["retry-after"]) > 5
+
+
+def test_reads_are_limited(tight: TestClient, settings: Settings) -> None:
+    headers = tenant_headers(tight, settings)
+    answers = [tight.get(f"/v1/memories/{uuid.uuid4()}", headers=headers) for _ in range(6)]
+    assert [a.status_code for a in answers[:5]] == [404] * 5
+    assert answers[5].status_code == 429, answers[5].text
+
+
+def test_unknown_ids_do_not_each_force_a_refresh(
+    client: TestClient, settings: Settings, es: Elasticsearch, indices: IndexNames
+) -> None:
+    headers = tenant_headers(client, settings)
+
+    def refreshes() -> int:
+        stats = es.indices.stats(index=indices.memories, metric="refresh")
+        return int(stats["_all"]["primaries"]["refresh"]["external_total"])
+
+    before = refreshes()
+    for _ in range(20):
+        assert client.get(f"/v1/memories/{uuid.uuid4()}", headers=headers).status_code == 404
+    assert refreshes() - before <= 10
