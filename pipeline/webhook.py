@@ -12,6 +12,8 @@ and read the outcome back from its job record. The guard:
   certificate check), so a DNS answer that changes between check and connect (rebinding) is
   never used;
 - never follows a redirect (a 3xx is reported as not delivered);
+- gives each delivery ``timeout_s`` of wall-clock time in all, and sends a batch's deliveries
+  at once, so a receiver that answers slowly (or trickles its answer) delays only itself;
 - records only what the tenant may know: refused, no HTTP answer, or the HTTP status. Never
   the exception text, so a job record is no port scanner.
 
@@ -23,6 +25,7 @@ forge deliveries to another tenant's receiver.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
@@ -124,6 +127,15 @@ def tenant_signing_key(secret: str, tenant: str) -> str:
     return hmac.new(secret.encode(), f"memq webhook {tenant}".encode(), hashlib.sha256).hexdigest()
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook to send: where, what, and for which tenant (whose key signs it)."""
+
+    url: str
+    payload: dict[str, Any]
+    tenant: str
+
+
 class RefusedError(Exception):
     """The URL's host is not one memq may call."""
 
@@ -141,15 +153,32 @@ class WebhookSender:
     def post(self, url: str, payload: dict[str, Any], tenant: str) -> str | None:
         """POST ``payload`` as signed JSON; None on a 2xx answer, else the reason it was not
         delivered (safe to show the tenant). At least once: a replayed job may call again."""
+        return self.post_all([Delivery(url, payload, tenant)])[0]
+
+    def post_all(self, deliveries: Sequence[Delivery]) -> list[str | None]:
+        """Every delivery at once, each within ``timeout_s`` of wall-clock time from its first
+        byte to its last (httpx's timeouts are per read, so a receiver trickling bytes could
+        hold a delivery for as long as it liked): a slow or hostile receiver delays no other
+        delivery, and the whole call ends within ``timeout_s``. The reasons, in order."""
+        return asyncio.run(self._post_all(deliveries)) if deliveries else []
+
+    async def _post_all(self, deliveries: Sequence[Delivery]) -> list[str | None]:
+        return list(await asyncio.gather(*(self._post(d) for d in deliveries)))
+
+    async def _post(self, delivery: Delivery) -> str | None:
         try:
-            target = httpx.URL(url)
-            address = self.vetted_address(target)
+            target = httpx.URL(delivery.url)
+            address = await asyncio.to_thread(self.vetted_address, target)  # resolves the name
         except RefusedError as exc:
             return f"webhook refused: {exc}"
         except httpx.InvalidURL:
             return "webhook refused: not a valid URL"
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        return self._send(target, address, body, tenant)
+        body = json.dumps(delivery.payload, separators=(",", ":")).encode()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._send(target, address, body, delivery.tenant)
+        except TimeoutError:
+            return f"webhook not delivered: no whole HTTP answer within {self.timeout_s:g} s"
 
     def vetted_address(self, target: httpx.URL) -> str:
         """The address to connect to: every address of the host must be allowed."""
@@ -183,12 +212,12 @@ class WebhookSender:
             return "not a valid URL"
         return None
 
-    def _send(self, target: httpx.URL, address: str, body: bytes, tenant: str) -> str | None:
+    async def _send(self, target: httpx.URL, address: str, body: bytes, tenant: str) -> str | None:
         headers = {"content-type": "application/json", "host": target.netloc.decode("ascii")}
         headers |= self.signature_headers(body, tenant)
         try:
-            with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client:
-                response = client.request(
+            async with httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client:
+                response = await client.request(
                     "POST",
                     target.copy_with(host=address),
                     content=body,

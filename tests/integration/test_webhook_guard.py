@@ -19,6 +19,7 @@ from pipeline.chat import GENERIC, SignedBody, verify_hmac
 from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.webhook import (
+    Delivery,
     RefusedError,
     WebhookSender,
     parse_allow,
@@ -222,3 +223,64 @@ def test_unresolvable_and_odd_urls_are_refused_without_detail() -> None:
 def test_a_bad_allow_entry_is_named(entry: str) -> None:
     with pytest.raises(ValueError, match="not a"):
         parse_allow(entry)
+
+
+class Trickler:
+    """A real TCP server that answers every connection one byte every 0.2 s, for a minute: each
+    read arrives well within any per-read timeout."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stopping = threading.Event()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.trickle, args=(conn,), daemon=True).start()
+
+    def trickle(self, conn: socket.socket) -> None:
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 300:
+                if self.stopping.wait(0.2):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.listener.close()
+
+
+@pytest.fixture
+def trickler() -> Iterator[Trickler]:
+    server = Trickler()
+    yield server
+    server.close()
+
+
+def test_a_receiver_that_trickles_its_answer_gets_one_deadline(trickler: Trickler) -> None:
+    sender = WebhookSender(allow=parse_allow_list("127.0.0.0/8"), timeout_s=1)
+    started = time.monotonic()
+    reason = sender.post(f"http://127.0.0.1:{trickler.port}/hook", {}, "t")
+    assert time.monotonic() - started < 3
+    assert reason is not None and reason.startswith("webhook not delivered"), reason
+
+
+def test_a_slow_receiver_delays_no_other_tenants_delivery(
+    trickler: Trickler, receiver: Receiver
+) -> None:
+    sender = WebhookSender(allow=parse_allow_list("127.0.0.0/8"), timeout_s=2)
+    slow = Delivery(f"http://127.0.0.1:{trickler.port}/hook", {"job_id": "a"}, "tenant-a")
+    fast = Delivery(f"http://127.0.0.1:{receiver.port}/hook", {"job_id": "b"}, "tenant-b")
+    started = time.monotonic()
+    reasons = sender.post_all([slow, fast])
+    assert time.monotonic() - started < 4  # one deadline, not one per delivery
+    assert reasons[0] is not None and reasons[1] is None
+    assert [r["path"] for r in receiver.requests] == ["/hook"]
