@@ -447,6 +447,22 @@ def test_delete_a_scope_needs_an_id(a: Tenant) -> None:
     assert assert_error(a.http.delete("/v1/memories"), 422)["error"]["field"] == "user_id"
 
 
+def test_log_files_hold_no_user_id_and_no_text_a_tenant_sent(
+    a: Tenant, api_process: ApiProcess, worker: WorkerProcess
+) -> None:
+    user, marker = f"loguser-{uuid.uuid4().hex[:8]}", f"Quoll{uuid.uuid4().hex[:10]}"
+    body = {"messages": f"my secret is {marker}", "user_id": user, "infer": False}
+    job = a.http.post("/v1/memories", params={"wait": "true"}, json=body).json()
+    assert job["status"] == JobStatus.SUCCEEDED, job
+    a.http.get("/v1/memories", params={"user_id": user, "filters": json.dumps({"x": marker})})
+    a.http.post("/v1/memories/search", json={"query": marker, "user_id": user})
+    assert a.http.delete(f"/v1/users/{user}").status_code == 200
+    time.sleep(1)  # the access lines are written as the answers go out
+    for process in (api_process, worker):
+        text = process.log_path.read_text(errors="replace")
+        assert user not in text and marker not in text, process.log_path
+
+
 def test_api_and_worker_log_json_lines_with_job_tenant_phase_and_batch(
     a: Tenant, uid: str, api_process: ApiProcess, worker: WorkerProcess
 ) -> None:
