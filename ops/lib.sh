@@ -83,6 +83,15 @@ webhook_signing_secret() {
   secret_file webhook-secret random_token 40
 }
 
+# Redis's password: MEMQ_REDIS_PASSWORD if set, else the one `ops/redis start` generated when
+# it started Redis (kept, mode 600, as redis-password); empty for a Redis started before ops
+# required one (it is asked for at its next start). memq reads it as MEMQ_REDIS_PASSWORD.
+redis_password() {
+  if [ -n "${MEMQ_REDIS_PASSWORD:-}" ]; then echo "$MEMQ_REDIS_PASSWORD"; return 0; fi
+  local file="$MEMQ_STATE_DIR/redis-password"
+  if [ -s "$file" ]; then cat "$file"; fi
+}
+
 # port_owner PORT -> prints "pid/command" of the listener, empty when the port is free.
 port_owner() {
   ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]*",pid=[0-9]*\).*/\1/p' | head -n1

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Literal, Self
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import (
     AliasChoices,
@@ -129,9 +129,12 @@ def _http_url(value: str) -> str:
 
 
 class RedisConfig(_Section):
-    """The Celery broker and result backend."""
+    """The Celery broker and result backend. ``password`` (``MEMQ_REDIS_PASSWORD``; ``ops/``
+    generates one like the admin key) goes into ``url`` when the URL names none, so every
+    client made from ``url`` authenticates."""
 
     url: str = "redis://127.0.0.1:6379/0"
+    password: SecretStr | None = None
 
     @field_validator("url")
     @classmethod
@@ -139,6 +142,17 @@ class RedisConfig(_Section):
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
+
+    @model_validator(mode="after")
+    def _password_in_url(self) -> Self:
+        secret = self.password.get_secret_value() if self.password is not None else ""
+        parts = urlsplit(self.url)
+        if not secret or parts.password is not None or parts.scheme == "unix":
+            return self
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"{parts.username or ''}:{quote(secret, safe='')}@{host}"
+        object.__setattr__(self, "url", urlunsplit(parts._replace(netloc=netloc)))
+        return self
 
 
 class LLMConfig(_Section):
