@@ -8,17 +8,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import redis
 
 from pipeline.config import Settings
-from pipeline.jobs import JobStatus, job_record
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState
+from pipeline.models import Scope
 from pipeline.store.indices import IndexNames
+from tests.integration.test_erase import queued_job
 from tests.private_services import PrivateRedis
 from workers.app import MemqCelery, create_celery
 from workers.erase import erase_user_everywhere
@@ -50,13 +48,7 @@ def test_erased_words_leave_the_append_only_file(private_app: tuple[MemqCelery, 
     app, data_dir = private_app
     marker, user = f"Numbat{uuid.uuid4().hex[:10]}", f"u-{uuid.uuid4().hex[:8]}"
     scope = Scope(tenant=f"disk-{uuid.uuid4().hex[:6]}", user_id=user)
-    request = AddRequest(
-        scope=scope, messages=[MessageIn.model_validate({"role": "user", "content": marker})]
-    )
-    now = datetime.now(UTC)
-    state = JobState(job_id=f"job-{uuid.uuid4().hex}", request=request, received_at=now)
-    app.runtime.states.enter(state, now)
-    app.runtime.store.save_job(job_record(state, JobStatus.QUEUED, now))
+    queued_job(app, scope, marker)  # its state, the request with the marker, in Redis
     client = redis.Redis.from_url(app.runtime.settings.redis.url)
     deadline = time.monotonic() + 10
     while not files_holding(marker, data_dir) and time.monotonic() < deadline:
