@@ -13,7 +13,6 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error, install_error_handlers, internal_error, log_unexpected
-from api.limits import TenantLimits
 from api.mcp import mount_mcp
 from api.metrics import Metrics
 from api.request_ids import RequestIds
@@ -168,9 +167,7 @@ def create_app(
     app.state.settings = settings
     app.state.resources = resources
     app.state.metrics = Metrics()
-    app.state.limits = TenantLimits(
-        settings.api, resources.redis, settings.redis.url, settings.es.index_prefix
-    )
+    app.state.limits = resources.limits
     install_error_handlers(app)
     app.middleware("http")(count_requests)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)

@@ -16,12 +16,12 @@ from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
 from pipeline.capability import refusal
 from pipeline.config import Settings
 from pipeline.errors import InvalidInputError
+from pipeline.filters import split_scope
 from pipeline.jobs import JobRecord, public_results
 from pipeline.keys import Principal
 from pipeline.models import AddRequest, MessageIn, Scope
 
 _MESSAGES = TypeAdapter(list[MessageIn])
-SCOPE_KEYS = ("user_id", "agent_id", "run_id")
 FILTERS_MAX_CHARS = 10_000
 FILTERS_MAX_DEPTH = 32
 # Python's parser recurses on chains of operators: past a few thousand characters of them it
@@ -41,33 +41,23 @@ def scope_of(
 
 def scope_from_filters(filters: Any) -> dict[str, str]:
     """user_id / agent_id / run_id equalities at the top of a filter (or in a top AND), where
-    mem0 2.x callers put the scope."""
-    found: dict[str, str] = {}
-    nodes = filters.get("AND", [filters]) if isinstance(filters, dict) else []
-    for node in nodes if isinstance(nodes, list) else []:
-        if isinstance(node, dict):
-            found |= {k: v for k, v in node.items() if k in SCOPE_KEYS and isinstance(v, str)}
-    return found
+    mem0 2.x callers put the scope (``pipeline.filters.split_scope``)."""
+    return split_scope(filters).ids
 
 
 def split_filters(
     principal: Principal, filters: Any, given: Mapping[str, str | None] | None = None
 ) -> tuple[Scope, dict[str, Any] | None]:
     """The scope named by ``given`` ids and/or by ids inside ``filters``, and the rest of the
-    filter. An id named both ways must agree (``InvalidInputError`` otherwise)."""
-    ids = scope_from_filters(filters)
+    filter (every condition kept). An id named both ways must agree (``InvalidInputError``
+    otherwise)."""
+    split = split_scope(filters)
+    ids = split.ids
     for key, value in (given or {}).items():
         if value is not None and ids.setdefault(key, value) != value:
             raise InvalidInputError(f"{key} differs between the body and its filters", field=key)
     scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
-    if not isinstance(filters, dict):
-        return scope, None
-    if "AND" in filters and isinstance(filters["AND"], list):
-        rest = [strip_ids(n) for n in filters["AND"]]
-        rest = [n for n in rest if n]
-        return scope, ({"AND": rest} if rest else None)
-    remaining = strip_ids(filters)
-    return scope, remaining or None
+    return scope, split.rest
 
 
 def filters_param(raw: str, literals: bool = False) -> Any:
@@ -118,12 +108,6 @@ def nesting_depth(text: str) -> int:
         elif char in "]})":
             depth = max(depth - 1, 0)  # a stray closer must not hide the openers after it
     return deepest
-
-
-def strip_ids(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: v for k, v in node.items() if k not in SCOPE_KEYS}
-    return node
 
 
 def messages_of(raw: str | dict[str, Any] | list[dict[str, Any]]) -> list[MessageIn]:

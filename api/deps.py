@@ -20,6 +20,7 @@ from pipeline.deps import Deps
 from pipeline.errors import PermanentError
 from pipeline.intake import Intake
 from pipeline.keys import KeyStore, Principal
+from pipeline.models import Identifier
 from pipeline.search import Searcher
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import ServingStore
@@ -133,5 +134,6 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 AdminDep = Annotated[Principal, Depends(get_admin)]
 
 IdPath = Annotated[
-    str, Path(pattern=r"^\S{1,128}$", description="an id: 1-128 characters, no spaces")
+    Identifier,
+    Path(description="an id: 1-128 characters, no spaces, no control or format characters"),
 ]

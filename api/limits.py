@@ -4,6 +4,10 @@
   (a batch search costs one per query): a fixed window per tenant (``MEMQ_API_RATE_WINDOW_S``,
   one second by default), counted by the ``limits`` library in Redis
   (``MEMQ_API_RATE_WRITE_PER_S``, ``MEMQ_API_RATE_SEARCH_PER_S``; 0 turns a limit off).
+- Reads (``GET`` of a memory, its history, a listing page, a job: ``MEMQ_API_RATE_READ_PER_S``),
+  charged once per request by the routers that serve them.
+- A batch costs its items (``POST /v1/batches``, mem0's batch update and delete); a batch
+  above one window's allowance closes the windows it spans (``charge``).
 - Open listing cursors: each cursor holds an Elasticsearch point in time, and a node keeps only
   so many (``search.max_open_pit_context``), so one tenant may hold at most
   ``MEMQ_API_OPEN_CURSORS_PER_TENANT`` at once. A cursor counts until its listing reaches the
@@ -26,11 +30,11 @@ from limits.strategies import FixedWindowRateLimiter
 
 from api.deps import PrincipalDep
 from pipeline.config import ApiConfig
-from pipeline.errors import MemqError, TransientError
-from pipeline.listing import PIT_KEEP_ALIVE_S
+from pipeline.errors import InvalidInputError, MemqError, TransientError
+from pipeline.listing import PIT_KEEP_ALIVE_S, Page
 from pipeline.redis_errors import redis_errors
 
-Path = Literal["write", "search"]
+Path = Literal["write", "search", "read"]
 
 
 class RateLimitedError(MemqError):
@@ -53,31 +57,53 @@ class TenantLimits:
         self.items: dict[Path, RateLimitItem | None] = {
             "write": per_window(config.rate_write_per_s, config.rate_window_s),
             "search": per_window(config.rate_search_per_s, config.rate_window_s),
+            "read": per_window(config.rate_read_per_s, config.rate_window_s),
         }
         self.open_cursors = config.open_cursors_per_tenant
 
     def charge(self, tenant: str, path: Path, cost: int = 1) -> None:
-        """Count ``cost`` requests of ``tenant`` on ``path``; ``RateLimitedError`` when over.
-        A cost above the limit counts as the whole second's worth (it could never pass else).
-        While Redis cannot be reached, each process counts on its own (``local``): the limit
-        still holds per process, and the intake keeps accepting work through the outage."""
+        """Count ``cost`` requests of ``tenant`` on ``path`` (a batch costs its items);
+        ``RateLimitedError`` when over. A cost above one window's allowance takes a whole
+        window and keeps the tenant's ``path`` closed for as many more windows as it spans, so
+        a batch is never cheaper than its items sent one by one. While Redis cannot be
+        reached, each process counts on its own (``local``): the limit still holds per
+        process, and the intake keeps accepting work through the outage."""
         item = self.items[path]
         if item is None:
             return
-        names, cost = (self.prefix, tenant, path), min(cost, item.amount)
+        names = (self.prefix, tenant, path)
         try:
             with redis_errors("count requests"):
-                if self.limiter.hit(item, *names, cost=cost):
+                self._not_in_debt(tenant, path)
+                if self.limiter.hit(item, *names, cost=min(cost, item.amount)):
+                    self._owe(tenant, path, item, cost)
                     return
                 left_s = self._window_left_s(item, tenant, path)
         except TransientError:  # Redis is down: this process counts on its own
-            if self.local.hit(item, *names, cost=cost):
+            if self.local.hit(item, *names, cost=min(cost, item.amount)):
                 return
             left_s = self.local.get_window_stats(item, *names).reset_time - time.time()
         raise RateLimitedError(
             f"over {item.amount} {path} requests in {item.multiples} s for this tenant",
             math.ceil(left_s),
         )
+
+    def _debt(self, tenant: str, path: Path) -> str:
+        return f"{self.prefix}:debt:{tenant}:{path}"
+
+    def _owe(self, tenant: str, path: Path, item: RateLimitItem, cost: int) -> None:
+        """A cost of more than one window closes the next windows it spans."""
+        windows = math.ceil(cost / item.amount) - 1
+        if windows > 0:
+            self.client.set(self._debt(tenant, path), cost, px=windows * item.multiples * 1000)
+
+    def _not_in_debt(self, tenant: str, path: Path) -> None:
+        left_ms: int = self.client.pttl(self._debt(tenant, path))
+        if left_ms > 0:
+            raise RateLimitedError(
+                f"a batch larger than one window's {path} requests is still being paid for",
+                math.ceil(left_ms / 1000),
+            )
 
     def _window_left_s(self, item: RateLimitItem, tenant: str, path: Path) -> float:
         """Seconds until the tenant's window on ``path`` ends, from the counter's expiry in
@@ -118,6 +144,34 @@ class TenantLimits:
         with redis_errors("count open cursors"):
             self.client.zrem(self._cursors(tenant), _pit_of(cursor))
 
+    def owns_cursor(self, tenant: str, cursor: str) -> None:
+        """``InvalidInputError`` unless ``cursor`` is one of ``tenant``'s open cursors. Its
+        point in time is left untouched: another tenant's cursor (leaked, or guessed) neither
+        reads nor closes it."""
+        with redis_errors("check a listing cursor"):
+            held = self.client.zscore(self._cursors(tenant), _pit_of(cursor))
+        if held is None or held < time.time():
+            raise InvalidInputError(
+                "the cursor is not an open one of this tenant's listings (it may have "
+                "expired); start again without it",
+                field="cursor",
+            )
+
+    def listing(self, tenant: str, cursor: str | None, read: Callable[[str | None], Page]) -> Page:
+        """One page of a listing through ``read``, its cursor counted: a first page only
+        within the tenant's share of open cursors, a next page only from the tenant's own
+        cursor; REST and MCP list through here."""
+        if cursor is None:
+            self.may_open_cursor(tenant)
+        else:
+            self.owns_cursor(tenant, cursor)
+        page = read(cursor)
+        if page.cursor is not None:
+            self.cursor_open(tenant, page.cursor)
+        elif cursor is not None:
+            self.cursor_closed(tenant, cursor)
+        return page
+
 
 def per_window(rate_per_s: int, window_s: int) -> RateLimitItem | None:
     """``rate_per_s`` as a limit counted over ``window_s`` seconds; None for no limit."""
@@ -149,5 +203,12 @@ def rate_limited(path: Path) -> Callable[[TenantLimits, PrincipalDep], None]:
     return charge
 
 
+def read_limited(request: Request, limits: LimitsDep, principal: PrincipalDep) -> None:
+    """A router dependency charging one read of the caller's tenant for each GET."""
+    if request.method in ("GET", "HEAD"):
+        limits.charge(principal.tenant, "read")
+
+
 WriteLimited = Depends(rate_limited("write"))
+ReadLimited = Depends(read_limited)
 SearchLimited = Depends(rate_limited("search"))

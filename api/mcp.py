@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.convert import add_request, job_public, memory_public
 from api.errors import error
+from api.limits import Path, RateLimitedError
 from api.request_ids import request_id_of
 from api.resources import Resources
 from api.schemas import MemoryCreate
@@ -100,6 +101,13 @@ class MemqTools:
         self.services = resources.services
         self.principal_of = principal_of
 
+    async def charged(self, ctx: Context, path: Path) -> Principal:
+        """The call's principal, its tenant charged one request on ``path``: the tools count
+        against the same per-tenant limits as the routes."""
+        principal = self.principal_of(ctx)
+        await self.call(lambda: self.resources.limits.charge(principal.tenant, path))
+        return principal
+
     async def call(self, fn: Callable[[], T]) -> T:
         """Run blocking store work off the event loop; memq's errors become tool errors."""
         try:
@@ -136,7 +144,7 @@ class MemqTools:
             Field(ge=0, le=300, description="seconds to wait for the result (0: do not wait)"),
         ] = 0,
     ) -> dict[str, Any]:
-        principal = self.principal_of(ctx)
+        principal = await self.charged(ctx, "write")
         raw = messages if isinstance(messages, str) else [m.model_dump() for m in messages]
         fields = {
             "messages": raw,
@@ -186,7 +194,7 @@ class MemqTools:
             float | None, Field(ge=0, le=1, description="drop results scored below this")
         ] = None,
     ) -> dict[str, Any]:
-        principal = self.principal_of(ctx)
+        principal = await self.charged(ctx, "search")
 
         def run() -> dict[str, Any]:
             scope = scope_of(principal, user_id, agent_id, run_id)
@@ -215,12 +223,16 @@ class MemqTools:
             str | None, Field(max_length=10_000, description="next_cursor of the previous page")
         ] = None,
     ) -> dict[str, Any]:
-        principal = self.principal_of(ctx)
+        principal = await self.charged(ctx, "read")
 
         def run() -> dict[str, Any]:
             scope = scope_of(principal, user_id, agent_id, run_id)
-            page = list_memories(
-                self.services.store, scope, filters, page_size=page_size, cursor=cursor
+            page = self.resources.limits.listing(
+                principal.tenant,
+                cursor,
+                lambda at: list_memories(
+                    self.services.store, scope, filters, page_size=page_size, cursor=at
+                ),
             )
             items = [memory_public(i).model_dump(mode="json") for i in page.items]
             return {"results": items, "next_cursor": page.cursor}
@@ -228,7 +240,7 @@ class MemqTools:
         return await self.call(run)
 
     async def get_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
-        tenant = self.principal_of(ctx).tenant
+        tenant = (await self.charged(ctx, "read")).tenant
         found = await self.call(lambda: crud.get_memory(self.services.store, tenant, memory_id))
         return memory_public(found).model_dump(mode="json")
 
@@ -241,7 +253,7 @@ class MemqTools:
         ] = None,
         metadata: Metadata = None,
     ) -> dict[str, Any]:
-        tenant = self.principal_of(ctx).tenant
+        tenant = (await self.charged(ctx, "write")).tenant
         services = self.services
         updated = await self.call(
             lambda: crud.update_memory(
@@ -251,7 +263,7 @@ class MemqTools:
         return memory_public(updated).model_dump(mode="json")
 
     async def delete_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
-        tenant = self.principal_of(ctx).tenant
+        tenant = (await self.charged(ctx, "write")).tenant
         services = self.services
         await self.call(
             lambda: crud.delete_memory(services.store, tenant, memory_id, services.clock())
@@ -263,7 +275,7 @@ class MemqTools:
         ctx: Context,
         job_id: Annotated[str, Field(pattern=r"^\S{1,128}$", description="from add_memory")],
     ) -> dict[str, Any]:
-        tenant = self.principal_of(ctx).tenant
+        tenant = (await self.charged(ctx, "read")).tenant
         record = await self.call(lambda: self.services.store.get_job(job_id))
         if record is None or record.tenant != tenant:
             raise ToolError(f"no job {job_id}")
@@ -285,6 +297,8 @@ def tool_message(exc: MemqError) -> str:
         return f"invalid arguments: {where}{exc.reason}"
     if isinstance(exc, NotFoundError):
         return exc.reason
+    if isinstance(exc, RateLimitedError):
+        return f"{exc.reason}; try again in {exc.retry_after_s} s"
     if isinstance(exc, TransientError | RetriesExhaustedError):
         return f"memq is unavailable right now; try again shortly ({exc.reason})"
     return exc.reason

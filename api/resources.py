@@ -17,12 +17,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import redis
 
 from pipeline.config import Settings
 from pipeline.intake import Intake
 from pipeline.services import Services
+
+if TYPE_CHECKING:
+    from api.limits import TenantLimits
 
 IntakeFactory = Callable[[Settings], Intake]
 
@@ -45,7 +49,9 @@ class Resources:
         services: Services | None = None,
     ) -> None:
         self.settings = settings
-        self.services = services or Services(settings)
+        # a GET of an unknown id forces at most one index refresh per second (the index's own
+        # interval): tenants' requests must not make the cluster refresh at their will
+        self.services = services or Services(settings, miss_refresh_interval_s=1.0)
         self._intake: Intake | None = intake if isinstance(intake, Intake) else None
         self._make_intake: IntakeFactory = worker_intake
         if intake is not None and not isinstance(intake, Intake):
@@ -66,3 +72,12 @@ class Resources:
         """The API's own Redis client (tenant limits, readiness, queue depths); connects on
         first command."""
         return redis.Redis.from_url(self.settings.redis.url)
+
+    @cached_property
+    def limits(self) -> TenantLimits:
+        """The per-tenant limits every surface (routes and MCP tools) charges."""
+        # imported here: api.limits declares route dependencies on api.deps, which imports us
+        from api.limits import TenantLimits
+
+        settings = self.settings
+        return TenantLimits(settings.api, self.redis, settings.redis.url, settings.es.index_prefix)

@@ -21,8 +21,22 @@ ES_HEAP="${MEMQ_OPS_ES_HEAP:-1g}"
 say() { printf 'memq ops: %s\n' "$*"; }
 die() { printf 'memq ops: %s\n' "$*" >&2; exit 1; }
 
+# The state directory keeps other local users out: it holds the secrets, Redis's files (its
+# append-only file holds job states, so what users said), the logs and Elasticsearch's data.
+# 711 on the top lets the Elasticsearch user reach its own directory in it; below, each
+# directory is its owner's only (files of older installs included).
 ensure_dirs() {
   mkdir -p "$MEMQ_STATE_DIR" "$MEMQ_LOG_DIR" "$MEMQ_RUN_DIR" "$MEMQ_CACHE_DIR"
+  chmod 711 "$MEMQ_STATE_DIR"
+  chmod -R go-rwx "$MEMQ_LOG_DIR" "$MEMQ_RUN_DIR"
+}
+
+# keep_private DIR...: each DIR and everything in it its owner's only, and what this script
+# (and the services it starts) creates from now on too.
+keep_private() {
+  umask 077
+  local dir
+  for dir in "$@"; do mkdir -p "$dir" && chmod -R go-rwx "$dir"; done
 }
 
 # memq's own Settings decide the ports: ops reads them from `memq settings`.
@@ -67,6 +81,15 @@ flower_auth() {
 webhook_signing_secret() {
   if [ -n "${MEMQ_WEBHOOK_SIGNING_SECRET:-}" ]; then echo "$MEMQ_WEBHOOK_SIGNING_SECRET"; return 0; fi
   secret_file webhook-secret random_token 40
+}
+
+# Redis's password: MEMQ_REDIS_PASSWORD if set, else the one `ops/redis start` generated when
+# it started Redis (kept, mode 600, as redis-password); empty for a Redis started before ops
+# required one (it is asked for at its next start). memq reads it as MEMQ_REDIS_PASSWORD.
+redis_password() {
+  if [ -n "${MEMQ_REDIS_PASSWORD:-}" ]; then echo "$MEMQ_REDIS_PASSWORD"; return 0; fi
+  local file="$MEMQ_STATE_DIR/redis-password"
+  if [ -s "$file" ]; then cat "$file"; fi
 }
 
 # port_owner PORT -> prints "pid/command" of the listener, empty when the port is free.

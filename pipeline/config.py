@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Literal, Self
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import (
     AliasChoices,
@@ -129,9 +129,12 @@ def _http_url(value: str) -> str:
 
 
 class RedisConfig(_Section):
-    """The Celery broker and result backend."""
+    """The Celery broker and result backend. ``password`` (``MEMQ_REDIS_PASSWORD``; ``ops/``
+    generates one like the admin key) goes into ``url`` when the URL names none, so every
+    client made from ``url`` authenticates."""
 
     url: str = "redis://127.0.0.1:6379/0"
+    password: SecretStr | None = None
 
     @field_validator("url")
     @classmethod
@@ -139,6 +142,17 @@ class RedisConfig(_Section):
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
+
+    @model_validator(mode="after")
+    def _password_in_url(self) -> Self:
+        secret = self.password.get_secret_value() if self.password is not None else ""
+        parts = urlsplit(self.url)
+        if not secret or parts.password is not None or parts.scheme == "unix":
+            return self
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"{parts.username or ''}:{quote(secret, safe='')}@{host}"
+        object.__setattr__(self, "url", urlunsplit(parts._replace(netloc=netloc)))
+        return self
 
 
 class LLMConfig(_Section):
@@ -326,6 +340,8 @@ class ApiConfig(_Section):
     # Per tenant, across API processes (0: no limit). See api/limits.py.
     rate_write_per_s: int = Field(default=200, ge=0, le=1_000_000)
     rate_search_per_s: int = Field(default=200, ge=0, le=1_000_000)
+    # reads by id, listings, history, job records (each a read of Elasticsearch)
+    rate_read_per_s: int = Field(default=1000, ge=0, le=1_000_000)
     # Counted over windows of this many seconds: a tenant may spend a window's worth in a burst.
     rate_window_s: int = Field(default=1, ge=1, le=60)
     open_cursors_per_tenant: int = Field(default=20, ge=0, le=10_000)

@@ -17,6 +17,7 @@ without keeping who). The Redis side (job state, session lines, chat buffers) is
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,8 @@ from pipeline.models import Scope, history_id
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import HistoryDoc
 from pipeline.store.routing import scope_routing
+
+MAX_TERMS = 10_000  # memory ids per terms query (Elasticsearch allows 65,536)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,31 @@ def jobs_query(tenant: str, user_id: str) -> dict[str, Any]:
     return {"bool": {"filter": [{"term": {"tenant": tenant}}, {"prefix": {"session_key": prefix}}]}}
 
 
+def history_queries(tenant: str, user_id: str, memory_ids: list[str]) -> Iterator[dict[str, Any]]:
+    """Queries for every history row of the user: rows that name the user, and rows of the
+    user's memories that do not (a scope-wide DELETE of an agent's memories wrote its rows
+    under the agent's scope before rows carried the memory's own), ``MAX_TERMS`` ids each."""
+    yield user_query(tenant, user_id)
+    for start in range(0, len(memory_ids), MAX_TERMS):
+        chunk = memory_ids[start : start + MAX_TERMS]
+        yield {"bool": {"filter": [{"term": {"tenant": tenant}}, {"terms": {"memory_id": chunk}}]}}
+
+
+def erase_history(store: ElasticStore, tenant: str, user_id: str, routing: str) -> int:
+    """Delete the user's history rows (see ``history_queries``); the memory ids are read from
+    the user's memories and from the rows that name the user, before anything is deleted."""
+    names, query = store.names, user_query(tenant, user_id)
+    ids = set(store.matching_ids(names.memories, query, routing))
+    ids |= {
+        s.get("memory_id", "") for s in store.matching_sources(names.history, query, ["memory_id"])
+    }
+    ids.discard("")
+    return sum(
+        store.delete_matching(names.history, q)
+        for q in history_queries(tenant, user_id, sorted(ids))
+    )
+
+
 def erase_user(store: ElasticStore, tenant: str, user_id: str, now: datetime) -> Erasure:
     """Delete everything of ``user_id`` in ``tenant`` from Elasticsearch (see the module doc),
     then write the audit row. Safe to call again: a second call finds nothing more."""
@@ -67,9 +95,9 @@ def erase_user(store: ElasticStore, tenant: str, user_id: str, now: datetime) ->
     # history rows are routed by memory and jobs not at all, so those read every shard
     routing = scope_routing(Scope(tenant=tenant, user_id=user_id))
     counts = {
+        "history": erase_history(store, tenant, user_id, routing),  # reads the memories' ids
         "memories": store.delete_matching(names.memories, query, routing),
         "entities": store.delete_matching(names.entities, query, routing),
-        "history": store.delete_matching(names.history, query),
         "messages": store.delete_matching(names.messages, query, routing),
         "jobs": store.delete_matching(names.jobs, jobs_query(tenant, user_id)),
     }

@@ -28,6 +28,9 @@ Fields and how they compare:
   ``key.path=*value*`` there. ``{"metadata": {"contains": ...}}`` matches when *any* metadata
   value contains the substring.
 - ``ne`` / ``nin`` also match documents that lack the field (as in mem0).
+- ``contains`` / ``icontains`` on keyword and metadata fields walk the field's term dictionary,
+  shared by every tenant on a shard: at most ``MAX_TERM_SCANS`` of them per filter, each at
+  least ``MIN_TERM_SCAN_CHARS`` long.
 
 ``tenant`` (it comes from the caller's key), ``embedding`` and ``text_lemmatized`` cannot be
 filtered. Every mistake raises ``InvalidInputError`` whose ``field`` is the dotted path of the
@@ -52,6 +55,13 @@ MAX_LEAVES = 256
 """Conditions (one per field operator, ``"*"`` included) allowed in one filter."""
 MAX_LIST_ITEMS = 1024
 MAX_CONTAINS_CHARS = 256
+MAX_TERM_SCANS = 4
+"""``contains`` / ``icontains`` conditions on keyword and metadata fields allowed in one filter:
+each is a ``*value*`` wildcard, which walks the field's whole term dictionary (every tenant's
+terms on the shard), so a filter of hundreds of them made one search cost seconds."""
+MIN_TERM_SCAN_CHARS = 3
+"""The shortest substring such a condition may look for (a shorter one matches nearly every
+term, and costs the same walk)."""
 
 Clause = dict[str, Any]
 Scalar = str | int | float | bool
@@ -102,16 +112,38 @@ class _Field:
 
 
 class _Budget:
-    """Counts the conditions of one translation against ``MAX_LEAVES``."""
+    """Counts the conditions of one translation against ``MAX_LEAVES``, and the term
+    dictionary walks among them against ``MAX_TERM_SCANS``."""
 
     def __init__(self) -> None:
         self.leaves = 0
+        self.scans = 0
 
     def take(self, where: str) -> None:
         self.leaves += 1
         if self.leaves > MAX_LEAVES:
             raise InvalidInputError(
                 f"filter has more than {MAX_LEAVES} conditions (at {where!r})", field=where
+            )
+
+    def take_scan(self, field: _Field, op: str, operand: object, where: str) -> None:
+        """Count a substring condition that walks a term dictionary (keyword and metadata
+        fields; ``text`` is a phrase match, which does not)."""
+        if op not in ("contains", "icontains") or field.kind is _Kind.TEXT:
+            return
+        if isinstance(operand, str) and len(operand) < MIN_TERM_SCAN_CHARS:
+            raise InvalidInputError(
+                f"{where!r}: {op} on {field.path} needs at least {MIN_TERM_SCAN_CHARS} "
+                "characters (a shorter substring matches nearly everything)",
+                field=where,
+            )
+        self.scans += 1
+        if self.scans > MAX_TERM_SCANS:
+            raise InvalidInputError(
+                f"filter has more than {MAX_TERM_SCANS} contains/icontains conditions on "
+                f"keyword or metadata fields (at {where!r}); each scans every term of its "
+                "field: narrow with eq/in, or use contains on text",
+                field=where,
             )
 
 
@@ -180,7 +212,8 @@ def _leaf(key: object, value: object, path: str, budget: _Budget) -> list[Clause
         budget.take(op_path)
         if op not in _ALLOWED_OPS[field.kind]:
             raise InvalidInputError(_refusal(field, op, path), field=op_path)
-        clauses.append(_BUILDERS[op](field, operand, op_path))
+        clauses.append(_BUILDERS[op](field, operand, op_path))  # checks the operand first
+        budget.take_scan(field, op, operand, op_path)
     return clauses
 
 
@@ -393,3 +426,64 @@ _BUILDERS: dict[str, Callable[[_Field, object, str], Clause]] = {
     "icontains": _contains(insensitive=True),
     "exists": _exists,
 }
+
+
+# -- the scope inside a filter ---------------------------------------------------------------
+
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+
+
+@dataclass(frozen=True)
+class ScopeSplit:
+    """A filter taken apart: the scope ids it names by equality, and every other condition."""
+
+    ids: dict[str, str]
+    rest: dict[str, Any] | None
+
+
+def split_scope(filters: object) -> ScopeSplit:
+    """The ``user_id`` / ``agent_id`` / ``run_id`` equalities at the top of ``filters`` or in
+    its top-level ``AND`` (where mem0 2.x callers put the scope), and the filter without them.
+
+    Only a plain string equality becomes the scope; every other condition on those keys
+    (``{"user_id": {"ne": "alice"}}``, ``"*"``) and every other key beside ``AND`` (a ``NOT``,
+    an ``OR``) stays in ``rest``, ANDed. Two different values for one id can match nothing and
+    are surely a mistake: ``InvalidInputError`` says so rather than answering empty.
+    """
+    if not isinstance(filters, Mapping):
+        return ScopeSplit({}, None)
+    ids: dict[str, str] = {}
+    rest = _without_scope(filters, ids, "")
+    for key in _LOGICAL_AND & filters.keys():
+        items = filters[key]
+        if isinstance(items, list):
+            kept = [_without_scope(item, ids, f"{key}.{i}") for i, item in enumerate(items)]
+            kept = [item for item in kept if item != {}]
+            rest.pop(key)
+            if kept:
+                rest[key] = kept
+    return ScopeSplit(ids, rest or None)
+
+
+_LOGICAL_AND = frozenset({"AND", "and"})
+
+
+def _without_scope(node: object, ids: dict[str, str], path: str) -> Any:
+    """``node`` without its scope equalities, which are added to ``ids`` (a conflicting one
+    raises ``InvalidInputError``); anything that is not an object is returned as it is, for
+    ``translate_filters`` to refuse."""
+    if not isinstance(node, Mapping):
+        return node
+    kept: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in SCOPE_KEYS and isinstance(value, str) and value != "*":
+            if ids.setdefault(key, value) != value:
+                where = _join(path, key)
+                raise InvalidInputError(
+                    f"filters name two different {key} values ({ids[key]!r} and {value!r}); "
+                    "a memory has one, so nothing could match",
+                    field=where,
+                )
+        else:
+            kept[key] = value
+    return kept

@@ -82,7 +82,9 @@ def delete_all(
     store.make_visible()  # a memory stored a moment ago must not escape its deletion
     for page in iter_pages(store, scope, filters):
         gone = store.delete_memories({item["id"]: owner(item, scope) for item in page.items})
-        rows = [deletion_row(item, scope, now) for item in page.items if item["id"] in gone]
+        rows = [
+            deletion_row(item, owner(item, scope), now) for item in page.items if item["id"] in gone
+        ]
         store.write_history(rows)
         deleted += len(gone)
     return deleted
@@ -95,6 +97,8 @@ def owner(item: dict[str, Any], scope: Scope) -> Scope:
 
 
 def deletion_row(item: dict[str, Any], scope: Scope, now: datetime) -> HistoryDoc:
+    """The DELETE row of a listed memory, under ``scope``: the memory's own full scope, so
+    that erasing its user finds the row (it keeps the text)."""
     return HistoryDoc(
         id=history_id(item["id"], "DELETE", now.isoformat()),
         memory_id=item["id"],

@@ -60,6 +60,32 @@ class ContextFilter(logging.Filter):
         return True
 
 
+# path segments that name a person: the segment after one of these is never written out
+_PERSON_SEGMENTS = frozenset({"users", "user"})
+
+
+def redacted_path(path: str) -> str:
+    """``path`` as a log line may show it: no query string (it holds user ids, filters and
+    search text), and no user id in the path (``/v1/users/…``)."""
+    bare, query = path.partition("?")[::2]
+    parts = bare.split("/")
+    for i in range(1, len(parts)):
+        if parts[i - 1] in _PERSON_SEGMENTS and parts[i]:
+            parts[i] = "…"
+    return "/".join(parts) + ("?…" if query else "")
+
+
+class AccessRedaction(logging.Filter):
+    """Redacts the path of uvicorn's access lines (``redacted_path``): a log file holds no
+    user id and no text a tenant sent."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:
+            record.args = (*args[:2], redacted_path(str(args[2])), *args[3:])
+        return True
+
+
 def iso_time(created: float) -> str:
     """A record's time as ISO 8601 in UTC, to the millisecond: 2026-12-03T16:20:01.123+00:00."""
     return datetime.fromtimestamp(created, tz=UTC).isoformat(timespec="milliseconds")
@@ -115,6 +141,7 @@ def configure_logging(config: LogConfig, process: str) -> None:
     replaces what was set."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
+    handler.addFilter(AccessRedaction())
     if json_lines(config):
         handler.setFormatter(JsonLineFormatter(process))
     else:

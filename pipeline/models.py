@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -26,7 +27,24 @@ _ID_PATTERN = r"^[^\s]{1,128}$"
 _MAX_MESSAGE_CHARS = 100_000
 _MAX_MESSAGES = 500
 
-Identifier = Annotated[str, StringConstraints(pattern=_ID_PATTERN)]
+# Cc (controls, U+001F among them: the separator inside scope keys), Cf (invisible format
+# characters such as bidi overrides), Cs (lone surrogates)
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs"})
+
+
+def _plain_identifier(value: str) -> str:
+    """``value`` unchanged when every character is visible text; a ``ValueError`` naming the
+    first control or format character otherwise. Scope keys join ids with U+001F, so an id
+    holding one could name another user's scope (an erasure of ``x`` reaching ``x\x1fy``)."""
+    for char in value:
+        if unicodedata.category(char) in _REFUSED_CATEGORIES:
+            raise ValueError(f"an id may not hold control or format characters (U+{ord(char):04X})")
+    return value
+
+
+Identifier = Annotated[
+    str, StringConstraints(pattern=_ID_PATTERN), AfterValidator(_plain_identifier)
+]
 
 
 def utcnow() -> datetime:

@@ -35,16 +35,19 @@ Clock = Callable[[], datetime]
 class Services:
     """What serving requests needs, for ``settings`` (see the module's docstring)."""
 
-    def __init__(self, settings: Settings, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, settings: Settings, clock: Clock = utcnow, miss_refresh_interval_s: float = 0.0
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        self.miss_refresh_interval_s = miss_refresh_interval_s  # ``ElasticStore``'s
 
     @cached_property
     def store(self) -> ElasticStore:
         """The store, its indices made or checked on first use."""
         client = make_client(self.settings.es)
         names = ensure_indices(client, self.settings.es, self.settings.embedder.dims)
-        return ElasticStore(client, names)
+        return ElasticStore(client, names, self.miss_refresh_interval_s)
 
     @cached_property
     def keys(self) -> KeyStore:

@@ -12,6 +12,8 @@ and read the outcome back from its job record. The guard:
   certificate check), so a DNS answer that changes between check and connect (rebinding) is
   never used;
 - never follows a redirect (a 3xx is reported as not delivered);
+- gives each delivery ``timeout_s`` of wall-clock time in all, and sends a batch's deliveries
+  at once, so a receiver that answers slowly (or trickles its answer) delays only itself;
 - records only what the tenant may know: refused, no HTTP answer, or the HTTP status. Never
   the exception text, so a job record is no port scanner.
 
@@ -23,6 +25,7 @@ forge deliveries to another tenant's receiver.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
@@ -86,16 +89,51 @@ def parse_allow_list(raw: str) -> tuple[AllowRule, ...]:
     return tuple(parse_allow(entry) for entry in raw.split(",") if entry.strip())
 
 
+# Never a target, whatever ``is_global`` says: IETF protocol assignments (192.0.0.8 and its
+# neighbours are global by the registry, yet used inside networks), local-use NAT64, and the
+# deprecated IPv4-compatible IPv6 form (``::127.0.0.1``), which some stacks route as IPv4.
+_NEVER_PUBLIC = tuple(ipaddress.ip_network(n) for n in ("192.0.0.0/24", "64:ff9b:1::/48", "::/96"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one leads to: IPv4-mapped, NAT64 (well-known prefix), 6to4
+    or Teredo (its client); None for a plain IPv6 address."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    return address.teredo[1] if address.teredo is not None else None
+
+
 def is_public(address: IPAddress) -> bool:
-    """Globally routable unicast; an IPv4-mapped IPv6 address is judged by its IPv4 part."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """A plain globally routable unicast address. An IPv6 address that embeds an IPv4 one
+    (mapped, NAT64, 6to4, Teredo) is public only when that IPv4 address is too."""
+    if any(address in network for network in _NEVER_PUBLIC):
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = embedded_ipv4(address)
+        if inner is not None and not is_public(inner):
+            return False
+        if address.ipv4_mapped is not None:
+            return True  # its IPv4 part was judged; the ::ffff:0:0/96 range itself is not global
     return address.is_global and not address.is_multicast
 
 
 def tenant_signing_key(secret: str, tenant: str) -> str:
     """The key a tenant verifies its deliveries with (``GET /v1/webhook-secret`` gives it)."""
     return hmac.new(secret.encode(), f"memq webhook {tenant}".encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook to send: where, what, and for which tenant (whose key signs it)."""
+
+    url: str
+    payload: dict[str, Any]
+    tenant: str
 
 
 class RefusedError(Exception):
@@ -115,15 +153,32 @@ class WebhookSender:
     def post(self, url: str, payload: dict[str, Any], tenant: str) -> str | None:
         """POST ``payload`` as signed JSON; None on a 2xx answer, else the reason it was not
         delivered (safe to show the tenant). At least once: a replayed job may call again."""
+        return self.post_all([Delivery(url, payload, tenant)])[0]
+
+    def post_all(self, deliveries: Sequence[Delivery]) -> list[str | None]:
+        """Every delivery at once, each within ``timeout_s`` of wall-clock time from its first
+        byte to its last (httpx's timeouts are per read, so a receiver trickling bytes could
+        hold a delivery for as long as it liked): a slow or hostile receiver delays no other
+        delivery, and the whole call ends within ``timeout_s``. The reasons, in order."""
+        return asyncio.run(self._post_all(deliveries)) if deliveries else []
+
+    async def _post_all(self, deliveries: Sequence[Delivery]) -> list[str | None]:
+        return list(await asyncio.gather(*(self._post(d) for d in deliveries)))
+
+    async def _post(self, delivery: Delivery) -> str | None:
         try:
-            target = httpx.URL(url)
-            address = self.vetted_address(target)
+            target = httpx.URL(delivery.url)
+            address = await asyncio.to_thread(self.vetted_address, target)  # resolves the name
         except RefusedError as exc:
             return f"webhook refused: {exc}"
         except httpx.InvalidURL:
             return "webhook refused: not a valid URL"
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        return self._send(target, address, body, tenant)
+        body = json.dumps(delivery.payload, separators=(",", ":")).encode()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._send(target, address, body, delivery.tenant)
+        except TimeoutError:
+            return f"webhook not delivered: no whole HTTP answer within {self.timeout_s:g} s"
 
     def vetted_address(self, target: httpx.URL) -> str:
         """The address to connect to: every address of the host must be allowed."""
@@ -146,12 +201,23 @@ class WebhookSender:
                 )
         return str(addresses[0])
 
-    def _send(self, target: httpx.URL, address: str, body: bytes, tenant: str) -> str | None:
+    def refusal(self, url: str) -> str | None:
+        """Why memq may not have ``url`` fetched (the guard above: an image URL passed to the
+        LLM, which fetches it from inside the deployment), or None when it may."""
+        try:
+            self.vetted_address(httpx.URL(url))
+        except RefusedError as exc:
+            return str(exc)
+        except httpx.InvalidURL:
+            return "not a valid URL"
+        return None
+
+    async def _send(self, target: httpx.URL, address: str, body: bytes, tenant: str) -> str | None:
         headers = {"content-type": "application/json", "host": target.netloc.decode("ascii")}
         headers |= self.signature_headers(body, tenant)
         try:
-            with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client:
-                response = client.request(
+            async with httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client:
+                response = await client.request(
                     "POST",
                     target.copy_with(host=address),
                     content=body,

@@ -21,6 +21,16 @@ from tests.fakellm import FakeLLMServer
 from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
 from workers.app import MemqCelery, create_celery
 
+REDIS_PASSWORD_FILE = Path("/var/lib/memq/redis-password")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The stack's Redis password, as ``MEMQ_REDIS_PASSWORD``, for the settings read below and
+    the processes the tests start: the environment's, else the one ``ops/redis`` kept (a
+    Redis started before ops required one has none)."""
+    if not os.environ.get("MEMQ_REDIS_PASSWORD") and REDIS_PASSWORD_FILE.is_file():
+        os.environ["MEMQ_REDIS_PASSWORD"] = REDIS_PASSWORD_FILE.read_text().strip()
+
 
 @pytest.fixture(scope="session")
 def stack_settings() -> Settings:

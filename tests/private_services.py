@@ -5,6 +5,7 @@ shared services others use."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import redis
@@ -118,15 +120,21 @@ class PrivateRedis:
             raise RuntimeError("redis-server is not installed (ops/install installs it)")
         self.port = free_port(*ports)
         self.data_dir = data_dir
+        self.password = os.environ.get("MEMQ_REDIS_PASSWORD", "")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """Its URL; with the stack's password (``MEMQ_REDIS_PASSWORD``) when one is set, which
+        this server then requires too: processes the tests start inherit that variable, and
+        memq puts it into any Redis URL that names none."""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 20.0) -> None:
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir)]
         args += ["--appendonly", "yes", "--save", ""]
+        args += ["--requirepass", self.password] if self.password else []
         with (self.data_dir / "redis.log").open("ab") as log:
             self.process = subprocess.Popen(["redis-server", *args], stdout=log, stderr=log)
         client = redis.Redis.from_url(self.url)

@@ -17,6 +17,7 @@ from pipeline.erase import erase_user
 from pipeline.jobs import ACTIVE_STATUSES
 from pipeline.phases.retrieve import query_texts
 from pipeline.redis_errors import redis_errors
+from workers.aof import erased_from_redis
 
 if TYPE_CHECKING:
     from workers.app import MemqCelery
@@ -44,5 +45,7 @@ def erase_user_everywhere(
         for attempt in range(job.attempts + 1):
             states.forget(job.job_id, attempt)
     buffered = runtime.chat_buffer.erase_user(user_id) if chat_tenant == tenant else 0
+    with redis_errors("rewrite the append-only file"):
+        erased_from_redis(runtime.redis)
     counts = {**erasure.counts, "job_states": len(erasure.jobs), "chat_buffered": buffered}
     return {"erased": counts, "in_flight": in_flight}

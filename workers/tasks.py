@@ -41,6 +41,7 @@ from pipeline.phases import PHASES, PhaseSpec, Workload, next_phase, run_batch
 from pipeline.phases.retrieve import embed_queries_ahead
 from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase, run_log_fields
+from workers.aof import rewrite_aof_if_due
 from workers.batches import (
     BACKFILL,
     LIVE,
@@ -384,6 +385,8 @@ def reap(app: MemqCelery) -> None:
     take_in_held_jobs(app)
     finish_intakes(app, now - app.runtime.settings.worker.orphan_after_s)
     nudge_lanes(app)
+    with redis_errors("rewrite the append-only file"):
+        rewrite_aof_if_due(app.runtime.redis)  # an erasure's, when its turn came meanwhile
 
 
 def take_in_held_jobs(app: MemqCelery) -> None:

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import ClockDep, ElasticStoreDep, PrincipalDep, SettingsDep
+from api.limits import ReadLimited
 from pipeline.export import ExportOptions, Selector, export_lines
 from pipeline.models import Identifier
 
-router = APIRouter(prefix="/v1", tags=["export"])
+router = APIRouter(prefix="/v1", tags=["export"], dependencies=[ReadLimited])
 
 
 @router.get(

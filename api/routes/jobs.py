@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, status
 from api.body import UnicodeBody
 from api.convert import batch_requests, job_public
 from api.deps import IdPath, IntakeDep, PrincipalDep, SettingsDep, StoreDep
-from api.limits import WriteLimited
+from api.limits import LimitsDep, ReadLimited, WriteLimited
 from api.request_ids import request_id_of
 from api.schemas import (
     BatchAccepted,
@@ -30,7 +30,7 @@ from pipeline.keys import Principal
 from pipeline.store.protocol import ServingStore
 from pipeline.webhook import tenant_signing_key
 
-router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[UnicodeBody])
+router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[UnicodeBody, ReadLimited])
 
 
 def own_job(
@@ -130,19 +130,21 @@ def retry_job(
     "/batches",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=BatchAccepted,
-    dependencies=[WriteLimited],
 )
 def create_batch(
+    *,
     body: BatchCreate,
     request: Request,
     intake: IntakeDep,
     settings: SettingsDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
 ) -> BatchAccepted:
     """Many conversations at once (importers): one job each, under one batch id. Every item is
     validated, and checked runnable here (an LLM for the items that need one), before any is
-    queued, so a bad item queues nothing."""
+    queued, so a bad item queues nothing. It costs one write per item."""
     requests = batch_requests(body.items, principal, settings)
+    limits.charge(principal.tenant, "write", cost=len(requests))
     batch_id = str(uuid.uuid4())
     jobs = []
     for add in requests:

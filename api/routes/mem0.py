@@ -11,14 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.body import UnicodeBody
-from api.convert import (
-    SCOPE_KEYS,
-    filters_param,
-    memory_public,
-    scope_from_filters,
-    scope_of,
-    split_filters,
-)
+from api.convert import filters_param, memory_public, scope_from_filters, split_filters
 from api.deps import (
     ClockDep,
     IdPath,
@@ -29,7 +22,7 @@ from api.deps import (
     SettingsDep,
     StoreDep,
 )
-from api.limits import LimitsDep, SearchLimited, WriteLimited
+from api.limits import LimitsDep, ReadLimited, SearchLimited, WriteLimited
 from api.routes.memories import accept, wait_for
 from api.schemas import (
     Deleted,
@@ -45,13 +38,16 @@ from api.schemas import (
 )
 from pipeline import crud
 from pipeline.errors import InvalidInputError
+from pipeline.filters import SCOPE_KEYS
 from pipeline.jobs import JobStatus, public_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
 
-router = APIRouter(tags=["mem0 compatibility"], include_in_schema=True, dependencies=[UnicodeBody])
+router = APIRouter(
+    tags=["mem0 compatibility"], include_in_schema=True, dependencies=[UnicodeBody, ReadLimited]
+)
 
 
 class Mem0Search(BaseModel):
@@ -161,6 +157,7 @@ def get_all(
             "GET /v1/memories instead",
             field="page",
         )
+    limits.charge(principal.tenant, "read", cost=page)  # it reads every page up to its own
     limits.may_open_cursor(principal.tenant)
     items, cursor = walk_to(store, scope, rest, page, page_size)
     total = store.count_memories(scope)
@@ -264,13 +261,11 @@ def delete_everything(
 ) -> dict[str, Any]:
     """mem0's delete_all: ids as query parameters, or in ``filters``: JSON, or the
     Python-repr dict its client sends (``api.convert.filters_param``: bounded in length and
-    depth, literals only)."""
-    ids = {
-        k: v for k, v in {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}.items() if v
-    }
-    ids |= scope_from_filters(filters_param(filters, literals=True)) if filters else {}
-    scope = scope_of(principal, ids.get("user_id"), ids.get("agent_id"), ids.get("run_id"))
-    deleted = delete_all(store, scope, None, clock())
+    depth, literals only). Every condition of the filter holds."""
+    given = {"user_id": user_id or None, "agent_id": agent_id or None, "run_id": run_id or None}
+    parsed = filters_param(filters, literals=True) if filters else None
+    scope, rest = split_filters(principal, parsed, given)
+    deleted = delete_all(store, scope, rest, clock())
     return {"message": "Memories deleted successfully!", "deleted": deleted}
 
 
@@ -298,14 +293,16 @@ def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list
     ]
 
 
-@router.put("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
+@router.put("/v1/batch/", response_model=Message)
 def batch_update(
     store: StoreDep,
     deps: PhaseDepsDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     items = batch_items(body)
+    limits.charge(principal.tenant, "write", cost=len(items))  # a batch costs its items
     for item in items:  # all checked first: a bad item changes nothing
         crud.check_update(item.get("text"), item.get("metadata"))
         crud.get_memory(store, principal.tenant, item["memory_id"])
@@ -321,14 +318,16 @@ def batch_update(
     return {"message": f"Successfully updated {len(items)} memories"}
 
 
-@router.delete("/v1/batch/", response_model=Message, dependencies=[WriteLimited])
+@router.delete("/v1/batch/", response_model=Message)
 def batch_delete(
     store: StoreDep,
     clock: ClockDep,
     principal: PrincipalDep,
+    limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
 ) -> dict[str, Any]:
     items = batch_items(body)
+    limits.charge(principal.tenant, "write", cost=len(items))  # a batch costs its items
     for item in items:
         crud.get_memory(store, principal.tenant, item["memory_id"])
     for item in items:

@@ -31,7 +31,7 @@ from api.deps import (
     SettingsDep,
     StoreDep,
 )
-from api.limits import LimitsDep, SearchLimited, WriteLimited
+from api.limits import LimitsDep, ReadLimited, SearchLimited, WriteLimited
 from api.request_ids import request_id_of
 from api.schemas import (
     BatchSearchRequest,
@@ -58,7 +58,7 @@ from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
 
 log = logging.getLogger("memq.api")
-router = APIRouter(prefix="/v1", tags=["memories"], dependencies=[UnicodeBody])
+router = APIRouter(prefix="/v1", tags=["memories"], dependencies=[UnicodeBody, ReadLimited])
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
@@ -145,13 +145,12 @@ def get_all(
 ) -> MemoryPage:
     """The scope's memories, oldest first; pass ``next_cursor`` back for the next page."""
     scope = scope_of(principal, user_id, agent_id, run_id)
-    if cursor is None:
-        limits.may_open_cursor(principal.tenant)
-    page = list_memories(store, scope, parse_filters(filters), page_size=page_size, cursor=cursor)
-    if page.cursor is not None:
-        limits.cursor_open(principal.tenant, page.cursor)
-    elif cursor is not None:
-        limits.cursor_closed(principal.tenant, cursor)
+    where = parse_filters(filters)
+    page = limits.listing(
+        principal.tenant,
+        cursor,
+        lambda at: list_memories(store, scope, where, page_size=page_size, cursor=at),
+    )
     return MemoryPage(results=[memory_public(i) for i in page.items], next_cursor=page.cursor)
 
 

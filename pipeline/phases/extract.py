@@ -125,11 +125,24 @@ def turns_of(request: AddRequest, deps: Deps, usage: TokenUsage | None = None) -
         parts = [message.text()]
         if deps.vision and deps.llm is not None:
             llm, prompt = deps.llm, load_prompt("vision").text
-            parts += [f"[image] {llm.describe_image(u, prompt, usage)}" for u in message.images()]
+            urls = [fetchable(url, deps) for url in message.images()]
+            parts += [f"[image] {llm.describe_image(u, prompt, usage)}" for u in urls]
         text = "\n".join(p for p in parts if p.strip()).strip()
         if text:
             turns.append(Turn(message.role, message.name, text))
     return turns
+
+
+def fetchable(url: str, deps: Deps) -> str:
+    """``url`` when the LLM may be given it: a data: URL, or an http(s) URL the webhook guard
+    allows (the LLM server fetches it from inside the deployment); ``PermanentError`` naming
+    the reason otherwise."""
+    if url.startswith("data:"):
+        return url
+    refused = deps.webhooks.refusal(url)
+    if refused is not None:
+        raise PermanentError(f"image URL refused: {refused}")
+    return url
 
 
 def verbatim_facts(request: AddRequest, turns: list[Turn]) -> list[Fact]:

@@ -11,6 +11,7 @@ from pipeline.jobs import JobStatus, job_record
 from pipeline.models import ContextMessage
 from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import SessionMessages
+from pipeline.webhook import Delivery
 
 
 def finalize_jobs_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
@@ -31,23 +32,33 @@ def finalize_jobs_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     ]
     now = deps.clock()
     deps.store.finish_jobs(entries, [job_record(s, JobStatus.SUCCEEDED, now) for s in states])
-    return [notify(state, deps) for state in states]
+    return notify(states, deps)
 
 
-def notify(state: JobState, deps: Deps) -> JobState:
-    if state.request.webhook_url is None:
-        return state
+def notify(states: Sequence[JobState], deps: Deps) -> list[JobState]:
+    """Send the webhooks of ``states`` all at once (``WebhookSender.post_all``: one tenant's
+    slow receiver delays no other's, and the phase waits at most one delivery's deadline);
+    a failure is recorded in its job's record."""
+    asked = [s for s in states if s.request.webhook_url is not None]
+    reasons = deps.webhooks.post_all([delivery(s) for s in asked])
+    failed = {s.job_id: r for s, r in zip(asked, reasons, strict=True) if r is not None}
+    return [failed_delivery(s, failed[s.job_id], deps) if s.job_id in failed else s for s in states]
+
+
+def failed_delivery(state: JobState, reason: str, deps: Deps) -> JobState:
+    """``state`` with the webhook's failure among its errors, recorded."""
+    state = state.with_(errors=[*state.errors, ItemError(phase=Phase.FINALIZE, reason=reason)])
+    deps.store.save_job(job_record(state, JobStatus.SUCCEEDED, deps.clock()))
+    return state
+
+
+def delivery(state: JobState) -> Delivery:
     payload = {
         "job_id": state.job_id,
         "status": JobStatus.SUCCEEDED.value,
         "results": [m.model_dump(mode="json") for m in state.stored],
     }
-    failure = deps.webhooks.post(state.request.webhook_url, payload, state.request.scope.tenant)
-    if failure is None:
-        return state
-    state = state.with_(errors=[*state.errors, ItemError(phase=Phase.FINALIZE, reason=failure)])
-    deps.store.save_job(job_record(state, JobStatus.SUCCEEDED, deps.clock()))
-    return state
+    return Delivery(state.request.webhook_url or "", payload, state.request.scope.tenant)
 
 
 finalize_jobs_batch = shared(finalize_jobs_of)

@@ -82,9 +82,13 @@ class ElasticStore:
     """The real store. ``refresh`` is "wait_for" only where a read follows in the same flow;
     the writes a job's ``succeeded`` promises findable refresh the shards they touched."""
 
-    def __init__(self, client: Elasticsearch, names: IndexNames) -> None:
+    def __init__(
+        self, client: Elasticsearch, names: IndexNames, miss_refresh_interval_s: float = 0.0
+    ) -> None:
         self.client = client
         self.names = names
+        self.miss_refresh_interval_s = miss_refresh_interval_s  # see ``_routing_of``
+        self._miss_refreshed_at = -miss_refresh_interval_s  # monotonic time of the last one
 
     def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
         return self.recent_messages_many([scope], limit)[0]
@@ -486,11 +490,14 @@ class ElasticStore:
         """The routing of a memory known by id alone: a search of every shard on the id (the
         routing of a document never changes). A search sees what the last refresh made
         visible, so a miss refreshes the memories and asks once more: a memory stored a moment
-        ago is found, and an absent one costs one refresh (a no-op when nothing is new)."""
+        ago is found. A refresh costs the whole cluster, so a store serving tenants' requests
+        (``miss_refresh_interval_s`` > 0, the API's) forces at most one per interval: there a
+        flood of unknown ids costs one search each, not a refresh each, and what a caller was
+        promised findable (a succeeded job, an edit) has been refreshed already."""
         for attempt in range(2):
             with es_errors(f"find memory {memory_id}"):
-                if attempt:
-                    self.client.indices.refresh(index=self.names.memories)
+                if attempt and not self._refresh_after_miss():
+                    return None
                 hits = self.client.search(
                     index=self.names.memories,
                     query={"ids": {"values": [memory_id]}},
@@ -502,6 +509,16 @@ class ElasticStore:
                 routing: str = hits[0]["_routing"]
                 return routing
         return None
+
+    def _refresh_after_miss(self) -> bool:
+        """Refresh the memories when this process has not done so for a miss within the
+        interval; False when it has (the miss stands)."""
+        now = time.monotonic()
+        if now - self._miss_refreshed_at < self.miss_refresh_interval_s:
+            return False
+        self._miss_refreshed_at = now
+        self.client.indices.refresh(index=self.names.memories)
+        return True
 
     def update_memory(self, memory_id: str, fields: dict[str, Any], scope: Scope) -> None:
         """Change fields of the memory ``memory_id`` of ``scope`` (its routing)."""
@@ -565,17 +582,24 @@ class ElasticStore:
     ) -> list[dict[str, Any]]:
         """``fields`` of every document of ``index`` matching ``query`` (on the shard of
         ``routing`` only, when given)."""
+        return [h.get("_source", {}) for h in self._matching(index, query, fields, routing)]
+
+    def matching_ids(
+        self, index: str, query: dict[str, Any], routing: str | None = None
+    ) -> list[str]:
+        """The ids of every document of ``index`` matching ``query``."""
+        return [str(h["_id"]) for h in self._matching(index, query, (), routing)]
+
+    def _matching(
+        self, index: str, query: dict[str, Any], fields: Sequence[str], routing: str | None
+    ) -> list[dict[str, Any]]:
         with es_errors(f"read from {index}"):
             self.client.indices.refresh(index=index)
             pit = self.client.open_point_in_time(index=index, keep_alive="1m", routing=routing)[
                 "id"
             ]
             try:
-                return [
-                    h.get("_source", {})
-                    for hits in self._pages(pit, query, list(fields))
-                    for h in hits
-                ]
+                return [h for hits in self._pages(pit, query, list(fields)) for h in hits]
             finally:
                 self.client.options(ignore_status=404).close_point_in_time(id=pit)
 

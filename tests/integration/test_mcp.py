@@ -457,3 +457,23 @@ def test_a_lone_surrogate_is_refused_never_a_server_error(
     answer = mcp_call(stack, keys["a"], tool, arguments).json()
     assert answer["error"]["code"] == -32700, answer
     assert "hex escape" in answer["error"]["message"], answer
+
+
+def test_tools_count_against_the_tenants_limits(
+    test_env: dict[str, str], es: Elasticsearch, indices: IndexNames
+) -> None:
+    """The same per-tenant limiter as the routes: 5 searches per 5 s, then a tool error that
+    says when to come back (stdio: the process's settings set the limits)."""
+    store = KeyStore(ElasticStore(es, indices))
+    key = store.create(f"mcp-limits-{uuid.uuid4().hex[:6]}", "limits", datetime.now(UTC))[1]
+    limited = {**test_env, "MEMQ_API_RATE_SEARCH_PER_S": "1", "MEMQ_API_RATE_WINDOW_S": "5"}
+
+    async def body() -> None:
+        async with stdio_session(limited)(key) as client:
+            args = {"query": "bees", "user_id": "u1"}
+            results = [await client.call_tool("search_memories", args) for _ in range(6)]
+            assert [r.is_error for r in results] == [False] * 5 + [True]
+            assert "over 5 search requests" in text_of(results[5])
+            assert "try again in" in text_of(results[5])
+
+    run(body)

@@ -19,6 +19,7 @@ from pipeline.chat import GENERIC, SignedBody, verify_hmac
 from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.webhook import (
+    Delivery,
     RefusedError,
     WebhookSender,
     parse_allow,
@@ -92,6 +93,10 @@ def finished(app: MemqCelery, job_id: str, timeout_s: float = 60) -> JobRecord:
         "http://localhost:{port}/hook",
         "http://[::ffff:127.0.0.1]:{port}/hook",
         "http://0.0.0.0:{port}/hook",
+        "http://[64:ff9b::7f00:1]:{port}/hook",  # NAT64 of 127.0.0.1
+        "http://[::127.0.0.1]:{port}/hook",  # IPv4-compatible
+        "http://[2002:7f00:1::]:{port}/hook",  # 6to4 of 127.0.0.1
+        "http://192.0.0.8:{port}/hook",
     ],
 )
 def test_a_worker_refuses_a_webhook_inside_the_deployment(
@@ -183,12 +188,24 @@ def test_a_name_with_any_private_address_is_refused(receiver: Receiver) -> None:
         "fd00:ec2::254",
         "fe80::1",
         "::ffff:10.0.0.1",
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::a00:1",  # local-use NAT64
+        "::169.254.169.254",
+        "2002:a00:1::1",  # 6to4 of 10.0.0.1
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+        "192.0.0.9",
     ],
 )
 def test_addresses_inside_a_deployment_are_refused_before_any_connection(address: str) -> None:
     sender = WebhookSender(resolve=lambda host, port: [address])
     with pytest.raises(RefusedError):
         sender.vetted_address(httpx.URL("http://target.example/hook"))
+
+
+@pytest.mark.parametrize("address", ["93.184.215.14", "2606:4700::1111", "64:ff9b::808:808"])
+def test_public_addresses_are_allowed(address: str) -> None:
+    sender = WebhookSender(resolve=lambda host, port: [address])
+    assert sender.vetted_address(httpx.URL("http://target.example/hook")) == address
 
 
 def no_such_host(host: str, port: int) -> list[str]:
@@ -206,3 +223,64 @@ def test_unresolvable_and_odd_urls_are_refused_without_detail() -> None:
 def test_a_bad_allow_entry_is_named(entry: str) -> None:
     with pytest.raises(ValueError, match="not a"):
         parse_allow(entry)
+
+
+class Trickler:
+    """A real TCP server that answers every connection one byte every 0.2 s, for a minute: each
+    read arrives well within any per-read timeout."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stopping = threading.Event()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.trickle, args=(conn,), daemon=True).start()
+
+    def trickle(self, conn: socket.socket) -> None:
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 300:
+                if self.stopping.wait(0.2):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.listener.close()
+
+
+@pytest.fixture
+def trickler() -> Iterator[Trickler]:
+    server = Trickler()
+    yield server
+    server.close()
+
+
+def test_a_receiver_that_trickles_its_answer_gets_one_deadline(trickler: Trickler) -> None:
+    sender = WebhookSender(allow=parse_allow_list("127.0.0.0/8"), timeout_s=1)
+    started = time.monotonic()
+    reason = sender.post(f"http://127.0.0.1:{trickler.port}/hook", {}, "t")
+    assert time.monotonic() - started < 3
+    assert reason is not None and reason.startswith("webhook not delivered"), reason
+
+
+def test_a_slow_receiver_delays_no_other_tenants_delivery(
+    trickler: Trickler, receiver: Receiver
+) -> None:
+    sender = WebhookSender(allow=parse_allow_list("127.0.0.0/8"), timeout_s=2)
+    slow = Delivery(f"http://127.0.0.1:{trickler.port}/hook", {"job_id": "a"}, "tenant-a")
+    fast = Delivery(f"http://127.0.0.1:{receiver.port}/hook", {"job_id": "b"}, "tenant-b")
+    started = time.monotonic()
+    reasons = sender.post_all([slow, fast])
+    assert time.monotonic() - started < 4  # one deadline, not one per delivery
+    assert reasons[0] is not None and reasons[1] is None
+    assert [r["path"] for r in receiver.requests] == ["/hook"]

@@ -73,6 +73,17 @@ def test_the_api_gets_an_admin_key_or_compose_refuses_to_start() -> None:
     assert re.fullmatch(r"\$\{MEMQ_API_ADMIN_KEY:\?.+\}", env["MEMQ_API_ADMIN_KEY"])
 
 
+def test_redis_requires_a_password_that_compose_refuses_to_start_without() -> None:
+    services = load()["services"]
+    required = r"\$\{MEMQ_REDIS_PASSWORD:\?.+\}"
+    assert re.fullmatch(required, services["redis"]["environment"]["MEMQ_REDIS_PASSWORD"])
+    started = " ".join(services["redis"]["command"])
+    assert "requirepass" in started and "--requirepass" not in started  # not on a command line
+    assert "REDISCLI_AUTH" in " ".join(services["redis"]["healthcheck"]["test"])
+    for name in MEMQ_SERVICES:
+        assert re.fullmatch(required, services[name]["environment"]["MEMQ_REDIS_PASSWORD"]), name
+
+
 def test_every_service_has_a_healthcheck() -> None:
     for name, service in load()["services"].items():
         assert "test" in service.get("healthcheck", {}), name

@@ -222,3 +222,13 @@ def test_url_and_urls_naming_different_nodes_are_refused(monkeypatch: pytest.Mon
 def test_an_empty_urls_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMQ_ES_URLS", "")
     assert Settings().es.urls == ("http://127.0.0.1:9200",)
+
+
+def test_the_redis_password_goes_into_a_url_that_names_none() -> None:
+    from pipeline.config import RedisConfig
+
+    given = RedisConfig(url="redis://10.0.0.5:6380/2", password="p@ss/word")  # type: ignore[arg-type]
+    assert given.url == "redis://:p%40ss%2Fword@10.0.0.5:6380/2"
+    own = RedisConfig(url="redis://:mine@host:1/0", password="other")  # type: ignore[arg-type]
+    assert own.url == "redis://:mine@host:1/0"
+    assert RedisConfig(url="redis://host:1/0").url == "redis://host:1/0"

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from pipeline.errors import InvalidInputError
-from pipeline.filters import MAX_DEPTH, MAX_LEAVES, metadata_pairs, translate_filters
+from pipeline.filters import (
+    MAX_DEPTH,
+    MAX_LEAVES,
+    ScopeSplit,
+    metadata_pairs,
+    split_scope,
+    translate_filters,
+)
 
 JAN = "2024-01-01T00:00:00.000+00:00"
 
@@ -348,3 +355,28 @@ def test_bad_field_names_are_refused(name: str, words: str) -> None:
 def test_non_string_field_names_are_refused() -> None:
     error = _error({3: "x"})
     assert error.field == "3"
+
+
+def test_the_scope_is_taken_from_equalities_only_and_every_other_condition_stays() -> None:
+    split = split_scope(
+        {
+            "AND": [{"agent_id": "helper"}, {"user_id": {"ne": "alice"}}],
+            "NOT": {"run_id": "r1"},
+            "user_id": "*",
+        }
+    )
+    assert split.ids == {"agent_id": "helper"}
+    assert split.rest == {
+        "NOT": {"run_id": "r1"},
+        "user_id": "*",
+        "AND": [{"user_id": {"ne": "alice"}}],
+    }
+    assert split_scope({"user_id": "a", "AND": [{"user_id": "a"}]}) == ScopeSplit(
+        {"user_id": "a"}, None
+    )
+
+
+def test_two_values_for_one_scope_id_are_refused() -> None:
+    with pytest.raises(InvalidInputError, match="two different user_id") as caught:
+        split_scope({"user_id": "a", "and": [{"user_id": "b"}]})
+    assert caught.value.field == "and.0.user_id"

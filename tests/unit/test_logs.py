@@ -23,6 +23,7 @@ from pipeline.logs import (
     TextFormatter,
     json_lines,
     log_context,
+    redacted_path,
     without_ansi,
 )
 from pipeline.telemetry import SpanIds
@@ -150,3 +151,10 @@ def test_a_line_logged_inside_a_span_carries_its_trace_and_span_ids() -> None:
     assert inside["trace_id"] == trace.format_trace_id(context.trace_id)
     assert inside["span_id"] == trace.format_span_id(context.span_id)
     assert re.fullmatch(r"[0-9a-f]{32}", inside["trace_id"])
+
+
+def test_access_paths_lose_their_query_and_user_ids() -> None:
+    assert redacted_path("/v1/memories?user_id=alice&cursor=x") == "/v1/memories?…"
+    assert redacted_path("/v1/users/alice") == "/v1/users/…"
+    assert redacted_path("/v2/entities/user/alice/") == "/v2/entities/user/…/"
+    assert redacted_path("/v1/memories/1234/history") == "/v1/memories/1234/history"

@@ -16,10 +16,11 @@ from pipeline.models import AddRequest, MemoryType, MessageIn, Scope, md5_hex, m
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.phases import PHASES, run_job, run_phase
-from pipeline.phases.extract import NO_LLM
+from pipeline.phases.extract import NO_LLM, turns_of
 from pipeline.state import JobState, Phase
 from pipeline.store.memory import InMemoryStore
 from pipeline.store.protocol import MemoryDoc
+from pipeline.webhook import WebhookSender
 from tests.doubles import HashEmbedder, ScriptedLLM
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
@@ -345,7 +346,8 @@ def test_images_are_described_when_vision_is_on_and_dropped_otherwise() -> None:
         infer=False,
     )
     llm = ScriptedLLM()
-    seen = make_deps(llm, vision=True)
+    public = WebhookSender(resolve=lambda host, port: ["93.184.215.14"])
+    seen = make_deps(llm, vision=True, webhooks=public)
     Memory(seen).add(request)
     assert llm.images == ["https://example.org/dog.jpg"]
     assert "[image] a photo at dog.jpg" in next(iter(store_of(seen).memories.values()))["text"]
@@ -452,3 +454,18 @@ def test_a_job_that_persisted_before_it_linked_is_linked_in_link() -> None:
 
     assert state.entity_ids and store.memories[memory.id]["entity_ids"] == state.entity_ids
     assert all(store.entities[e]["linked_memory_ids"] == [memory.id] for e in state.entity_ids)
+
+
+@pytest.mark.parametrize("inside", ["169.254.169.254", "64:ff9b::7f00:1", "192.0.0.8"])
+def test_an_image_url_inside_the_deployment_never_reaches_the_llm(inside: str) -> None:
+    parts = [{"type": "image_url", "image_url": {"url": "http://metadata.example/latest"}}]
+    request = AddRequest(
+        scope=ALICE,
+        messages=[MessageIn.model_validate({"role": "user", "content": parts})],
+        infer=False,
+    )
+    llm = ScriptedLLM()
+    deps = make_deps(llm, vision=True, webhooks=WebhookSender(resolve=lambda h, p: [inside]))
+    with pytest.raises(PermanentError, match="image URL refused"):
+        turns_of(request, deps)
+    assert llm.images == []
