@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from elasticsearch import BadRequestError, Elasticsearch
 
@@ -53,10 +55,12 @@ def test_vectors_are_quantized_hnsw_with_the_embedder_dims(
 
 
 def test_unknown_fields_are_refused_not_mapped(es: Elasticsearch, indices: IndexNames) -> None:
+    marker = uuid.uuid4().hex  # one token of its own: other tests share these indices
     with pytest.raises(PermanentError) as caught, es_errors("index a memory"):
-        es.index(index=indices.memories, document={"text": "x", "surprise": {"a": 1}}, routing="r")
+        document = {"text": marker, "surprise": {"a": 1}}
+        es.index(index=indices.memories, document=document, routing="r")
     assert "strict_dynamic_mapping" in caught.value.reason
-    assert es.count(index=indices.memories, query={"term": {"text": "x"}})["count"] == 0
+    assert es.count(index=indices.memories, query={"term": {"text": marker}})["count"] == 0
 
 
 def test_metadata_bomb_does_not_grow_the_mapping(es: Elasticsearch, indices: IndexNames) -> None:
