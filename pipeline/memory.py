@@ -17,13 +17,14 @@ from pipeline import crud
 from pipeline.config import SearchConfig
 from pipeline.deps import Deps
 from pipeline.errors import ConfigurationError, MemqError, RetriesExhaustedError, TransientError
-from pipeline.jobs import JobRecord, JobStatus, job_record, public_results
+from pipeline.jobs import JobRecord, JobStatus, job_record, mem0_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import AddRequest, MemoryType, MemoryView, MessageIn, Role, Scope
 from pipeline.phases import PHASES, run_phase
 from pipeline.search import Reranker, Searcher, SearchQuery
 from pipeline.state import JobState
 from pipeline.store.protocol import ServingStore
+from pipeline.validity import mem0_event
 
 Messages = AddRequest | str | Sequence[Mapping[str, Any]]
 
@@ -86,7 +87,7 @@ class Memory:
         if existing is not None and existing.status == JobStatus.SUCCEEDED:
             return result_of(existing)
         state = self._run(state)
-        return {"job_id": state.job_id, "results": public_results(state.stored)}
+        return {"job_id": state.job_id, "results": mem0_results(state.stored)}
 
     def search(
         self,
@@ -180,8 +181,11 @@ class Memory:
         return {"message": "Memories deleted successfully!", "deleted": deleted}
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
-        """The memory's ADD, UPDATE and DELETE events, oldest first (kept after a delete)."""
-        return crud.memory_history(self._serving(), self.tenant, memory_id)
+        """The memory's ADD, UPDATE and DELETE events, oldest first (kept after a delete); its
+        replacement by a newer memory is an UPDATE (as mem0 shows it) that names the newer
+        one in ``replaced_by``."""
+        rows = crud.memory_history(self._serving(), self.tenant, memory_id)
+        return [{**row, "event": mem0_event(row["event"])} for row in rows]
 
     def _scope(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> Scope:
         return Scope(tenant=self.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
@@ -228,7 +232,7 @@ def view(source: dict[str, Any]) -> dict[str, Any]:
 
 
 def result_of(record: JobRecord) -> dict[str, Any]:
-    return {"job_id": record.job_id, "results": public_results(record.results)}
+    return {"job_id": record.job_id, "results": mem0_results(record.results)}
 
 
 class AsyncMemory:

@@ -56,6 +56,7 @@ from pipeline.store.queries import (
     not_expired,
     read_hits,
     reply_body,
+    validity,
     vectors_body,
     without_possessives,
 )
@@ -135,7 +136,7 @@ class Searcher:
         clauses = [*scope_filter(query.scope), *translate_filters(query.filters)]
         if not query.show_expired:
             clauses.append(not_expired())
-        return clauses
+        return clauses + validity(query.as_of, query.include_replaced)
 
     def _fetch(self, query: SearchQuery) -> int:
         return max(self._pool(query), self.config.candidates_per_signal)
