@@ -581,10 +581,13 @@ class Client:
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> SearchHits:
         """Hybrid search in a scope (at least one id); hits best first. ``reference_time`` is
         the moment relative times in the query ("last week") are read against (default: the
-        server's now)."""
+        server's now). Memories a newer one replaced are left out unless ``include_replaced``;
+        ``as_of`` answers with what was true then."""
         options = {
             **_scope(user_id, agent_id, run_id),
             "filters": filters,
@@ -594,6 +597,8 @@ class Client:
             "explain": explain,
             "show_expired": show_expired,
             "reference_time": reference_time,
+            "as_of": as_of,
+            "include_replaced": include_replaced,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
         return _search_hits(self._send(call))
@@ -830,6 +835,8 @@ class AsyncClient:
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> SearchHits:
         """See ``Client.search``."""
         options = {
@@ -841,6 +848,8 @@ class AsyncClient:
             "explain": explain,
             "show_expired": show_expired,
             "reference_time": reference_time,
+            "as_of": as_of,
+            "include_replaced": include_replaced,
         }
         call = _Call("POST", "/v1/memories/search", body=_search_body(query, options))
         return _search_hits(await self._send(call))

@@ -11,6 +11,7 @@ down); invalid ids or messages raise pydantic's ``ValidationError`` (a ``ValueEr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pipeline import crud
@@ -100,11 +101,15 @@ class Memory:
         filters: dict[str, Any] | None = None,
         threshold: float | None = None,
         rerank: bool = False,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> dict[str, Any]:
         """The scope's memories best matching ``query``: ``{"results": [memory + "score"]}``,
-        best first (the same hybrid search as the API's). When a shard did not answer, the
-        answer also has ``"partial": True`` and the ``"shards"`` counts, as the API's mem0
-        routes do; a whole answer has mem0's shape exactly."""
+        best first (the same hybrid search as the API's): what is true now, what was true at
+        ``as_of``, or (``include_replaced``) replaced memories too, with their ``valid_until``
+        and ``replaced_by``. When a shard did not answer, the answer also has ``"partial":
+        True`` and the ``"shards"`` counts, as the API's mem0 routes do; a whole answer has
+        mem0's shape exactly."""
         searcher = Searcher(
             store=self._serving(),
             embedder=self.deps.embedder,
@@ -123,6 +128,8 @@ class Memory:
                 filters=filters,
                 threshold=threshold,
                 rerank=rerank,
+                as_of=as_of,
+                include_replaced=include_replaced,
             )
         )
         return found.mem0_answer(
@@ -142,11 +149,19 @@ class Memory:
         run_id: str | None = None,
         filters: dict[str, Any] | None = None,
         limit: int = 100,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> dict[str, Any]:
-        """The scope's first ``limit`` memories, oldest first: ``{"results": [...]}``."""
+        """The scope's first ``limit`` memories, oldest first: ``{"results": [...]}`` (by
+        validity as ``search``)."""
         store = self._serving()
         page = list_memories(
-            store, self._scope(user_id, agent_id, run_id), filters, page_size=limit
+            store,
+            self._scope(user_id, agent_id, run_id),
+            filters,
+            page_size=limit,
+            as_of=as_of,
+            include_replaced=include_replaced,
         )
         if page.cursor is not None:
             close_cursor(store, page.cursor)

@@ -8,13 +8,18 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from memq.client import Client
+from pipeline.config import Settings
 from pipeline.jobs import JobStatus
+from pipeline.memory import Memory
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, admin_key, create_tenant, http_client, listed
+from workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +133,26 @@ def test_a_bad_as_of_is_a_clear_422(tenant: Tenant, uid: str) -> None:
     assert response.status_code == 422 and "as_of" in response.text
     listing = tenant.http.get("/v1/memories", params={"user_id": uid, "as_of": "yesterday"})
     assert listing.status_code == 422 and "as_of" in listing.text
+
+
+def test_the_sdk_and_the_facade_ask_for_the_past_and_for_replaced_memories(
+    tenant: Tenant, uid: str, fake_llm: FakeLLMServer, api_url: str, settings: Settings
+) -> None:
+    fake_llm.script_chat(reply(LISBON), reply(BERLIN, replaces=LISBON))
+    told(tenant, uid, "I live in Lisbon", "2023-03-01T10:00:00Z")
+    told(tenant, uid, "I moved to Berlin", "2024-03-01T10:00:00Z")
+    with Client(api_url, tenant.key) as client:
+        assert [h.memory for h in client.search("where does she live", user_id=uid)] == [BERLIN]
+        both = {h.memory: h for h in client.search("live", user_id=uid, include_replaced=True)}
+        lisbon = both[LISBON]
+        assert lisbon.valid_until == datetime(2024, 3, 1, 10, tzinfo=UTC)
+        assert lisbon.replaced_by == [both[BERLIN].id]
+        then = client.search("live", user_id=uid, as_of=datetime(2023, 6, 1, tzinfo=UTC))
+        assert [h.memory for h in then] == [LISBON]
+    facade = Memory(Runtime(settings).deps, tenant=tenant.name)
+    assert [m["memory"] for m in facade.get_all(user_id=uid)["results"]] == [BERLIN]
+    past = facade.search("live", user_id=uid, as_of=datetime(2023, 6, 1, tzinfo=UTC))
+    assert [m["memory"] for m in past["results"]] == [LISBON]
+    every = facade.get_all(user_id=uid, include_replaced=True)["results"]
+    assert sorted(m["memory"] for m in every) == [BERLIN, LISBON]
+    assert [r["event"] for r in facade.history(lisbon.id)] == ["ADD", "UPDATE"]
