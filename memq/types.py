@@ -202,6 +202,7 @@ class Explain(MemqModel):
     rank_semantic: int | None = None
     rank_bm25: int | None = None
     rank_entity: int | None = None
+    below: str | None = None  # placed below this newer statement of the same speaker
 
 
 class SearchHit(Memory):

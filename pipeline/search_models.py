@@ -73,6 +73,7 @@ class Explain(BaseModel):
     rank_bm25: int | None = None
     rank_entity: int | None = None
     reply_to: str | None = None  # placed after this hit as its reply (pipeline.replies)
+    below: str | None = None  # placed below this newer statement (pipeline.currency)
 
 
 class SearchHit(MemoryView):

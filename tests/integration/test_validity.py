@@ -156,3 +156,32 @@ def test_the_sdk_and_the_facade_ask_for_the_past_and_for_replaced_memories(
     every = facade.get_all(user_id=uid, include_replaced=True)["results"]
     assert sorted(m["memory"] for m in every) == [BERLIN, LISBON]
     assert [r["event"] for r in facade.history(lisbon.id)] == ["ADD", "UPDATE"]
+
+
+def test_raw_turns_answer_the_present_with_the_newer_statement_and_the_past_with_the_older(
+    tenant: Tenant, uid: str
+) -> None:
+    said = [
+        ("I live in Lisbon, I love it here.", "2023-04-02T10:00:00Z"),
+        ("I adopted a kitten called Miso.", "2023-09-12T10:00:00Z"),
+        ("Big news: I moved to Berlin last month.", "2024-05-20T10:00:00Z"),
+    ]
+    for text, when in said:
+        body = {
+            "messages": [{"role": "user", "content": text, "name": "Maria"}],
+            "user_id": uid,
+            "infer": False,
+            "timestamp": when,
+        }
+        response = tenant.http.post("/v1/memories", params={"wait": "true"}, json=body)
+        assert response.status_code == 200 and response.json()["status"] == JobStatus.SUCCEEDED
+    asked = {"reference_time": "2025-01-15T00:00:00Z", "explain": True}
+
+    def order(query: str) -> list[str]:
+        body = {"query": query, "user_id": uid, **asked}
+        hits = tenant.http.post("/v1/memories/search", json=body).json()["results"]
+        return [h["memory"] for h in hits if "Lisbon" in h["memory"] or "Berlin" in h["memory"]]
+
+    for query in ("Where does Maria live now?", "Where does Maria live?"):
+        assert order(query) == [said[2][0], said[0][0]], query
+    assert order("Where did Maria live in 2023?")[0] == said[0][0]
