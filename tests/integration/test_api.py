@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -137,6 +138,16 @@ def create_tenant(admin: httpx.Client, base_url: str, label: str) -> Tenant:
     assert created["tenant"] == name
     assert created["key"].startswith(f"mq_{created['id']}_")
     return Tenant(name, created["id"], created["key"], http_client(base_url, created["key"]))
+
+
+@contextmanager
+def own_tenant(base_url: str, label: str) -> Iterator[Tenant]:
+    """A tenant key of its own for a module's tests, revoked at the end."""
+    with http_client(base_url, admin_key()) as admin:
+        created = create_tenant(admin, base_url, label)
+        yield created
+        created.http.close()
+        admin.delete(f"/v1/admin/keys/{created.key_id}")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from tests.integration.test_api import (
     admin_key,
     create_tenant,
     http_client,
+    own_tenant,
     wait_until,
 )
 
@@ -51,11 +52,8 @@ def base_url(api_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def tenant(base_url: str) -> Iterator[Tenant]:
-    with http_client(base_url, admin_key()) as admin:
-        created = create_tenant(admin, base_url, "mem0")
+    with own_tenant(base_url, "mem0") as created:
         yield created
-        created.http.close()
-        admin.delete(f"/v1/admin/keys/{created.key_id}")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from pipeline.config import Settings
 from pipeline.jobs import JobStatus
 from pipeline.memory import Memory
 from tests.fakellm import FakeLLMServer
-from tests.integration.test_api import Tenant, admin_key, create_tenant, http_client, listed
+from tests.integration.test_api import Tenant, listed, own_tenant
 from workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -28,11 +28,8 @@ LISBON, BERLIN, PARIS = ("Maria lives in Lisbon", "Maria lives in Berlin", "Mari
 
 @pytest.fixture(scope="module")
 def tenant(api_url: str) -> Iterator[Tenant]:
-    with http_client(api_url, admin_key()) as admin:
-        created = create_tenant(admin, api_url, "validity")
+    with own_tenant(api_url, "validity") as created:
         yield created
-        created.http.close()
-        admin.delete(f"/v1/admin/keys/{created.key_id}")
 
 
 @pytest.fixture
