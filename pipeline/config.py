@@ -229,8 +229,8 @@ class SearchConfig(_Section):
     # The newer statement first (pipeline.currency): for a question about the present, of two
     # of the best hits said by one speaker at different times, alike (cosine of their vectors
     # at least ``rival_similarity``) and near in score (the lower at least ``rival_score_ratio``
-    # of the higher), the older is placed just below the newer. rival_score_ratio 1: off.
-    # Chosen on the knowledge_update benchmark's dev set (ops/bench/knowledge_update.py).
+    # of the higher), the newer is placed just above the older. rival_score_ratio 1: off.
+    # Both chosen on the dev set of ops/bench/knowledge_update.py.
     rival_similarity: float = Field(default=0.45, ge=-1, le=1)
     rival_score_ratio: float = Field(default=0.6, ge=0, le=1)
 

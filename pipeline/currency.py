@@ -3,14 +3,16 @@
 Verbatim memories (``infer=false``) have no extraction to say that one replaced another, so
 search orders them at rank time instead. Glossary:
 - *present question*: one that names no period ending before its reference time ("Where does
-  Maria live now?", "...these days", or no time at all). A question naming a past period ("in
-  2023") is about the past and is ranked as it is.
+  Maria live now?", "...these days", or no time at all) and does not ask for a time. A question
+  naming a past period ("in 2023") or asking when ("When did Maria move?") is about the past and
+  is ranked as it is.
 - *rivals*: two hits among a search's best ones, said by the same speaker at different times,
   whose texts are alike (cosine of their stored vectors at least ``pair_similarity``) and that
   both answer the question (the lower score at least ``score_ratio`` of the higher).
-For a present question, the older of two rivals is placed just below the newer (its score
-lowered to just under the newer's); nothing else moves, and hits beyond the best ``pool`` are
-never touched, so the set of hits a search returns is the same, only their order changes. No
+For a present question, the newer of two rivals that stands below the older is moved to just
+above it (its score raised to just above the older's), the hits in between keep their places,
+a reply moves with the hit it answers, and hits beyond the best ``pool`` are never touched: the
+set of hits a search returns is the same, only their order changes. No
 word lists: speaker, observation time, the statements' similarity and the question's scores.
 """
 
@@ -19,16 +21,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from pipeline.fusion import observed_at
-from pipeline.nlp.timeexpr import periods
+from pipeline.nlp.timeexpr import asks_when, periods
 from pipeline.search_models import SearchHit
 
-_BELOW = 1e-6  # how far under the newer rival the older one is placed
+_STEP = 1e-6  # how far above the next hit a hit's score is raised to keep the order
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,10 @@ class Rivalry:
 
 
 def asks_about_present(query: str, reference: datetime) -> bool:
-    """True unless ``query`` names a period that ended by ``reference``."""
+    """True unless ``query`` names a period that ended by ``reference`` or asks for a time
+    ("When did…", "How long ago…": the answer is a moment of the past, not a state)."""
+    if asks_when(query):
+        return False
     return all(period.end > reference for period in periods(query, reference))
 
 
@@ -73,8 +77,8 @@ def newer_first(
     vectors: Mapping[str, Sequence[float]],
     rivalry: Rivalry,
 ) -> list[SearchHit]:
-    """``hits`` (best first) with the older of each pair of rivals placed just below the
-    newer; ``vectors`` are the stored vectors of the hits (a hit without one has no rival)."""
+    """``hits`` (best first) with the newer of each pair of rivals placed just above the
+    older; ``vectors`` are the stored vectors of the hits (a hit without one has no rival)."""
     rivals = [
         (older, newer)
         for older, newer in _candidate_pairs(hits, docs, rivalry)
@@ -82,17 +86,45 @@ def newer_first(
     ]
     if not rivals:
         return hits
+    replies = _replies(hits)
     order = [h.id for h in hits]
     for _ in range(len(order) ** 2):  # each move undoes one older-above-newer pair: it ends
-        if not _move_one(order, rivals):
+        if not _move_one(order, rivals, replies):
             break
     by_id = {h.id: h for h in hits}
-    newer_of = {older: newer for older, newer in rivals}
     placed = [by_id[i] for i in order]
-    for above, hit in pairwise(placed):
-        if hit.id in newer_of and hit.score >= above.score:
-            _place_below(hit, above, newer_of[hit.id])
+    _scores_in_order(placed)
+    for older, newer in rivals:
+        explain = by_id[older].explain
+        if explain is not None and order.index(newer) < order.index(older):
+            explain.below = newer
     return placed
+
+
+def _scores_in_order(placed: list[SearchHit]) -> None:
+    """Raise each score that is below the next one's to just above it, bottom up (in place:
+    the hits are this search's own), so scores read in the order the hits now stand."""
+    for i in range(len(placed) - 2, -1, -1):
+        hit, below = placed[i], placed[i + 1]
+        if hit.score <= below.score:
+            hit.score = round(below.score + _STEP, 6)
+            if hit.explain is not None:
+                hit.explain.fused = hit.score
+
+
+def _reply_to(hit: SearchHit) -> str | None:
+    """The hit this one was placed after as its reply (``pipeline.replies``), if any."""
+    return hit.explain.reply_to if hit.explain is not None else None
+
+
+def _replies(hits: Sequence[SearchHit]) -> dict[str, list[str]]:
+    """Hit id -> the replies placed after it: they move with it."""
+    out: dict[str, list[str]] = {}
+    for hit in hits:
+        answered = _reply_to(hit)
+        if answered is not None:
+            out.setdefault(answered, []).append(hit.id)
+    return out
 
 
 def _candidate_pairs(
@@ -100,8 +132,9 @@ def _candidate_pairs(
 ) -> list[tuple[str, str]]:
     """(older, newer) id pairs of one speaker, observed at different times, near in score."""
     pairs: list[tuple[str, str]] = []
-    for i, a in enumerate(hits):
-        for b in hits[i + 1 :]:
+    said = [h for h in hits if _reply_to(h) is None]  # a reply moves with its hit, not alone
+    for i, a in enumerate(said):
+        for b in said[i + 1 :]:
             pair = _ordered(a, b, docs)
             low, high = sorted((a.score, b.score))
             if pair is not None and high > 0 and low >= rivalry.score_ratio * high:
@@ -123,25 +156,20 @@ def _ordered(
     return (a.id, b.id) if at_a < at_b else (b.id, a.id)
 
 
-def _move_one(order: list[str], rivals: Sequence[tuple[str, str]]) -> bool:
-    """Move one older rival that stands above its newer one to just below it; False when
-    there is none."""
+def _move_one(
+    order: list[str], rivals: Sequence[tuple[str, str]], replies: Mapping[str, list[str]]
+) -> bool:
+    """Move one newer rival that stands below its older one, with its replies, to just above
+    the older (the hits in between keep their places); False when there is none."""
     for older, newer in rivals:
-        above, below = order.index(older), order.index(newer)
-        if above < below:
-            order.pop(above)
-            order.insert(order.index(newer) + 1, older)
+        if order.index(older) < order.index(newer):
+            block = [newer, *replies.get(newer, [])]
+            for memory in block:
+                order.remove(memory)
+            at = order.index(older)
+            order[at:at] = block
             return True
     return False
-
-
-def _place_below(low: SearchHit, above: SearchHit, newer: str) -> None:
-    """Lower ``low``'s score to just under ``above``'s, the hit now before it (in place: the
-    hits are this search's own); its explain names the ``newer`` rival it gave way to."""
-    low.score = round(above.score - _BELOW, 6)
-    if low.explain is not None:
-        low.explain.below = newer
-        low.explain.fused = low.score
 
 
 def _cosine(a: Sequence[float] | None, b: Sequence[float] | None) -> float:

@@ -126,8 +126,8 @@ class Searcher:
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
-        ranked = self._newer_first(queries, ranked, docs)
         ranked = self._with_replies(queries, ranked, docs, filters, shards)
+        ranked = self._newer_first(queries, ranked, docs)
         return [
             SearchResult(self._cut(q, hits), s)
             for q, hits, s in zip(queries, ranked, shards, strict=True)

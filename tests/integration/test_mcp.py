@@ -30,6 +30,7 @@ from pipeline.jobs import JobStatus
 from pipeline.keys import KeyStore
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
+from tests.fakellm import FakeLLMServer
 from tests.processes import ApiProcess, WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -388,5 +389,32 @@ def test_stdio_serves_the_same_tools_for_the_keys_tenant(
         async with connect(keys["a"]) as alice:
             gone = payload(await alice.call_tool("delete_memory", {"memory_id": stored["id"]}))
             assert gone == {"deleted": stored["id"]}
+
+    run(body)
+
+
+def test_search_and_listing_answer_the_present_and_ask_for_the_past(
+    connect: Callable[[str], Client], keys: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    lisbon, berlin = "Maria lives in Lisbon", "Maria lives in Berlin"
+    facts = [{"text": lisbon}, {"text": berlin, "replaces_text": [lisbon]}]
+    fake_llm.script_chat(*(json.dumps({"memory": [fact]}) for fact in facts))
+
+    async def body() -> None:
+        async with connect(keys["a"]) as client:
+            for text, when in (("I live in Lisbon", "2023-03-01"), ("I moved", "2024-03-01")):
+                await remember(client, user, text, infer=True, timestamp=f"{when}T10:00:00Z")
+            now = payload(
+                await client.call_tool("search_memories", {"query": "where", "user_id": user})
+            )["results"]
+            assert [h["memory"] for h in now] == [berlin]
+            asked = {"query": "where", "user_id": user, "as_of": "2023-06-01T00:00:00Z"}
+            then = payload(await client.call_tool("search_memories", asked))["results"]
+            assert [h["memory"] for h in then] == [lisbon]
+            listed = {"user_id": user, "include_replaced": True}
+            both = payload(await client.call_tool("get_memories", listed))["results"]
+            replaced = {m["memory"]: m.get("valid_until") for m in both}
+            assert replaced[lisbon].startswith("2024-03-01") and replaced[berlin] is None
 
     run(body)
