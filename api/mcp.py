@@ -49,9 +49,10 @@ from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.keys import Principal
 from pipeline.listing import list_memories
-from pipeline.models import Identifier, MemoryType
+from pipeline.models import AwareDatetime, Identifier, MemoryType
 from pipeline.models import Scope as MemoryScope
 from pipeline.search import SearchQuery
+from pipeline.search_models import AS_OF, INCLUDE_REPLACED
 
 log = logging.getLogger("memq.mcp")
 T = TypeVar("T")
@@ -89,6 +90,8 @@ Filters = Annotated[
 Metadata = Annotated[
     dict[str, Any] | None, Field(description="free-form JSON stored with the memory")
 ]
+AsOf = Annotated[AwareDatetime | None, Field(description=AS_OF)]
+IncludeReplaced = Annotated[bool, Field(description=INCLUDE_REPLACED)]
 
 
 class MemqTools:
@@ -193,13 +196,21 @@ class MemqTools:
         threshold: Annotated[
             float | None, Field(ge=0, le=1, description="drop results scored below this")
         ] = None,
+        as_of: AsOf = None,
+        include_replaced: IncludeReplaced = False,
     ) -> dict[str, Any]:
         principal = await self.charged(ctx, "search")
 
         def run() -> dict[str, Any]:
             scope = scope_of(principal, user_id, agent_id, run_id)
             search = SearchQuery(
-                scope=scope, query=query, filters=filters, top_k=top_k, threshold=threshold
+                scope=scope,
+                query=query,
+                filters=filters,
+                top_k=top_k,
+                threshold=threshold,
+                as_of=as_of,
+                include_replaced=include_replaced,
             )
             found = self.services.searcher.search_reported(search)
             return {
@@ -222,6 +233,8 @@ class MemqTools:
         cursor: Annotated[
             str | None, Field(max_length=10_000, description="next_cursor of the previous page")
         ] = None,
+        as_of: AsOf = None,
+        include_replaced: IncludeReplaced = False,
     ) -> dict[str, Any]:
         principal = await self.charged(ctx, "read")
 
@@ -231,7 +244,13 @@ class MemqTools:
                 principal.tenant,
                 cursor,
                 lambda at: list_memories(
-                    self.services.store, scope, filters, page_size=page_size, cursor=at
+                    self.services.store,
+                    scope,
+                    filters,
+                    page_size=page_size,
+                    cursor=at,
+                    as_of=as_of,
+                    include_replaced=include_replaced,
                 ),
             )
             items = [memory_public(i).model_dump(mode="json") for i in page.items]

@@ -73,10 +73,18 @@ class JobAccepted(BaseModel):
     created: bool
 
 
+class ReplacedPublic(BaseModel):
+    """A memory a job's new memory replaced: it stopped being true (see ``valid_until``)."""
+
+    id: str
+    memory: str
+
+
 class MemoryEvent(BaseModel):
     id: str
     memory: str
     event: str
+    replaces: list[ReplacedPublic] = Field(default_factory=list)
 
 
 class JobPublic(BaseModel):
@@ -254,6 +262,7 @@ class HistoryEntry(BaseModel):
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    replaced_by: str | None = None  # a REPLACED event: the memory that replaced it
     created_at: datetime
 
 
@@ -302,6 +311,7 @@ class Mem0Event(BaseModel):
     id: str
     memory: str
     event: str
+    previous_memory: str | None = None  # an UPDATE: the text it replaced
 
 
 class Mem0Added(BaseModel):

@@ -941,10 +941,13 @@ class Client(_Retrying):
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> SearchHits:
         """Hybrid search in a scope (at least one id); hits best first. ``reference_time`` is
         the moment relative times in the query ("last week") are read against (default: the
-        server's now)."""
+        server's now). Memories a newer one replaced are left out unless ``include_replaced``;
+        ``as_of`` answers with what was true then."""
         options = {
             **_scope(user_id, agent_id, run_id),
             "filters": filters,
@@ -954,6 +957,8 @@ class Client(_Retrying):
             "explain": explain,
             "show_expired": show_expired,
             "reference_time": reference_time,
+            "as_of": as_of,
+            "include_replaced": include_replaced,
         }
         call = _search_call(query, options)
         return _search_hits(self._send(call))
@@ -1210,6 +1215,8 @@ class AsyncClient(_Retrying):
         explain: bool = False,
         show_expired: bool = False,
         reference_time: datetime | None = None,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> SearchHits:
         """See ``Client.search``."""
         options = {
@@ -1221,6 +1228,8 @@ class AsyncClient(_Retrying):
             "explain": explain,
             "show_expired": show_expired,
             "reference_time": reference_time,
+            "as_of": as_of,
+            "include_replaced": include_replaced,
         }
         call = _search_call(query, options)
         return _search_hits(await self._send(call))

@@ -80,12 +80,21 @@ class JobAccepted(MemqModel):
     created: bool
 
 
+class ReplacedMemory(MemqModel):
+    """A memory that a job's new memory replaced (it is no longer true)."""
+
+    id: str
+    memory: str
+
+
 class MemoryEvent(MemqModel):
-    """What a job did to one memory: ``event`` is ``ADD`` (so far the only one)."""
+    """What a job did to one memory: ``event`` is ``ADD`` (so far the only one); ``replaces``
+    lists the stored memories it made untrue."""
 
     id: str
     memory: str
     event: str
+    replaces: list[ReplacedMemory] = Field(default_factory=list)
 
 
 class TokenUsage(MemqModel):
@@ -185,6 +194,10 @@ class Memory(MemqModel):
     updated_at: datetime | None = None
     observed_at: datetime | None = None
     expiration_date: datetime | None = None
+    # set on a memory a newer one replaced: true from observed_at until valid_until
+    valid_until: datetime | None = None
+    replaced_by: list[str] | None = None
+    replaces: list[str] | None = None
 
 
 class Explain(MemqModel):
@@ -203,6 +216,7 @@ class Explain(MemqModel):
     rank_semantic: int | None = None
     rank_bm25: int | None = None
     rank_entity: int | None = None
+    below: str | None = None  # placed below this newer statement of the same speaker
 
 
 class SearchHit(Memory):
@@ -268,6 +282,7 @@ class HistoryEntry(MemqModel):
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    replaced_by: str | None = None  # a REPLACED event: the memory that replaced it
     created_at: datetime
 
 

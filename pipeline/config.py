@@ -240,6 +240,13 @@ class SearchConfig(_Section):
     # Reply: the next turn after the best hit, when that hit is a verbatim message, is placed
     # second (pipeline.replies). False: off; a search may ask ``reply: false``.
     reply: bool = True
+    # The newer statement first (pipeline.currency): for a question about the present, of two
+    # of the best hits said by one speaker at different times, alike (cosine of their vectors
+    # at least ``rival_similarity``) and near in score (the lower at least ``rival_score_ratio``
+    # of the higher), the newer is placed just above the older. rival_score_ratio 1: off.
+    # Both chosen on the dev set of ops/bench/knowledge_update.py.
+    rival_similarity: float = Field(default=0.45, ge=-1, le=1)
+    rival_score_ratio: float = Field(default=0.6, ge=0, le=1)
 
 
 class RerankConfig(_Section):

@@ -58,6 +58,9 @@ _MEMORY_FIELDS = (
     "updated_at",
     "observed_at",
     "expiration_date",
+    "valid_until",
+    "replaced_by",
+    "replaces",
 )
 
 
@@ -106,6 +109,7 @@ class HistoryLine(_Line):
     old: str | None = None
     new: str | None = None
     actor: str | None = None
+    replaced_by: str | None = None
 
 
 class MemoryLine(_Line):
@@ -125,6 +129,9 @@ class MemoryLine(_Line):
     updated_at: AwareDatetime | None = None
     observed_at: AwareDatetime | None = None
     expiration_date: AwareDatetime | None = None
+    valid_until: AwareDatetime | None = None  # validity (pipeline.validity)
+    replaced_by: list[str] = Field(default_factory=list, max_length=1000)
+    replaces: list[str] = Field(default_factory=list, max_length=1000)
     entities: list[EntityLine] = Field(default_factory=list, max_length=1000)
     history: list[HistoryLine] | None = None
     embedding: list[float] | None = None
@@ -225,7 +232,7 @@ def entity_line(entity_id_: str, source: dict[str, Any]) -> dict[str, Any]:
 
 
 def history_line(row: dict[str, Any]) -> dict[str, Any]:
-    keep = ("id", "event", "job_id", "created_at", "old", "new", "actor")
+    keep = ("id", "event", "job_id", "created_at", "old", "new", "actor", "replaced_by")
     return {k: row[k] for k in keep if row.get(k) is not None}
 
 
@@ -417,13 +424,23 @@ def retarget(line: MemoryLine, plan: Plan) -> MemoryLine:
         return line
     scope = line.scope.model_copy(update={"tenant": plan.tenant})
     entities = [e.model_copy(update={"id": entity_id(scope, e.normalized)}) for e in line.entities]
-    history = [h.model_copy(update={"id": moved(plan.tenant, h.id)}) for h in line.history or []]
+    history = [
+        h.model_copy(
+            update={
+                "id": moved(plan.tenant, h.id),
+                "replaced_by": moved(plan.tenant, h.replaced_by) if h.replaced_by else None,
+            }
+        )
+        for h in line.history or []
+    ]
     return line.model_copy(
         update={
             "id": moved(plan.tenant, line.id),
             "scope": scope,
             "entities": entities,
             "history": history if line.history is not None else None,
+            "replaced_by": [moved(plan.tenant, i) for i in line.replaced_by],
+            "replaces": [moved(plan.tenant, i) for i in line.replaces],
         }
     )
 
@@ -471,6 +488,9 @@ def memory_source(line: MemoryLine, deps: Deps, vector: list[float]) -> dict[str
         "actor_id": line.actor_id,
         "memory_type": line.memory_type,
         "expiration_date": line.expiration_date.isoformat() if line.expiration_date else None,
+        "valid_until": line.valid_until.isoformat() if line.valid_until else None,
+        "replaced_by": line.replaced_by or None,
+        "replaces": line.replaces or None,
     }
     return doc | without_none(optional)
 
@@ -484,7 +504,8 @@ def history_sources(line: MemoryLine) -> Iterator[tuple[str, dict[str, Any]]]:
             "job_id": row.job_id,
             "created_at": row.created_at.isoformat(),
         }
-        yield row.id, source | without_none({"old": row.old, "new": row.new, "actor": row.actor})
+        texts = {"old": row.old, "new": row.new, "actor": row.actor}
+        yield row.id, source | without_none({**texts, "replaced_by": row.replaced_by})
 
 
 def entity_links(deps: Deps, lines: Sequence[MemoryLine], reuse: bool) -> list[EntityLink]:

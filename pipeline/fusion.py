@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from pipeline.nlp.timeexpr import Period, closeness, mentions_time
 from pipeline.search_models import SearchHit
+from pipeline.validity import as_time
 
 
 @dataclass
@@ -49,14 +50,7 @@ class Timing:
 
 def observed_at(source: Mapping[str, Any]) -> datetime | None:
     """A memory's ``observed_at`` as an aware datetime (UTC when stored without a zone)."""
-    value = source.get("observed_at")
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return as_time(source.get("observed_at"))
 
 
 def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:

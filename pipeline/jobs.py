@@ -33,8 +33,18 @@ ACTIVE_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
 """A job in one of these is waiting for a worker or held by one."""
 
 
+class ReplacedMemory(BaseModel):
+    """A memory that a job's new memory replaced (``pipeline.validity``): its id and text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    text: str
+
+
 class StoredMemory(BaseModel):
-    """A memory a job stored: its id, its text, and what the job did (``ADD``)."""
+    """A memory a job stored: its id, its text, what the job did (``ADD``), and the memories
+    it made untrue (``replaces``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -42,6 +52,7 @@ class StoredMemory(BaseModel):
     text: str
     event: str = "ADD"
     speaker: str | None = None
+    replaces: tuple[ReplacedMemory, ...] = ()
 
 
 class JobRecord(BaseModel):
@@ -79,10 +90,26 @@ class JobRecord(BaseModel):
         return self.status in TERMINAL_STATUSES
 
 
-def public_results(memories: Sequence[StoredMemory]) -> list[dict[str, str]]:
-    """A job's stored memories as callers see them (memq's API, mem0's, the facade): the one
-    remap to ``{"id", "memory", "event"}``."""
-    return [{"id": m.id, "memory": m.text, "event": m.event} for m in memories]
+def public_results(memories: Sequence[StoredMemory]) -> list[dict[str, Any]]:
+    """A job's stored memories as memq's API shows them: ``{"id", "memory", "event"}``, and
+    ``"replaces": [{"id", "memory"}]`` for one that made stored memories untrue."""
+    return [
+        {"id": m.id, "memory": m.text, "event": m.event}
+        | ({"replaces": [{"id": r.id, "memory": r.text} for r in m.replaces]} if m.replaces else {})
+        for m in memories
+    ]
+
+
+def mem0_results(memories: Sequence[StoredMemory]) -> list[dict[str, Any]]:
+    """A job's stored memories as mem0's clients read an add: a memory that replaced another
+    is an ``UPDATE`` whose ``previous_memory`` is the text it replaced (mem0 edits the old
+    memory in place; memq keeps both, and the id is the memory that is true now)."""
+    return [
+        {"id": m.id, "memory": m.text, "event": "UPDATE", "previous_memory": m.replaces[0].text}
+        if m.replaces
+        else {"id": m.id, "memory": m.text, "event": m.event}
+        for m in memories
+    ]
 
 
 def job_record(

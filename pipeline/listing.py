@@ -22,7 +22,7 @@ from pipeline.filters import translate_filters
 from pipeline.models import Scope, history_id
 from pipeline.store.elastic import scope_filter
 from pipeline.store.protocol import HistoryDoc, ServingStore
-from pipeline.store.queries import listing_body, not_expired
+from pipeline.store.queries import listing_body, not_expired, validity
 
 PIT_KEEP_ALIVE_S = 300
 PIT_KEEP_ALIVE = f"{PIT_KEEP_ALIVE_S}s"
@@ -43,14 +43,19 @@ def list_memories(
     page_size: int = 100,
     cursor: str | None = None,
     show_expired: bool = True,
+    as_of: datetime | None = None,
+    include_replaced: bool = False,
 ) -> Page:
     """One page of the scope's memories (oldest first). Pass the returned cursor for the next.
-    Raises ``InvalidInputError`` for a bad page size or a cursor that is malformed or expired."""
+    By validity as a search (``pipeline.store.queries.validity``): those true now, true at
+    ``as_of``, or (``include_replaced``) replaced ones too. Raises ``InvalidInputError`` for
+    a bad page size or a cursor that is malformed or expired."""
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise InvalidInputError(f"page_size must be 1..{MAX_PAGE_SIZE}", field="page_size")
     clauses = [*scope_filter(scope), *translate_filters(filters)]
     if not show_expired:
         clauses.append(not_expired())
+    clauses += validity(as_of, include_replaced)
     pit, after = decode_cursor(cursor) if cursor else (open_pit(store, scope), None)
     hits = page_of(store, clauses, pit, after, page_size)
     items = [{"id": h["_id"], **h["_source"]} for h in hits]
@@ -63,10 +68,13 @@ def list_memories(
 def iter_pages(
     store: ServingStore, scope: Scope, filters: Mapping[str, Any] | None = None
 ) -> Iterator[Page]:
-    """Every page of the scope's memories, the largest page size at a time."""
+    """Every page of the scope's memories (replaced ones too), the largest page size at a
+    time."""
     cursor: str | None = None
     while True:
-        page = list_memories(store, scope, filters, page_size=MAX_PAGE_SIZE, cursor=cursor)
+        page = list_memories(
+            store, scope, filters, page_size=MAX_PAGE_SIZE, cursor=cursor, include_replaced=True
+        )
         yield page
         if page.cursor is None:
             return

@@ -11,19 +11,21 @@ down); invalid ids or messages raise pydantic's ``ValidationError`` (a ``ValueEr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pipeline import crud
 from pipeline.config import SearchConfig
 from pipeline.deps import Deps
 from pipeline.errors import ConfigurationError, MemqError, RetriesExhaustedError, TransientError
-from pipeline.jobs import JobRecord, JobStatus, job_record, public_results
+from pipeline.jobs import JobRecord, JobStatus, job_record, mem0_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import AddRequest, MemoryType, MemoryView, MessageIn, Role, Scope
 from pipeline.phases import PHASES, run_phase
 from pipeline.search import Reranker, Searcher, SearchQuery
 from pipeline.state import JobState
 from pipeline.store.protocol import ServingStore
+from pipeline.validity import mem0_event
 
 Messages = AddRequest | str | Sequence[Mapping[str, Any]]
 
@@ -84,7 +86,7 @@ class Memory:
         if existing is not None and existing.status == JobStatus.SUCCEEDED:
             return result_of(existing)
         state = self._run(state)
-        return {"job_id": state.job_id, "results": public_results(state.stored)}
+        return {"job_id": state.job_id, "results": mem0_results(state.stored)}
 
     def search(
         self,
@@ -97,11 +99,15 @@ class Memory:
         filters: dict[str, Any] | None = None,
         threshold: float | None = None,
         rerank: bool = False,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> dict[str, Any]:
         """The scope's memories best matching ``query``: ``{"results": [memory + "score"]}``,
-        best first (the same hybrid search as the API's). When a shard did not answer, the
-        answer also has ``"partial": True`` and the ``"shards"`` counts, as the API's mem0
-        routes do; a whole answer has mem0's shape exactly."""
+        best first (the same hybrid search as the API's): what is true now, what was true at
+        ``as_of``, or (``include_replaced``) replaced memories too, with their ``valid_until``
+        and ``replaced_by``. When a shard did not answer, the answer also has ``"partial":
+        True`` and the ``"shards"`` counts, as the API's mem0 routes do; a whole answer has
+        mem0's shape exactly."""
         searcher = Searcher(
             store=self._serving(),
             embedder=self.deps.embedder,
@@ -120,6 +126,8 @@ class Memory:
                 filters=filters,
                 threshold=threshold,
                 rerank=rerank,
+                as_of=as_of,
+                include_replaced=include_replaced,
             )
         )
         return found.mem0_answer(
@@ -139,11 +147,19 @@ class Memory:
         run_id: str | None = None,
         filters: dict[str, Any] | None = None,
         limit: int = 100,
+        as_of: datetime | None = None,
+        include_replaced: bool = False,
     ) -> dict[str, Any]:
-        """The scope's first ``limit`` memories, oldest first: ``{"results": [...]}``."""
+        """The scope's first ``limit`` memories, oldest first: ``{"results": [...]}`` (by
+        validity as ``search``)."""
         store = self._serving()
         page = list_memories(
-            store, self._scope(user_id, agent_id, run_id), filters, page_size=limit
+            store,
+            self._scope(user_id, agent_id, run_id),
+            filters,
+            page_size=limit,
+            as_of=as_of,
+            include_replaced=include_replaced,
         )
         if page.cursor is not None:
             close_cursor(store, page.cursor)
@@ -178,8 +194,11 @@ class Memory:
         return {"message": "Memories deleted successfully!", "deleted": deleted}
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
-        """The memory's ADD, UPDATE and DELETE events, oldest first (kept after a delete)."""
-        return crud.memory_history(self._serving(), self.tenant, memory_id)
+        """The memory's ADD, UPDATE and DELETE events, oldest first (kept after a delete); its
+        replacement by a newer memory is an UPDATE (as mem0 shows it) that names the newer
+        one in ``replaced_by``."""
+        rows = crud.memory_history(self._serving(), self.tenant, memory_id)
+        return [{**row, "event": mem0_event(row["event"])} for row in rows]
 
     def _scope(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> Scope:
         return Scope(tenant=self.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
@@ -226,7 +245,7 @@ def view(source: dict[str, Any]) -> dict[str, Any]:
 
 
 def result_of(record: JobRecord) -> dict[str, Any]:
-    return {"job_id": record.job_id, "results": public_results(record.results)}
+    return {"job_id": record.job_id, "results": mem0_results(record.results)}
 
 
 class AsyncMemory:

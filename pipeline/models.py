@@ -239,6 +239,8 @@ class Fact(_Model):
     text: str
     attributed_to: Literal["user", "assistant"] = "user"
     related_ids: tuple[str, ...] = ()
+    # the stored memories this fact makes untrue (same subject and attribute, a new value)
+    replaces_ids: tuple[str, ...] = ()
     role: str = "user"
     actor_id: str | None = None
     # Verbatim memories (infer=false): the message's place among the job's turns, so that a
@@ -273,8 +275,11 @@ def fallback_memory_id(job_id: str, text_hash: str) -> str:
     return str(uuid.uuid5(NAMESPACE, f"memory\x1fjob\x1f{job_id}\x1f{text_hash}"))
 
 
-def history_id(memory: str, event: str, job_id: str) -> str:
-    return str(uuid.uuid5(NAMESPACE, f"history\x1f{memory}\x1f{event}\x1f{job_id}"))
+def history_id(memory: str, event: str, job_id: str, other: str = "") -> str:
+    """One row per memory, event and job (and ``other`` memory, for an event that names one:
+    a job's two facts may each replace the same memory)."""
+    tail = f"\x1f{other}" if other else ""
+    return str(uuid.uuid5(NAMESPACE, f"history\x1f{memory}\x1f{event}\x1f{job_id}{tail}"))
 
 
 def entity_id(scope: Scope, normalized: str) -> str:
@@ -303,6 +308,11 @@ class MemoryView(BaseModel):
     updated_at: datetime | None = None
     observed_at: datetime | None = None
     expiration_date: datetime | None = None
+    # validity (pipeline.validity): set only on a memory a newer one replaced; it was true from
+    # observed_at until valid_until
+    valid_until: datetime | None = None
+    replaced_by: list[str] | None = None
+    replaces: list[str] | None = None
 
     @classmethod
     def from_source(cls, memory_id: str, source: dict[str, Any], **extra: Any) -> Self:
@@ -326,5 +336,8 @@ VIEW_SOURCE_FIELDS = (
     "updated_at",
     "observed_at",
     "expiration_date",
+    "valid_until",
+    "replaced_by",
+    "replaces",
 )
 """The ``_source`` fields a ``MemoryView`` is built from: what reads ask Elasticsearch for."""

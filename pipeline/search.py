@@ -28,6 +28,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pipeline.config import SearchConfig
+from pipeline.currency import (
+    Rivalry,
+    asks_about_present,
+    may_have_rivals,
+    newer_first,
+    past_asked_since,
+)
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
 from pipeline.fusion import Candidates, Timing, add_feedback, cosines
@@ -56,9 +63,13 @@ from pipeline.store.queries import (
     not_expired,
     read_hits,
     reply_body,
+    still_valid,
+    validity,
     vectors_body,
     without_possessives,
 )
+
+Docs = dict[str, dict[str, Any]]  # a query's candidates' fields (and vectors read), by id
 
 __all__ = [
     "Explain",
@@ -116,6 +127,7 @@ class Searcher:
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
         ranked = self._with_replies(queries, ranked, docs, filters, shards)
+        ranked = self._newer_first(queries, ranked, docs)
         return [
             SearchResult(self._cut(q, hits), s)
             for q, hits, s in zip(queries, ranked, shards, strict=True)
@@ -135,7 +147,17 @@ class Searcher:
         clauses = [*scope_filter(query.scope), *translate_filters(query.filters)]
         if not query.show_expired:
             clauses.append(not_expired())
-        return clauses
+        return clauses + self._validity(query)
+
+    def _validity(self, query: SearchQuery) -> list[dict[str, Any]]:
+        """Which memories by validity: ``as_of`` and ``include_replaced`` as asked; by default
+        those true now, and for a question about a past period ("in 2022") those still true
+        at its start or later, so what was replaced since can answer it."""
+        if query.as_of is None and not query.include_replaced:
+            since = past_asked_since(query.query, query.reference_time or self.clock())
+            if since is not None:
+                return [still_valid(since)]
+        return validity(query.as_of, query.include_replaced)
 
     def _fetch(self, query: SearchQuery) -> int:
         return max(self._pool(query), self.config.candidates_per_signal)
@@ -240,13 +262,15 @@ class Searcher:
         shards: list[Shards],
     ) -> tuple[list[dict[str, dict[str, Any]]], list[dict[str, float]]]:
         """Per query, three searches: every candidate's fields (filters re-applied); the
-        vectors of the candidates the kNN list did not score; the BM25 score of those the BM25
+        vectors of the candidates the kNN list did not score (and, for a question about the
+        present, of the kNN list's best: see ``_newer_first``); the BM25 score of those the BM25
         list did not score (an ids-restricted query gives the same scores as the full one).
         A query's hop adds its search after all of these (see ``pipeline.multihop``)."""
         searches: list[dict[str, Any]] = []
         for query, candidates, clauses in zip(queries, found, filters, strict=True):
             ids = candidates.ids()
             unscored = [i for i in ids if i not in candidates.semantic]
+            unscored += self._rival_vectors(query, candidates)
             no_bm25 = [i for i in ids if i not in candidates.bm25]
             bm25 = self._bm25_body(
                 query.query, [*clauses, {"ids": {"values": no_bm25}}], len(no_bm25) or 1
@@ -341,6 +365,40 @@ class Searcher:
             hits = [h for h in hits if h.score >= query.threshold]
         hits = hits[: query.top_k]
         return hits if query.explain else [h.model_copy(update={"explain": None}) for h in hits]
+
+    # -- the newer statement first --------------------------------------------------------------
+
+    def _newer_first(
+        self, queries: Sequence[SearchQuery], ranked: list[list[SearchHit]], docs: list[Docs]
+    ) -> list[list[SearchHit]]:
+        """For each question about the present, its best hits with the older of two rivals
+        below the newer (``pipeline.currency``), by the vectors round 2 read: those of every
+        candidate outside the kNN list's best, and of its best ``_pool`` (a best hit whose
+        vector is not read has no rival; reading them all would cost every search more)."""
+        rivalry = self._rivalry()
+        out = list(ranked)
+        for i, query in enumerate(queries):
+            pool = self._pool(query)
+            if self._present(query) and may_have_rivals(out[i][:pool], docs[i], rivalry):
+                vectors = {m: d["embedding"] for m, d in docs[i].items() if d.get("embedding")}
+                out[i] = newer_first(out[i][:pool], docs[i], vectors, rivalry) + out[i][pool:]
+        return out
+
+    def _rivalry(self) -> Rivalry:
+        return Rivalry(self.config.rival_similarity, self.config.rival_score_ratio)
+
+    def _present(self, query: SearchQuery) -> bool:
+        """The newer-first rule is on and ``query`` is about the present (as of ``as_of``)."""
+        reference = query.as_of or query.reference_time or self.clock()
+        return self.config.rival_score_ratio < 1 and asks_about_present(query.query, reference)
+
+    def _rival_vectors(self, query: SearchQuery, candidates: Candidates) -> list[str]:
+        """The kNN list's best, whose vectors the newer-first rule compares (none when it will
+        not run for ``query``)."""
+        if not self._present(query):
+            return []
+        pool = self._pool(query)
+        return [m for m, rank in candidates.rank_semantic.items() if rank <= pool]
 
     # -- the reply to the best hit --------------------------------------------------------------
 

@@ -10,6 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.models import AwareDatetime, MemoryView, Scope
 
+AS_OF = (
+    "what was true at this time: memories observed by then and not yet replaced then "
+    "(default: what is true now)"
+)
+INCLUDE_REPLACED = "also memories a newer one replaced, each with its valid_until and replaced_by"
+
 
 class SearchOptions(BaseModel):
     """What a search asks, whoever's memories it searches."""
@@ -23,6 +29,8 @@ class SearchOptions(BaseModel):
     rerank: bool = False
     explain: bool = False
     show_expired: bool = False
+    as_of: AwareDatetime | None = Field(default=None, description=AS_OF)
+    include_replaced: bool = Field(default=False, description=INCLUDE_REPLACED)
     reference_time: AwareDatetime | None = Field(
         default=None,
         description="the moment relative times in the query are read against (default: now)",
@@ -65,6 +73,7 @@ class Explain(BaseModel):
     rank_bm25: int | None = None
     rank_entity: int | None = None
     reply_to: str | None = None  # placed after this hit as its reply (pipeline.replies)
+    below: str | None = None  # placed below this newer statement (pipeline.currency)
 
 
 class SearchHit(MemoryView):

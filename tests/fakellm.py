@@ -20,6 +20,12 @@ timeouts, retries, error translation) runs for real against it.
 - Every chat reply reports ``usage``: prompt tokens = words in the request's messages,
   completion tokens = words in the reply (a stand-in for a tokenizer, deterministic).
 
+A reply may name the stored memories a fact replaces by their text, as a test knows them:
+``{"memory": [{"text": "Lives in Berlin", "replaces_text": ["Lives in Lisbon"]}]}`` (a string
+or a list). The server turns it into ``"replaces": [<number>]``, the number under which that
+memory is listed in the prompt it was sent (``N. text`` lines); a text the prompt does not list
+gets no number, as a model that did not see it would give none.
+
 A step is a reply text, ``Fail(status, message)``, ``Delay(seconds, then)``, ``Garbage()`` or
 ``Normal()`` (answer as if unscripted). As JSON: ``{"reply": "..."}``, ``{"fail": 500,
 "message": "..."}``, ``{"delay": 3, "then": {...}}``, ``{"garbage": true}``, ``{"normal": true}``.
@@ -37,6 +43,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import signal
 import sys
 import threading
@@ -156,6 +163,40 @@ def fake_embedding(text: str, dims: int) -> list[float]:
     vector = [rng.uniform(-1.0, 1.0) for _ in range(dims)]
     norm = sum(x * x for x in vector) ** 0.5 or 1.0
     return [x / norm for x in vector]
+
+
+_LISTED = re.compile(r"^(\d+)\. (.*)$", re.MULTILINE)
+
+
+def listed_memories(request: dict[str, Any]) -> dict[str, int]:
+    """The stored memories a chat request's system prompt lists: text -> its number."""
+    listed: dict[str, int] = {}
+    for message in request.get("messages", []):
+        content = message.get("content") if isinstance(message, dict) else None
+        if message.get("role") == "system" and isinstance(content, str):
+            listed |= {text.strip(): int(number) for number, text in _LISTED.findall(content)}
+    return listed
+
+
+def with_replaced_numbers(text: str, request: dict[str, Any]) -> str:
+    """``text`` with each fact's ``replaces_text`` turned into ``replaces`` numbers (see the
+    module docstring); a reply that is not such JSON is returned as it is."""
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        return text
+    facts = reply.get("memory") if isinstance(reply, dict) else None
+    if not isinstance(facts, list) or not any(
+        isinstance(f, dict) and "replaces_text" in f for f in facts
+    ):
+        return text
+    listed = listed_memories(request)
+    for fact in facts:
+        if isinstance(fact, dict) and "replaces_text" in fact:
+            named = fact.pop("replaces_text")
+            named = [named] if isinstance(named, str) else list(named)
+            fact["replaces"] = [listed[t] for t in named if t in listed]
+    return json.dumps(reply)
 
 
 def words(value: Any) -> int:
@@ -332,6 +373,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, self._embeddings(request))
         else:
             text = step if isinstance(step, str) else self.server.state.responder(request)
+            text = with_replaced_numbers(text, request)
             model = str(request.get("model", MODEL_NAME))
             self._send_json(200, chat_body(text, model, words(request.get("messages", []))))
 

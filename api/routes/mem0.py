@@ -39,11 +39,12 @@ from api.schemas import (
 from pipeline import crud
 from pipeline.errors import InvalidInputError
 from pipeline.filters import SCOPE_KEYS
-from pipeline.jobs import JobStatus, public_results
+from pipeline.jobs import JobStatus, mem0_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
+from pipeline.validity import mem0_event
 
 router = APIRouter(
     tags=["mem0 compatibility"], include_in_schema=True, dependencies=[UnicodeBody, ReadLimited]
@@ -130,7 +131,7 @@ async def add(
         }
     if record.status != JobStatus.SUCCEEDED:
         raise InvalidInputError(f"job {record.job_id} {record.status}: {record.reason}")
-    return {"results": public_results(record.results)}
+    return {"results": mem0_results(record.results)}
 
 
 # Documented rather than validated: the page keeps ``next: null`` while its memories, as mem0
@@ -284,7 +285,7 @@ def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list
         {
             "id": r["id"],
             "memory_id": r["memory_id"],
-            "event": r["event"],
+            "event": mem0_event(r["event"]),
             "old_memory": r.get("old"),
             "new_memory": r.get("new"),
             "created_at": r.get("created_at"),

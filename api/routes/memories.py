@@ -54,7 +54,9 @@ from pipeline.intake import Intake
 from pipeline.jobs import JobRecord
 from pipeline.keys import Principal
 from pipeline.listing import delete_all, list_memories
+from pipeline.models import AwareDatetime
 from pipeline.search import SearchQuery
+from pipeline.search_models import AS_OF, INCLUDE_REPLACED
 from pipeline.store.protocol import ServingStore
 
 log = logging.getLogger("memq.api")
@@ -142,14 +144,25 @@ def get_all(
     filters: Annotated[str | None, Query(description="a JSON filter object")] = None,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=10_000)] = None,
+    as_of: Annotated[AwareDatetime | None, Query(description=AS_OF)] = None,
+    include_replaced: Annotated[bool, Query(description=INCLUDE_REPLACED)] = False,
 ) -> MemoryPage:
-    """The scope's memories, oldest first; pass ``next_cursor`` back for the next page."""
+    """The scope's memories, oldest first; pass ``next_cursor`` back for the next page (with
+    the same filters, ``as_of`` and ``include_replaced``)."""
     scope = scope_of(principal, user_id, agent_id, run_id)
     where = parse_filters(filters)
     page = limits.listing(
         principal.tenant,
         cursor,
-        lambda at: list_memories(store, scope, where, page_size=page_size, cursor=at),
+        lambda at: list_memories(
+            store,
+            scope,
+            where,
+            page_size=page_size,
+            cursor=at,
+            as_of=as_of,
+            include_replaced=include_replaced,
+        ),
     )
     return MemoryPage(results=[memory_public(i) for i in page.items], next_cursor=page.cursor)
 

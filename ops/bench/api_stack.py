@@ -31,8 +31,16 @@ READY_TIMEOUT_S = 120.0
 class Stack:
     """Worker + API under ``prefix`` with API port ``port``. ``tenant`` gets its own key."""
 
-    def __init__(self, prefix: str, port: int, log_dir: Path, tenant: str = "locomo") -> None:
+    def __init__(
+        self,
+        prefix: str,
+        port: int,
+        log_dir: Path,
+        tenant: str = "locomo",
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         self.prefix = prefix
+        self.settings = dict(settings or {})  # for both processes (the LLM's URL, say)
         self.port = port
         self.tenant = tenant
         self.log_dir = log_dir
@@ -54,6 +62,7 @@ class Stack:
                 "MEMQ_EMBEDDER_KIND": "local",
                 "MEMQ_API_PORT": str(self.port),
                 "MEMQ_API_ADMIN_KEY": self.admin_key,
+                **self.settings,
                 **(extra or {}),
             }
         )
@@ -135,12 +144,19 @@ class Stack:
 
 @contextmanager
 def running_stack(
-    prefix: str, port: int, log_dir: Path, keep: bool = False, reuse: bool = False
+    prefix: str,
+    port: int,
+    log_dir: Path,
+    keep: bool = False,
+    reuse: bool = False,
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Stack]:
     """A fresh stack (its indices dropped first unless ``reuse``, and afterwards unless
-    ``keep``). ``reuse`` serves the indices a ``keep`` run left, as they are."""
+    ``keep``). ``reuse`` serves the indices a ``keep`` run left, as they are; ``env`` are
+    settings of both its processes."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    stack = Stack(prefix, port, log_dir)
+    stack = Stack(prefix, port, log_dir, settings=env)
     if not reuse:
         stack.drop()
     try:

@@ -40,6 +40,7 @@ class FactReply(BaseModel):
     text: str
     attributed_to: Literal["user", "assistant"]
     related: list[int]
+    replaces: list[int]
 
 
 class FactsReply(BaseModel):
@@ -54,11 +55,13 @@ class FactsReply(BaseModel):
 
 @dataclass(frozen=True)
 class FactOut:
-    """One extracted fact. ``related`` holds positions (0-based) in the existing-memory list."""
+    """One extracted fact. ``related`` and ``replaces`` hold positions (0-based) in the
+    existing-memory list: the memories it builds on, and those it makes untrue."""
 
     text: str
     attributed_to: Attribution
     related: tuple[int, ...] = ()
+    replaces: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,13 @@ def parse_json_object(raw: str) -> dict[str, Any]:
 
 
 def parse_facts(raw: str, known_ids: int) -> ParsedFacts:
-    """The facts of an extraction reply ``{"memory": [{"text", "attributed_to", "related"}]}``.
+    """The facts of an extraction reply ``{"memory": [{"text", "attributed_to", "related",
+    "replaces"}]}``.
 
     Also accepts ``"facts"`` as the list's key and plain strings as items. Empty texts are
     skipped, long ones truncated to ``MAX_FACT_CHARS``; ``attributed_to`` defaults to "user".
-    ``related`` ids outside ``0..known_ids-1`` are dropped and returned in ``unknown_ids``.
+    ``related`` and ``replaces`` ids outside ``0..known_ids-1`` are dropped and returned in
+    ``unknown_ids``.
     Raises ``PermanentError`` (with the raw reply) when there is no usable list.
     """
     items = _fact_items(parse_json_object(raw), raw)
@@ -126,9 +131,11 @@ def _fact(item: Any, known_ids: int, unknown: list[int]) -> FactOut | None:
     text = item["text"].strip()[:MAX_FACT_CHARS]
     if not text:
         return None
-    related = _related(item.get("related"), known_ids, unknown)
     return FactOut(
-        text=text, attributed_to=_attribution(item.get("attributed_to")), related=related
+        text=text,
+        attributed_to=_attribution(item.get("attributed_to")),
+        related=_related(item.get("related"), known_ids, unknown),
+        replaces=_related(item.get("replaces"), known_ids, unknown),
     )
 
 

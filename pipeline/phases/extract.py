@@ -228,7 +228,8 @@ def render(context: list[ContextMessage], turns: list[Turn]) -> str:
 def facts_from(
     parsed: ParsedFacts, existing: list[ExistingMemory], request: AddRequest
 ) -> list[Fact]:
-    """Map the LLM's small integers back to real memory ids; unknown ones are logged, dropped."""
+    """Map the LLM's small integers (``related``, ``replaces``) back to real memory ids;
+    unknown ones are logged, dropped."""
     if parsed.unknown_ids:
         log.warning("LLM referred to unknown memory numbers %s; ignored", parsed.unknown_ids)
     return [
@@ -236,6 +237,7 @@ def facts_from(
             text=fact.text,
             attributed_to="assistant" if fact.attributed_to == "assistant" else "user",
             related_ids=tuple(existing[i].id for i in fact.related),
+            replaces_ids=tuple(existing[i].id for i in fact.replaces),
             role="assistant" if fact.attributed_to == "assistant" else "user",
             actor_id=request.actor_id,
         )

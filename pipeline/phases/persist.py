@@ -11,6 +11,12 @@ go in the same bulk as their memories; the rare row whose memory turned out not 
 was stored. Entities are linked to stored memories only, so a memory that was refused leaves no
 link behind.
 
+Then the replacements the extraction named (``pipeline.validity``): each stored fact's replaced
+memories are closed in one more read and bulk for the batch, and each closure gets a history
+row on the memory it closed (``REPLACED``, id from memory, job and the replacing memory).
+Closures merge as set unions and minimums, so a replayed persist writes nothing new and two
+jobs replacing one memory both land.
+
 Both bulks ask Elasticsearch to refresh the shards they wrote to (``refresh``), so when this
 phase ends its memories and their entity links are searchable: the job is reported
 ``succeeded`` after it, and succeeded means findable, from any process. That is one refresh of
@@ -25,12 +31,13 @@ from dataclasses import dataclass, field
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
-from pipeline.jobs import StoredMemory
+from pipeline.jobs import ReplacedMemory, StoredMemory
 from pipeline.models import fallback_memory_id, history_id, memory_id
 from pipeline.nlp.speaker import speaker_of
 from pipeline.phases.link import linked, planned_links, targets_of
 from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import HistoryDoc, MemoryDoc, WriteOutcome
+from pipeline.validity import REPLACED_EVENT, Closure, Replacement
 
 
 @dataclass
@@ -41,6 +48,7 @@ class Written:
     errors: list[ItemError] = field(default_factory=list)
     raced: int = 0
     stray: list[HistoryDoc] = field(default_factory=list)  # history rows of memories not ours
+    closures: list[Closure] = field(default_factory=list)  # what its replacements closed
 
 
 def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
@@ -53,6 +61,7 @@ def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState
     stray = [row for written in results for row in written.stray]
     if stray:
         deps.store.delete_history(stray)
+    close_replaced(states, results, deps)
     links = {
         s.job_id: planned_links(s, facts_stored(s, written))
         for s, written in zip(states, results, strict=True)
@@ -64,6 +73,55 @@ def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState
         linked(finish(s, written), links[s.job_id])
         for s, written in zip(states, results, strict=True)
     ]
+
+
+def close_replaced(states: Sequence[JobState], results: Sequence[Written], deps: Deps) -> None:
+    """Apply the replacements named by the facts each job stored (one store call for the
+    batch), record each job's closures in its ``Written``, and write their history rows."""
+    asked = [
+        replacements_of(s, facts_stored(s, written))
+        for s, written in zip(states, results, strict=True)
+    ]
+    everyone = [r for job in asked for r in job]
+    if not everyone:
+        return
+    closures = iter(deps.store.replace_memories(everyone))
+    rows: list[HistoryDoc] = []
+    for state, job, written in zip(states, asked, results, strict=True):
+        written.closures = [c for c in (next(closures) for _ in job) if c is not None]
+        rows += [replaced_row(state, c) for c in written.closures]
+    failed = deps.store.write_history(rows).failed
+    for state, written in zip(states, results, strict=True):
+        for row in (replaced_row(state, c) for c in written.closures):
+            if row.id in failed:
+                reason = f"history: {failed[row.id]}"
+                written.errors.append(ItemError(phase=Phase.PERSIST, reason=reason))
+
+
+def replacements_of(state: JobState, stored: dict[int, str]) -> list[Replacement]:
+    """The replacements named by the facts of ``state`` that are stored (fact -> memory id)."""
+    scope = state.request.scope
+    return [
+        Replacement(new_id=memory, old_id=old, scope=scope)
+        for index, memory in sorted(stored.items())
+        for old in state.facts[index].replaces_ids
+        if old != memory
+    ]
+
+
+def replaced_row(state: JobState, closure: Closure) -> HistoryDoc:
+    """The history row of a closure, on the memory it closed."""
+    return HistoryDoc(
+        id=history_id(closure.closed, REPLACED_EVENT, state.job_id, closure.by),
+        memory_id=closure.closed,
+        scope=state.request.scope,
+        event=REPLACED_EVENT,
+        job_id=state.job_id,
+        created_at=state.received_at,
+        old=closure.closed_text,
+        new=closure.by_text,
+        replaced_by=closure.by,
+    )
 
 
 def facts_stored(state: JobState, written: Written) -> dict[int, str]:
@@ -144,9 +202,22 @@ def finish(state: JobState, written: Written) -> JobState:
         "stored": len(written.stored),
         "duplicates": state.counts.get("duplicates", 0) + written.raced,
     }
+    if written.closures:
+        counts["replaced"] = len(written.closures)
+    replaced: dict[str, list[ReplacedMemory]] = {}
+    for closure in written.closures:  # the new memory closed an older one (not a backfill's)
+        replaced.setdefault(closure.by, []).append(
+            ReplacedMemory(id=closure.closed, text=closure.closed_text)
+        )
     return state.with_(
         stored=[
-            StoredMemory(id=doc.id, text=doc.text, speaker=doc.speaker) for doc in written.stored
+            StoredMemory(
+                id=doc.id,
+                text=doc.text,
+                speaker=doc.speaker,
+                replaces=tuple(replaced.get(doc.id, ())),
+            )
+            for doc in written.stored
         ],
         errors=[*state.errors, *written.errors],
         counts=counts,

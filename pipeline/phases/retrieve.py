@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
@@ -14,6 +15,11 @@ from pipeline.state import JobState
 def new_turn_text(request: AddRequest) -> str:
     """The text the new turn is about: its non-system messages, joined."""
     return "\n".join(m.text() for m in request.messages if m.role is not Role.SYSTEM).strip()
+
+
+def observed_at(state: JobState) -> datetime:
+    """When the job's conversation took place: its own timestamp, else when it was received."""
+    return state.request.timestamp or state.received_at
 
 
 def query_texts(states: Sequence[JobState]) -> list[tuple[int, str]]:
@@ -37,9 +43,11 @@ def embed_queries_ahead(states: Sequence[JobState], deps: Deps) -> int:
 
 
 def retrieve_existing_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
-    """Top-k memories of each scope by the embedding of its new turn: one embedding call (none
-    when every turn was embedded ahead) and one multi-search for the batch. Skipped for jobs
-    no LLM will read them for (see ``AddRequest.extracts_facts``)."""
+    """Top-k memories of each scope by the embedding of its new turn, among those still true
+    when the conversation took place (a backfilled older conversation also sees what later
+    replaced the memories of its time, so its facts can be closed by them): one embedding call
+    (none when every turn was embedded ahead) and one multi-search for the batch. Skipped for
+    jobs no LLM will read them for (see ``AddRequest.extracts_facts``)."""
     wanted = query_texts(states)
     if not wanted:
         return list(states)
@@ -47,6 +55,7 @@ def retrieve_existing_of(states: Sequence[JobState], deps: Deps) -> list[JobStat
     found = deps.store.similar_memories_many(
         [(states[i].request.scope, vector) for (i, _), vector in zip(wanted, vectors, strict=True)],
         deps.limits.retrieved_memories,
+        valid_at=[observed_at(states[i]) for i, _ in wanted],
     )
     out = list(states)
     for (i, _), existing in zip(wanted, found, strict=True):

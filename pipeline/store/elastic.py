@@ -33,11 +33,13 @@ from pipeline.store.protocol import (
     StoredHash,
     WriteOutcome,
 )
+from pipeline.store.queries import still_valid
 from pipeline.store.routing import (
     history_routing,
     scope_routing,
     search_routing,
 )
+from pipeline.validity import Change, Closure, Replacement, changes_of, closure_of, merged
 
 log = logging.getLogger("memq.store")
 
@@ -200,11 +202,17 @@ class ElasticStore:
         return self.similar_memories_many([(scope, vector)], k)[0]
 
     def similar_memories_many(
-        self, queries: Sequence[tuple[Scope, Sequence[float]]], k: int
+        self,
+        queries: Sequence[tuple[Scope, Sequence[float]]],
+        k: int,
+        valid_at: Sequence[datetime] | None = None,
     ) -> list[list[ExistingMemory]]:
-        """For each (scope, vector), the scope's ``k`` nearest memories: one msearch."""
+        """For each (scope, vector), the scope's ``k`` nearest memories (with ``valid_at``:
+        those not yet replaced at its time): one msearch."""
         searches: list[dict[str, Any]] = []
-        for scope, vector in queries:
+        times: Sequence[datetime | None] = valid_at or [None] * len(queries)
+        for (scope, vector), at in zip(queries, times, strict=True):
+            clauses = scope_filter(scope) + ([still_valid(at)] if at else [])
             searches.append(self._header(self.names.memories, scope))
             searches.append(
                 {
@@ -213,7 +221,7 @@ class ElasticStore:
                         "query_vector": list(vector),
                         "k": k,
                         "num_candidates": max(100, 10 * k),
-                        "filter": scope_filter(scope),
+                        "filter": clauses,
                     },
                     "size": k,
                     "_source": ["text"],
@@ -326,6 +334,68 @@ class ElasticStore:
         if actions:
             with es_errors("delete history rows"):
                 self._bulk(operations=actions)
+
+    def replace_memories(self, replacements: Sequence[Replacement]) -> list[Closure | None]:
+        """One mget of the memories the replacements name, then one bulk of updates, each
+        guarded by ``if_seq_no``/``if_primary_term`` (the minimal distribution has no
+        scripting); memories another writer changed in between are read and merged again, so
+        two jobs replacing one memory both land. The bulk refreshes the shards it wrote to (no
+        wait for the refresh interval): a job that succeeded shows its replacements."""
+        if not replacements:
+            return []
+        routing = {r.new_id: scope_routing(r.scope) for r in replacements}
+        routing |= {r.old_id: scope_routing(r.scope) for r in replacements}
+        docs = self._versioned(routing)
+        sources = {i: doc["_source"] for i, doc in docs.items()}
+        closures = [closure_of(r, sources) for r in replacements]
+        pending = changes_of(closures)
+        for _ in range(_LINK_ATTEMPTS):
+            pending = self._apply_changes(pending, docs, routing)
+            if not pending:
+                return closures
+            docs = self._versioned({i: routing[i] for i in pending})
+        raise TransientError(f"memories {sorted(pending)}: too many concurrent replacements")
+
+    def _versioned(self, routings: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+        """The found memories among ``routings`` (id -> routing), with their versions."""
+        with es_errors("read replaced memories"):
+            found = self.client.mget(
+                index=self.names.memories,
+                docs=[{"_id": i, "routing": r} for i, r in routings.items()],
+                source_includes=["text", "observed_at", "valid_until", "replaced_by", "replaces"],
+            ).body["docs"]
+        return {d["_id"]: d for d in found if d.get("found")}
+
+    def _apply_changes(
+        self,
+        pending: dict[str, Change],
+        docs: Mapping[str, dict[str, Any]],
+        routing: Mapping[str, str],
+    ) -> dict[str, Change]:
+        """Write each memory's change over the version read; the changes whose memory another
+        writer changed meanwhile are returned, to be merged again (a memory deleted meanwhile
+        is dropped: nothing is left to close)."""
+        actions: list[dict[str, Any]] = []
+        for memory, change in pending.items():
+            doc = docs.get(memory)
+            fields = merged(doc["_source"], change) if doc is not None else None
+            if doc is None or fields is None:
+                continue
+            guard = {"if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]}
+            header = {"_index": self.names.memories, "_id": memory, "routing": routing[memory]}
+            actions += [{"update": {**header, **guard}}, {"doc": fields}]
+        if not actions:
+            return {}
+        with es_errors("replace memories"):
+            body = self._bulk(operations=actions, refresh=True)
+        retry: dict[str, Change] = {}
+        for item in body["items"] if body.get("errors") else []:
+            result = item["update"]
+            if result["status"] == 409:
+                retry[result["_id"]] = pending[result["_id"]]
+            elif result.get("error") and result["status"] != 404:
+                raise item_error("replace memories", result["status"], result["error"])
+        return retry
 
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]

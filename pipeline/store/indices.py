@@ -120,6 +120,11 @@ def memory_properties(dims: int) -> dict[str, Any]:
         "updated_at": _DATE,
         "observed_at": _DATE,
         "expiration_date": _DATE,
+        # validity (pipeline.validity), added in place to v1: when it stopped being true (absent
+        # while it is), the memories that replaced it, and those it replaced
+        "valid_until": _DATE,
+        "replaced_by": _KEYWORD,
+        "replaces": _KEYWORD,
     }
 
 
@@ -145,6 +150,7 @@ def history_properties() -> dict[str, Any]:
         "new": {"type": "text", "index": False},
         "actor": _KEYWORD,
         "job_id": _KEYWORD,
+        "replaced_by": _KEYWORD,  # REPLACED rows: the memory that replaced it (added in place)
         "created_at": _DATE,
     }
 

@@ -21,12 +21,19 @@ from pipeline.store.protocol import (
     StoredHash,
     WriteOutcome,
 )
+from pipeline.validity import Closure, Replacement, as_time, changes_of, closure_of, merged
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
     return dot / norm if norm else 0.0
+
+
+def still_valid(source: dict[str, Any], at: datetime) -> bool:
+    """Not yet replaced at ``at`` (as ``elastic.still_valid``)."""
+    until = as_time(source.get("valid_until"))
+    return until is None or until > at
 
 
 def in_scope(source: dict[str, Any], scope: Scope) -> bool:
@@ -75,9 +82,16 @@ class InMemoryStore:
         self.save_jobs(records)
 
     def similar_memories_many(
-        self, queries: Sequence[tuple[Scope, Sequence[float]]], k: int
+        self,
+        queries: Sequence[tuple[Scope, Sequence[float]]],
+        k: int,
+        valid_at: Sequence[datetime] | None = None,
     ) -> list[list[ExistingMemory]]:
-        return [self.similar_memories(scope, vector, k) for scope, vector in queries]
+        times: Sequence[datetime | None] = valid_at or [None] * len(queries)
+        return [
+            self.similar_memories(scope, vector, k, at)
+            for (scope, vector), at in zip(queries, times, strict=True)
+        ]
 
     def hashes_in_scopes(
         self, queries: Sequence[tuple[Scope, Sequence[str]]], not_of_jobs: Sequence[str] = ()
@@ -100,10 +114,14 @@ class InMemoryStore:
         return [self.nearest_entities(scope, [vector])[0] for scope, vector in queries]
 
     def similar_memories(
-        self, scope: Scope, vector: Sequence[float], k: int
+        self, scope: Scope, vector: Sequence[float], k: int, valid_at: datetime | None = None
     ) -> list[ExistingMemory]:
         with self._lock:
-            candidates = [(i, m) for i, m in self.memories.items() if in_scope(m, scope)]
+            candidates = [
+                (i, m)
+                for i, m in self.memories.items()
+                if in_scope(m, scope) and (valid_at is None or still_valid(m, valid_at))
+            ]
         ranked = sorted(candidates, key=lambda im: -cosine(vector, im[1]["embedding"]))
         return [ExistingMemory(id=i, text=m["text"]) for i, m in ranked[:k]]
 
@@ -141,6 +159,15 @@ class InMemoryStore:
                     self.history[row.id] = row.source()
                     outcome.created.append(row.id)
         return outcome
+
+    def replace_memories(self, replacements: Sequence[Replacement]) -> list[Closure | None]:
+        """The same merge as ``ElasticStore``'s, under the store's lock."""
+        with self._lock:
+            closures = [closure_of(r, self.memories) for r in replacements]
+            for memory, change in changes_of(closures).items():
+                fields = merged(self.memories[memory], change)
+                self.memories[memory].update(fields or {})
+        return closures
 
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]

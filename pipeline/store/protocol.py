@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from pipeline.filters import metadata_pairs
 from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope
+from pipeline.validity import Closure, Replacement
 
 # JobRecord lives in pipeline.jobs, and stays importable from here
 __all__ = [
@@ -102,6 +103,7 @@ class HistoryDoc:
     old: str | None = None
     new: str | None = None
     actor: str | None = None
+    replaced_by: str | None = None  # REPLACED: the memory that says what is true instead
 
     def source(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -111,7 +113,12 @@ class HistoryDoc:
             "job_id": self.job_id,
             "created_at": self.created_at.isoformat(),
         }
-        optional = {"old": self.old, "new": self.new, "actor": self.actor}
+        optional = {
+            "old": self.old,
+            "new": self.new,
+            "actor": self.actor,
+            "replaced_by": self.replaced_by,
+        }
         return doc | without_none(optional)
 
 
@@ -206,9 +213,13 @@ class Store(Protocol):
     ) -> list[ExistingMemory]: ...
 
     def similar_memories_many(
-        self, queries: Sequence[tuple[Scope, Sequence[float]]], k: int
+        self,
+        queries: Sequence[tuple[Scope, Sequence[float]]],
+        k: int,
+        valid_at: Sequence[datetime] | None = None,
     ) -> list[list[ExistingMemory]]:
-        """``similar_memories`` of each (scope, vector), in one call."""
+        """``similar_memories`` of each (scope, vector), in one call; with ``valid_at`` (one
+        time per query), only the memories not yet replaced at that time."""
         ...
 
     def hashes_in_scope(self, scope: Scope, hashes: Sequence[str]) -> set[str]:
@@ -237,6 +248,14 @@ class Store(Protocol):
 
     def delete_history(self, rows: Sequence[HistoryDoc]) -> None:
         """Remove these history rows (written for memories that turned out not to be ours)."""
+        ...
+
+    def replace_memories(self, replacements: Sequence[Replacement]) -> list[Closure | None]:
+        """Apply each replacement (``pipeline.validity``): the older of its two memories gets
+        ``valid_until`` (the earliest closing time) and the newer in ``replaced_by``, the newer
+        the older in ``replaces``. One closure per replacement, in order (None when one of its
+        memories is gone). Concurrent callers never lose each other's changes; applying the
+        same replacements again changes nothing. Visible to search when it returns."""
         ...
 
     def nearest_entities(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pipeline.models import VIEW_SOURCE_FIELDS
@@ -31,6 +32,33 @@ def not_expired() -> dict[str, Any]:
             "minimum_should_match": 1,
         }
     }
+
+
+def still_valid(moment: datetime | str) -> dict[str, Any]:
+    """Memories not yet replaced at ``moment`` (a time, or Elasticsearch's ``"now"``): without
+    ``valid_until``, or whose ``valid_until`` is after it (``pipeline.validity``)."""
+    at = moment.isoformat() if isinstance(moment, datetime) else moment
+    return {
+        "bool": {
+            "should": [
+                {"bool": {"must_not": {"exists": {"field": "valid_until"}}}},
+                {"range": {"valid_until": {"gt": at}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def validity(as_of: datetime | None, include_replaced: bool) -> list[dict[str, Any]]:
+    """The clauses that choose memories by validity: by default those true now; with
+    ``as_of``, those true then (observed by then, not yet replaced then); ``include_replaced``
+    keeps replaced ones too (and with ``as_of``, still only what was observed by then)."""
+    clauses: list[dict[str, Any]] = []
+    if as_of is not None:
+        clauses.append({"range": {"observed_at": {"lte": as_of.isoformat()}}})
+    if not include_replaced:
+        clauses.append(still_valid(as_of or "now"))
+    return clauses
 
 
 def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:

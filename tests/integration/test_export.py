@@ -328,3 +328,35 @@ def test_export_refuses_bad_options(test_env: dict[str, str]) -> None:
     done = memq(test_env, "export", "--tenant", "has space")
     assert done.returncode == 2 and "tenant" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_validity_travels_through_import_and_export_with_its_ids_mapped(
+    es: Elasticsearch,
+    indices: IndexNames,
+    api_process: ApiProcess,
+    test_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    source, target = (new_tenant(es, indices, api_process) for _ in range(2))
+    old = memory(source.name, 1, observed_at="2023-01-01T00:00:00+00:00")
+    new = memory(source.name, 2, observed_at="2024-01-01T00:00:00+00:00")
+    old |= {"valid_until": "2024-01-01T00:00:00+00:00", "replaced_by": [new["id"]]}
+    new |= {"replaces": [old["id"]]}
+    dump = tmp_path / "validity.jsonl"
+    dump.write_text("\n".join(dump_lines(source.name, [old, new])) + "\n")
+    done = memq(test_env, "import", str(dump), "--tenant", target.name)
+    assert done.returncode == 0, done.stderr
+    params = {"user_id": "u1", "include_replaced": "true"}
+    listed = target.http.get("/v1/memories", params=params).json()["results"]
+    by_text = {m["memory"]: m for m in listed}
+    replaced, current = by_text["fact number 1"], by_text["fact number 2"]
+    assert replaced["replaced_by"] == [current["id"]] and current["replaces"] == [replaced["id"]]
+    assert replaced["valid_until"].startswith("2024-01-01") and current["valid_until"] is None
+    now = target.http.get("/v1/memories", params={"user_id": "u1"}).json()["results"]
+    assert [m["memory"] for m in now] == ["fact number 2"]
+    exported = target.http.get("/v1/export").text.splitlines()
+    lines = {line["text"]: line for line in map(json.loads, exported[1:-1])}
+    assert lines["fact number 1"]["replaced_by"] == [current["id"]]
+    assert lines["fact number 1"]["valid_until"].startswith("2024-01-01")
+    for tenant in (source, target):
+        tenant.http.close()

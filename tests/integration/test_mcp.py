@@ -477,3 +477,30 @@ def test_tools_count_against_the_tenants_limits(
             assert "try again in" in text_of(results[5])
 
     run(body)
+
+
+def test_search_and_listing_answer_the_present_and_ask_for_the_past(
+    connect: Callable[[str], Client], keys: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    lisbon, berlin = "Maria lives in Lisbon", "Maria lives in Berlin"
+    facts = [{"text": lisbon}, {"text": berlin, "replaces_text": [lisbon]}]
+    fake_llm.script_chat(*(json.dumps({"memory": [fact]}) for fact in facts))
+
+    async def body() -> None:
+        async with connect(keys["a"]) as client:
+            for text, when in (("I live in Lisbon", "2023-03-01"), ("I moved", "2024-03-01")):
+                await remember(client, user, text, infer=True, timestamp=f"{when}T10:00:00Z")
+            now = payload(
+                await client.call_tool("search_memories", {"query": "where", "user_id": user})
+            )["results"]
+            assert [h["memory"] for h in now] == [berlin]
+            asked = {"query": "where", "user_id": user, "as_of": "2023-06-01T00:00:00Z"}
+            then = payload(await client.call_tool("search_memories", asked))["results"]
+            assert [h["memory"] for h in then] == [lisbon]
+            listed = {"user_id": user, "include_replaced": True}
+            both = payload(await client.call_tool("get_memories", listed))["results"]
+            replaced = {m["memory"]: m.get("valid_until") for m in both}
+            assert replaced[lisbon].startswith("2024-03-01") and replaced[berlin] is None
+
+    run(body)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -34,6 +35,7 @@ from pipeline.store.protocol import (
     SessionMessages,
     StoredHash,
 )
+from pipeline.validity import Replacement
 from tests.integration.test_routing import sharded_settings
 from workers.runtime import Runtime
 
@@ -90,7 +92,7 @@ def memory(deps: Deps, scope: Scope, text: str, job_id: str = "j1", **kw: object
         hash=text_hash,
         job_id=job_id,
         created_at=NOW,
-        observed_at=NOW,
+        observed_at=kw.pop("observed_at", NOW),
         **kw,  # type: ignore[arg-type]
     )
 
@@ -338,6 +340,69 @@ def test_a_lost_race_on_one_fact_is_a_duplicate_not_a_second_memory(
     assert state.stored == [] and state.counts["duplicates"] == 1
     held = store.get_memory(winner["results"][0]["id"])
     assert held is not None and held["job_id"] == early
+
+
+# -- validity: replacements (pipeline.validity) ------------------------------------------------
+
+
+def dated(deps: Deps, scope: Scope, text: str, year: int) -> MemoryDoc:
+    return memory(deps, scope, text, observed_at=datetime(year, 6, 1, tzinfo=UTC))
+
+
+def validity_of(store: ElasticStore | InMemoryStore, memory_id_: str) -> tuple[object, ...]:
+    held = store.get_memory(memory_id_)
+    assert held is not None
+    return held.get("valid_until"), held.get("replaced_by"), held.get("replaces")
+
+
+def test_a_replacement_closes_the_older_memory_links_both_and_replays_to_nothing_new(
+    store: ElasticStore | InMemoryStore, deps: Deps, scope: Scope
+) -> None:
+    lisbon = dated(deps, scope, "Maria lives in Lisbon", 2023)
+    berlin = dated(deps, scope, "Maria lives in Berlin", 2024)
+    store.create_memories([lisbon, berlin])
+    [closure] = store.replace_memories([Replacement(berlin.id, lisbon.id, scope)])
+    assert closure is not None and (closure.closed, closure.by) == (lisbon.id, berlin.id)
+    assert closure.closed_text == lisbon.text and closure.at == berlin.observed_at
+    until, replaced_by, _ = validity_of(store, lisbon.id)
+    assert until is not None and datetime.fromisoformat(str(until)) == berlin.observed_at
+    assert replaced_by == [berlin.id]
+    assert validity_of(store, berlin.id) == (None, None, [lisbon.id])
+    before = (validity_of(store, lisbon.id), validity_of(store, berlin.id))
+    assert store.replace_memories([Replacement(berlin.id, lisbon.id, scope)]) == [closure]
+    assert (validity_of(store, lisbon.id), validity_of(store, berlin.id)) == before
+
+
+def test_a_backfilled_older_fact_is_closed_by_the_newer_memory_it_named(
+    store: ElasticStore | InMemoryStore, deps: Deps, scope: Scope
+) -> None:
+    berlin = dated(deps, scope, "Maria lives in Berlin", 2024)
+    porto = dated(deps, scope, "Maria lives in Porto", 2022)  # imported later, observed earlier
+    store.create_memories([berlin, porto])
+    [closure] = store.replace_memories([Replacement(porto.id, berlin.id, scope)])
+    assert closure is not None and (closure.closed, closure.by) == (porto.id, berlin.id)
+    assert validity_of(store, berlin.id) == (None, None, [porto.id])
+    assert validity_of(store, porto.id)[1] == [berlin.id]
+
+
+def test_concurrent_replacements_of_one_memory_all_land_with_the_earliest_end(
+    store: ElasticStore | InMemoryStore, deps: Deps, scope: Scope
+) -> None:
+    old = dated(deps, scope, "Maria drives a Fiat", 2020)
+    newer = [dated(deps, scope, f"Maria drives a car bought in {y}", y) for y in range(2021, 2027)]
+    store.create_memories([old, *newer])
+    gone = Replacement(newer[0].id, "no-such-memory", scope)
+    with ThreadPoolExecutor(max_workers=len(newer)) as pool:
+        done = list(
+            pool.map(
+                lambda doc: store.replace_memories([Replacement(doc.id, old.id, scope), gone]),
+                newer,
+            )
+        )
+    assert all(closure is not None and missing is None for closure, missing in done)
+    until, replaced_by, _ = validity_of(store, old.id)
+    assert sorted(replaced_by) == sorted(d.id for d in newer)  # type: ignore[arg-type]
+    assert datetime.fromisoformat(str(until)) == newer[0].observed_at
 
 
 def key_document(tenant: str, created_at: datetime, secret: str = "a" * 64) -> dict[str, str]:
