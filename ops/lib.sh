@@ -92,6 +92,14 @@ redis_password() {
   if [ -s "$file" ]; then cat "$file"; fi
 }
 
+# export_redis_password: the memq commands ops runs next (health checks, the demo, status)
+# reach Redis with its password; a no-op for a Redis started without one.
+export_redis_password() {
+  local password
+  password="$(redis_password)"
+  if [ -n "$password" ]; then export MEMQ_REDIS_PASSWORD="$password"; fi
+}
+
 # port_owner PORT -> prints "pid/command" of the listener, empty when the port is free.
 port_owner() {
   ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\("[^"]*",pid=[0-9]*\).*/\1/p' | head -n1
