@@ -50,11 +50,16 @@ class Stack:
         self.key = ""
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The processes' environment: private prefix and queues, the local MiniLM (benchmarks
-        compare like with like), and ``extra`` (``MEMQ_SEARCH_*`` for the API, say)."""
+        """The processes' environment: the stack's stores (Redis's URL with its password, as
+        this process's settings read it), private prefix and queues, the local MiniLM
+        (benchmarks compare like with like), and ``extra`` (``MEMQ_SEARCH_*`` for the API,
+        say)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMQ_")}
+        stores = Settings()
         env.update(
             {
+                "MEMQ_REDIS_URL": stores.redis.url,
+                "MEMQ_ES_URL": ",".join(stores.es.urls),
                 "MEMQ_ES_INDEX_PREFIX": self.prefix,
                 "MEMQ_QUEUES_IO": f"{self.prefix}.io",
                 "MEMQ_QUEUES_CPU": f"{self.prefix}.cpu",
