@@ -23,6 +23,7 @@ from pipeline.models import NAMESPACE, AddRequest
 from pipeline.state import JobState
 from workers.batches import make_ready
 from workers.runtime import MemqCelery
+from workers.turns import hand_on
 
 __all__ = [
     "Accepted",
@@ -217,13 +218,10 @@ def _record_one(app: MemqCelery, state: JobState) -> None:
 
 
 def withdraw(app: MemqCelery, state: JobState) -> None:
-    """Take a held job out of its line and forget it; the job behind it gets its turn."""
-    runtime = app.runtime
-    following = runtime.states.leave_line(state.request.scope.key, state.job_id)
-    runtime.states.forget(state.job_id, state.attempts)
-    waiting = runtime.states.load(following) if following is not None else None
-    if waiting is not None and not waiting.unrecorded:
-        make_ready(app, waiting.job_id, waiting.backfill)
+    """Forget a held job and take it out of its line; the job behind it gets its turn, as
+    when a job ends (``workers.turns.hand_on``)."""
+    app.runtime.states.forget(state.job_id, state.attempts)
+    hand_on(app, [(state.request.scope.key, state.job_id)])
 
 
 def held_job(app: MemqCelery, job_id: str) -> JobRecord | None:
