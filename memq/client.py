@@ -470,10 +470,28 @@ def _search_many_call(queries: Sequence[Mapping[str, Any]]) -> _Call:
     return _Call("POST", "/v1/memories/search/batch", body=body, repeat=Repeat.IDEMPOTENT)
 
 
-def _list_call(scope: dict[str, Any], filters: Any, page_size: int, cursor: str | None) -> _Call:
+class Validity(TypedDict, total=False):
+    """Which memories a listing shows by their validity: ``as_of`` what was true then (default:
+    what is true now); ``include_replaced`` also those a newer memory replaced."""
+
+    as_of: datetime | None
+    include_replaced: bool
+
+
+def _list_call(
+    scope: dict[str, Any],
+    filters: Any,
+    page_size: int,
+    cursor: str | None,
+    validity: Validity,
+) -> _Call:
     params = {**scope, "page_size": page_size, "cursor": cursor}
     if filters is not None:
         params["filters"] = _encode(filters)
+    if (as_of := validity.get("as_of")) is not None:
+        params["as_of"] = as_of.isoformat()
+    if validity.get("include_replaced"):
+        params["include_replaced"] = "true"
     return _Call("GET", "/v1/memories", params=params)
 
 
@@ -982,10 +1000,11 @@ class Client(_Retrying):
         filters: Mapping[str, Any] | None = None,
         page_size: int = 100,
         cursor: str | None = None,
+        **validity: Unpack[Validity],
     ) -> MemoryPage:
         """One page of the scope's memories, oldest first (GET /v1/memories); pass the
         page's ``next_cursor`` for the next one."""
-        call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor)
+        call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor, validity)
         return _parse(MemoryPage, self._send(call))
 
     def get_all(
@@ -996,6 +1015,7 @@ class Client(_Retrying):
         run_id: str | None = None,
         filters: Mapping[str, Any] | None = None,
         page_size: int = 100,
+        **validity: Unpack[Validity],
     ) -> MemoryPager:
         """Every memory of the scope, oldest first, as a ``MemoryPager``: iterate it for
         ``Memory`` objects (pages are fetched as it is consumed) or walk ``.pages()``."""
@@ -1008,6 +1028,7 @@ class Client(_Retrying):
                 filters=filters,
                 page_size=page_size,
                 cursor=cursor,
+                **validity,
             )
 
         return MemoryPager(fetch)
@@ -1253,9 +1274,10 @@ class AsyncClient(_Retrying):
         filters: Mapping[str, Any] | None = None,
         page_size: int = 100,
         cursor: str | None = None,
+        **validity: Unpack[Validity],
     ) -> MemoryPage:
         """See ``Client.page``."""
-        call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor)
+        call = _list_call(_scope(user_id, agent_id, run_id), filters, page_size, cursor, validity)
         return _parse(MemoryPage, await self._send(call))
 
     def get_all(
@@ -1266,6 +1288,7 @@ class AsyncClient(_Retrying):
         run_id: str | None = None,
         filters: Mapping[str, Any] | None = None,
         page_size: int = 100,
+        **validity: Unpack[Validity],
     ) -> AsyncMemoryPager:
         """See ``Client.get_all``; iterate with ``async for`` (not awaited itself)."""
 
@@ -1277,6 +1300,7 @@ class AsyncClient(_Retrying):
                 filters=filters,
                 page_size=page_size,
                 cursor=cursor,
+                **validity,
             )
 
         return AsyncMemoryPager(fetch)

@@ -65,6 +65,14 @@ def list_memories(
     return Page(items, encode_cursor(pit, hits[-1]["sort"]))
 
 
+def count_listed(
+    store: ServingStore, scope: Scope, filters: Mapping[str, Any] | None = None
+) -> int:
+    """How many memories ``list_memories`` would show with these filters and its defaults
+    (those true now, expired ones too)."""
+    return store.count_memories(scope, [*translate_filters(filters), *validity(None, False)])
+
+
 def iter_pages(
     store: ServingStore, scope: Scope, filters: Mapping[str, Any] | None = None
 ) -> Iterator[Page]:

@@ -40,7 +40,7 @@ from pipeline import crud
 from pipeline.errors import InvalidInputError
 from pipeline.filters import SCOPE_KEYS
 from pipeline.jobs import JobStatus, mem0_results
-from pipeline.listing import close_cursor, delete_all, list_memories
+from pipeline.listing import close_cursor, count_listed, delete_all, list_memories
 from pipeline.models import Scope
 from pipeline.search import SearchQuery
 from pipeline.store.protocol import ServingStore
@@ -161,7 +161,7 @@ def get_all(
     limits.charge(principal.tenant, "read", cost=page)  # it reads every page up to its own
     limits.may_open_cursor(principal.tenant)
     items, cursor = walk_to(store, scope, rest, page, page_size)
-    total = store.count_memories(scope)
+    total = count_listed(store, scope, rest)
     return {
         "count": total,
         "next": page + 1 if cursor else None,

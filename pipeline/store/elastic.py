@@ -823,12 +823,12 @@ class ElasticStore:
                 return None
         return hits
 
-    def count_memories(self, scope: Scope) -> int:
+    def count_memories(self, scope: Scope, where: Sequence[dict[str, Any]] = ()) -> int:
         with es_errors("count memories"):
             count: int = self.client.count(
                 index=self.names.memories,
                 routing=search_routing(scope),
-                query={"bool": {"filter": scope_filter(scope)}},
+                query={"bool": {"filter": [*scope_filter(scope), *where]}},
             )["count"]
         return count
 

@@ -347,7 +347,10 @@ class ServingStore(Store, Protocol):
         """The hits of one search over a point in time, or None when it has expired."""
         ...
 
-    def count_memories(self, scope: Scope) -> int: ...
+    def count_memories(self, scope: Scope, where: Sequence[dict[str, Any]] = ()) -> int:
+        """How many of the scope's memories match every clause of ``where`` (all of them when
+        it is empty)."""
+        ...
 
     def job_counts(
         self, tenant: str | None = None, batch_id: str | None = None, user_id: str | None = None

@@ -15,10 +15,10 @@ import pytest
 
 from memq.client import Client
 from pipeline.config import Settings
-from pipeline.jobs import JobStatus
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.memory import Memory
 from tests.fakellm import FakeLLMServer
-from tests.integration.test_api import Tenant, listed, temporary_tenant
+from tests.integration.test_api import Tenant, listed, temporary_tenant, wait_until
 from workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -122,6 +122,53 @@ def test_mem0s_add_reports_a_replacement_as_an_update_with_the_previous_memory(
         "previous_memory": BERLIN,
     }
     assert [m["memory"] for m in listed(tenant, user_id=uid)] == [PARIS]
+    page = tenant.http.post("/v3/memories/", json={"filters": {"user_id": uid}})
+    assert page.status_code == 200, page.text
+    assert (page.json()["count"], [m["memory"] for m in page.json()["results"]]) == (1, [PARIS])
+
+
+def test_two_sessions_replacing_one_memory_at_once_both_land(
+    tenant: Tenant, uid: str, fake_llm: FakeLLMServer
+) -> None:
+    """Jobs of different sessions are not ordered. Lisbon was said in run ``s0``; the user's
+    own session and run ``s0`` both see it, each names it as replaced, the two jobs run side by
+    side, and both replacements land (no lost update); Lisbon ends at the earlier time."""
+    fake_llm.script_chat(reply(LISBON), reply(BERLIN, replaces=LISBON), reply(PARIS, LISBON))
+    message = {"role": "user", "content": "I live in Lisbon", "name": "Maria"}
+    body = {"messages": [message], "user_id": uid, "run_id": "s0"}
+    response = tenant.http.post(
+        "/v1/memories", params={"wait": "true"}, json=body | {"timestamp": "2023-03-01T10:00:00Z"}
+    )
+    assert response.json()["status"] == JobStatus.SUCCEEDED, response.text
+    [lisbon] = response.json()["results"]
+    accepted = []
+    for run, text, when in [
+        (None, "I moved to Berlin", "2024-03-01T10:00:00Z"),
+        ("s0", "I moved to Paris", "2024-06-01T10:00:00Z"),
+    ]:
+        message = {"role": "user", "content": text, "name": "Maria"}
+        body = {"messages": [message], "user_id": uid, "run_id": run, "timestamp": when}
+        response = tenant.http.post("/v1/memories", json=body)
+        assert response.status_code == 202, response.text
+        accepted.append(response.json()["job_id"])
+    jobs = [wait_done(tenant, job_id) for job_id in accepted]
+    assert [job["status"] for job in jobs] == [JobStatus.SUCCEEDED] * 2, jobs
+    assert [job["counts"]["replaced"] for job in jobs] == [1, 1], jobs
+    newer = sorted(result["id"] for job in jobs for result in job["results"])
+    both = found(tenant, uid, "Where does Maria live?", include_replaced=True)
+    assert sorted(both[LISBON]["replaced_by"]) == newer
+    assert both[LISBON]["valid_until"].startswith("2024-03-01T10:00:00")
+    assert LISBON not in found(tenant, uid, "Where does Maria live now?")
+    history = tenant.http.get(f"/v1/memories/{lisbon['id']}/history").json()
+    assert sorted(r.get("replaced_by") or "" for r in history if r["event"] == "REPLACED") == newer
+
+
+def wait_done(tenant: Tenant, job_id: str) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        job: dict[str, Any] = tenant.http.get(f"/v1/jobs/{job_id}").json()
+        return job if job["status"] in TERMINAL_STATUSES else None
+
+    return wait_until(ended, f"job {job_id} to end")
 
 
 def test_a_bad_as_of_is_a_clear_422(tenant: Tenant, uid: str) -> None:
@@ -146,6 +193,14 @@ def test_the_sdk_and_the_facade_ask_for_the_past_and_for_replaced_memories(
         assert lisbon.replaced_by == [both[BERLIN].id]
         then = client.search("live", user_id=uid, as_of=datetime(2023, 6, 1, tzinfo=UTC))
         assert [h.memory for h in then] == [LISBON]
+        assert [m.memory for m in client.get_all(user_id=uid)] == [BERLIN]
+        past = client.get_all(user_id=uid, as_of=datetime(2023, 6, 1, tzinfo=UTC))
+        assert [m.memory for m in past] == [LISBON]
+        every = client.page(user_id=uid, include_replaced=True).results
+        assert {m.memory: m.replaced_by for m in every} == {
+            LISBON: [both[BERLIN].id],
+            BERLIN: None,
+        }
     facade = Memory(Runtime(settings).deps, tenant=tenant.name)
     assert [m["memory"] for m in facade.get_all(user_id=uid)["results"]] == [BERLIN]
     past = facade.search("live", user_id=uid, as_of=datetime(2023, 6, 1, tzinfo=UTC))
