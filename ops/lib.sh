@@ -17,6 +17,9 @@ MEMQ_PYTHON="${MEMQ_OPS_PYTHON:-python3}"
 ES_VERSION="${MEMQ_OPS_ES_VERSION:-9.5.0}"
 ES_USER="${MEMQ_OPS_ES_USER:-memq-es}"
 ES_HEAP="${MEMQ_OPS_ES_HEAP:-1g}"
+# Redis, the workers, the API and Flower run as this system user when ops runs as root
+# (MEMQ_OPS_USER; empty: as root).
+SERVICE_USER="${MEMQ_OPS_USER-memq}"
 
 say() { printf 'memq ops: %s\n' "$*"; }
 die() { printf 'memq ops: %s\n' "$*" >&2; exit 1; }
@@ -37,6 +40,48 @@ keep_private() {
   umask 077
   local dir
   for dir in "$@"; do mkdir -p "$dir" && chmod -R go-rwx "$dir"; done
+}
+
+# as_service_user_prefix: sets RUN_AS to the command prefix that runs a program as SERVICE_USER
+# (created once: a system user with no login), with its HOME in the state directory for what
+# libraries keep under ~; RUN_AS is empty when ops does not run as root or MEMQ_OPS_USER is empty.
+RUN_AS=()
+as_service_user_prefix() {
+  RUN_AS=()
+  [ "$(id -u)" = 0 ] && [ -n "$SERVICE_USER" ] || return 0
+  if ! id -u "$SERVICE_USER" >/dev/null 2>&1; then
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$SERVICE_USER" \
+      || die "could not create the system user $SERVICE_USER: create it, or name another in MEMQ_OPS_USER"
+  fi
+  local home="$MEMQ_STATE_DIR/home"
+  mkdir -p "$home" && chown "$SERVICE_USER:" "$home" && chmod 700 "$home"
+  RUN_AS=(setpriv --reuid="$SERVICE_USER" --regid="$(id -g "$SERVICE_USER")" --init-groups
+    env HOME="$home" USER="$SERVICE_USER" LOGNAME="$SERVICE_USER")
+}
+
+# unless_service_user_can CHECK... -> keeps RUN_AS when CHECK succeeds as SERVICE_USER; else
+# warns (why, and what to change) and empties it, so the service runs as root rather than not at
+# all. WHAT names what the user could not reach.
+unless_service_user_can() {
+  local what="$1"
+  shift
+  [ "${#RUN_AS[@]}" -gt 0 ] || return 0
+  "${RUN_AS[@]}" "$@" >/dev/null 2>&1 && return 0
+  say "warning: the user $SERVICE_USER cannot $what, so this service runs as root; make it readable by other users (ops/install makes a new venv from /usr/bin/python3 for this) or set MEMQ_OPS_USER= to say root is meant" >&2
+  RUN_AS=()
+}
+
+# service_user -> who the next service started runs as
+service_user() { if [ "${#RUN_AS[@]}" -gt 0 ]; then echo "$SERVICE_USER"; else id -un; fi; }
+
+# runs_as NAME -> " (as USER)": the user of NAME's process, or of the process its supervisor
+# runs; empty when there is none
+runs_as() {
+  local pid child user
+  pid="$(cat "$MEMQ_RUN_DIR/$1.pid" 2>/dev/null)" || return 0
+  child="$(pgrep -P "$pid" 2>/dev/null | head -n1)"
+  user="$(ps -o user= -p "${child:-$pid}" 2>/dev/null | tr -d ' ')"
+  [ -z "$user" ] || printf ' (as %s)' "$user"
 }
 
 # memq's own Settings decide the ports: ops reads them from `memq settings`.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def ops_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMQ_") or k == "MEMQ_OPS_VENV"}
     env |= {
         "MEMQ_OPS_STATE_DIR": str(tmp_path / "state"),
-        "MEMQ_OPS_VENV": os.environ.get("MEMQ_OPS_VENV", "/work/main/.venv"),
+        "MEMQ_OPS_VENV": str(Path(sys.executable).parents[1]),  # this test run's own venv
         "MEMQ_REDIS_URL": f"redis://127.0.0.1:{port}/0",
     }
     yield env
