@@ -16,7 +16,13 @@ import {
   errorFromResponse,
   parseRetryAfter,
 } from "./errors.js";
-import { type Backoff, type Outcome, type Repeat, RetryPolicy, configurationError } from "./retry.js";
+import {
+  type Backoff,
+  type Outcome,
+  type Repeat,
+  RetryPolicy,
+  configurationError,
+} from "./retry.js";
 import {
   type Ack,
   type AddParams,
@@ -151,11 +157,28 @@ export class MemqClient {
    * finished `Job` (whatever its status; a `MemqTimeoutError` after `wait_timeout_s`, 60 by
    * default). At least one of `user_id`, `agent_id`, `run_id`. The same conversation, or the
    * same `idempotency_key`, always answers with the same job, so an add is retried like a read. */
-  add(messages: Messages, params: AddParams & { wait: true }, options?: RequestOptions): Promise<Job>;
-  add(messages: Messages, params: AddParams & { wait?: false }, options?: RequestOptions): Promise<JobAccepted>;
+  add(
+    messages: Messages,
+    params: AddParams & { wait: true },
+    options?: RequestOptions,
+  ): Promise<Job>;
+  add(
+    messages: Messages,
+    params: AddParams & { wait?: false },
+    options?: RequestOptions,
+  ): Promise<JobAccepted>;
   add(messages: Messages, params: AddParams, options?: RequestOptions): Promise<JobAccepted | Job>;
-  async add(messages: Messages, params: AddParams, options: RequestOptions = {}): Promise<JobAccepted | Job> {
-    const { wait = false, wait_timeout_s: waitTimeoutS = 60, idempotency_key: key, ...body } = params;
+  async add(
+    messages: Messages,
+    params: AddParams,
+    options: RequestOptions = {},
+  ): Promise<JobAccepted | Job> {
+    const {
+      wait = false,
+      wait_timeout_s: waitTimeoutS = 60,
+      idempotency_key: key,
+      ...body
+    } = params;
     const deadlineMs = Date.now() + waitTimeoutS * 1000;
     const serverWaitS = wait ? Math.min(waitTimeoutS, this.timeoutS / 2, SERVER_WAIT_MAX_S) : 0;
     const call: Call = {
@@ -264,7 +287,10 @@ export class MemqClient {
 
   /** One page of the scope's memories, oldest first (`GET /v1/memories`); pass the page's
    * `next_cursor` for the next one. */
-  page(params: ListParams & { cursor?: string | null }, options?: RequestOptions): Promise<MemoryPage> {
+  page(
+    params: ListParams & { cursor?: string | null },
+    options?: RequestOptions,
+  ): Promise<MemoryPage> {
     const { filters, ...rest } = params;
     const query = { ...rest, filters: filters == null ? undefined : JSON.stringify(filters) };
     return this.#send({ method: "GET", path: "/v1/memories", query }, options);
@@ -290,13 +316,19 @@ export class MemqClient {
 
   /** Delete every memory of a scope (at least one id); `deleted` is the count. History rows
    * stay (`eraseUser` removes everything). */
-  deleteAll(scope: { user_id?: string; agent_id?: string; run_id?: string }, options?: RequestOptions): Promise<Deleted> {
+  deleteAll(
+    scope: { user_id?: string; agent_id?: string; run_id?: string },
+    options?: RequestOptions,
+  ): Promise<Deleted> {
     return this.#send({ method: "DELETE", path: "/v1/memories", query: scope }, options);
   }
 
   /** ADD, UPDATE and DELETE events of a memory, oldest first. */
   history(memoryId: string, options?: RequestOptions): Promise<HistoryEntry[]> {
-    return this.#send({ method: "GET", path: `/v1/memories/${segment(memoryId)}/history` }, options);
+    return this.#send(
+      { method: "GET", path: `/v1/memories/${segment(memoryId)}/history` },
+      options,
+    );
   }
 
   /** Forget a user completely in the caller's tenant (`DELETE /v1/users/{id}`): memories,
@@ -309,7 +341,11 @@ export class MemqClient {
   // -- admin and health ---------------------------------------------------------------------
 
   /** A new API key for `tenant` (needs an admin key): `id`, `tenant`, `key`. */
-  createKey(tenant: string, { name = "", admin = false } = {}, options?: RequestOptions): Promise<KeyCreated> {
+  createKey(
+    tenant: string,
+    { name = "", admin = false } = {},
+    options?: RequestOptions,
+  ): Promise<KeyCreated> {
     const call: Call = { method: "POST", path: "/v1/admin/keys", body: { tenant, name, admin } };
     return this.#send(call, options);
   }
@@ -395,12 +431,22 @@ interface Tried {
 }
 
 /** The JSON of a 2xx answer, or an `invalid_response` error. */
-function decode(text: string, response: Response, requestId: string): { value?: unknown; error?: MemqAPIError } {
+function decode(
+  text: string,
+  response: Response,
+  requestId: string,
+): { value?: unknown; error?: MemqAPIError } {
   try {
     return { value: JSON.parse(text) };
   } catch (failure) {
     const message = `expected JSON, got ${JSON.stringify(text.slice(0, 200))}`;
-    const error = new MemqAPIError({ status: response.status, type: "invalid_response", message, requestId, cause: failure });
+    const error = new MemqAPIError({
+      status: response.status,
+      type: "invalid_response",
+      message,
+      requestId,
+      cause: failure,
+    });
     return { error };
   }
 }
@@ -409,7 +455,10 @@ function decode(text: string, response: Response, requestId: string): { value?: 
 
 /** Every item of a listing, fetched page by page as it is consumed: `for await` over it for
  * the items, or over `pages()` for the pages. Each iteration starts again from the first page. */
-export class Pager<T, P extends { results: T[]; next_cursor?: string | null }> implements AsyncIterable<T> {
+export class Pager<
+  T,
+  P extends { results: T[]; next_cursor?: string | null },
+> implements AsyncIterable<T> {
   readonly #fetch: (cursor: string | null) => Promise<P>;
 
   constructor(fetchPage: (cursor: string | null) => Promise<P>) {
@@ -454,7 +503,8 @@ function settingsFrom(options: ClientOptions): Settings {
   if (!(timeoutS > 0)) throw configurationError(`timeoutS=${timeoutS}: expected seconds, > 0`);
   const maxRetries = options.maxRetries ?? numberFromEnv(ENV.maxRetries, undefined);
   const fetchImpl = options.fetch ?? globalThis.fetch;
-  if (typeof fetchImpl !== "function") throw configurationError("no global fetch: pass fetch (Node 18+ has one)");
+  if (typeof fetchImpl !== "function")
+    throw configurationError("no global fetch: pass fetch (Node 18+ has one)");
   return {
     baseUrl,
     apiKey,
@@ -466,7 +516,8 @@ function settingsFrom(options: ClientOptions): Settings {
 }
 
 function env(name: string): string | undefined {
-  const process = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  const process = (globalThis as { process?: { env?: Record<string, string | undefined> } })
+    .process;
   return process?.env?.[name] || undefined;
 }
 
@@ -474,7 +525,8 @@ function numberFromEnv<D extends number | undefined>(name: string, fallback: D):
   const raw = env(name);
   if (raw === undefined) return fallback;
   const value = Number(raw);
-  if (raw.trim() === "" || Number.isNaN(value)) throw configurationError(`${name}=${JSON.stringify(raw)}: expected a number`);
+  if (raw.trim() === "" || Number.isNaN(value))
+    throw configurationError(`${name}=${JSON.stringify(raw)}: expected a number`);
   return value;
 }
 
@@ -499,12 +551,16 @@ function newRequestId(): string {
 
 function causeCode(failure: unknown): string {
   const cause = failure instanceof Error ? failure.cause : undefined;
-  const code = typeof cause === "object" && cause !== null ? (cause as { code?: unknown }).code : undefined;
+  const code =
+    typeof cause === "object" && cause !== null ? (cause as { code?: unknown }).code : undefined;
   return typeof code === "string" ? code : "";
 }
 
 /** A signal that aborts after `timeoutS` (with a `TimeoutSignal`) or when `outer` does. */
-function timeoutController(timeoutS: number, outer?: AbortSignal): { signal: AbortSignal; clear: () => void } {
+function timeoutController(
+  timeoutS: number,
+  outer?: AbortSignal,
+): { signal: AbortSignal; clear: () => void } {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(new TimeoutSignal(timeoutS)), timeoutS * 1000);
   const onAbort = (): void => controller.abort(outer?.reason);
@@ -537,5 +593,11 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 function abortedError(signal: AbortSignal, requestId?: string): MemqAPIError {
   const message = "the call was aborted";
-  return new MemqAPIError({ status: null, type: "aborted", message, requestId, cause: signal.reason });
+  return new MemqAPIError({
+    status: null,
+    type: "aborted",
+    message,
+    requestId,
+    cause: signal.reason,
+  });
 }

@@ -88,7 +88,11 @@ const ERROR_BY_STATUS: Record<number, typeof MemqAPIError> = {
 };
 
 /** The error for an answer that is not a usable 2xx, from its status, headers and body text. */
-export function errorFromResponse(response: Response, text: string, requestId: string): MemqAPIError {
+export function errorFromResponse(
+  response: Response,
+  text: string,
+  requestId: string,
+): MemqAPIError {
   const { type, message, field } = errorBody(text, response.statusText);
   const cls = ERROR_BY_STATUS[response.status] ?? MemqAPIError;
   return new cls({
@@ -126,7 +130,10 @@ export function describe(failure: unknown): string {
 }
 
 /** (type, message, field) from memq's error envelope; the raw text when there is none. */
-function errorBody(text: string, statusText: string): { type: string; message: string; field: string | null } {
+function errorBody(
+  text: string,
+  statusText: string,
+): { type: string; message: string; field: string | null } {
   let body: unknown;
   try {
     body = JSON.parse(text);

@@ -73,7 +73,12 @@ export class RetryPolicy {
   /** Seconds to wait before sending the call again after `outcome`, or `null`: the outcome
    * is final (a success, a failure not worth repeating, retries spent, or a `Retry-After`
    * beyond the cap). */
-  delayS(outcome: Outcome, repeat: Repeat, retriesDone: number, jitter = Math.random()): number | null {
+  delayS(
+    outcome: Outcome,
+    repeat: Repeat,
+    retriesDone: number,
+    jitter = Math.random(),
+  ): number | null {
     if (retriesDone >= this.maxRetries || !worthRepeating(outcome, repeat)) return null;
     const retryAfterS = outcome.kind === "answer" ? outcome.retryAfterS : null;
     if (retryAfterS === null) {

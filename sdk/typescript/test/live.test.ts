@@ -6,8 +6,10 @@
  */
 
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { promisify } from "node:util";
 import { after, before, describe, test } from "node:test";
 
 import {
@@ -33,18 +35,22 @@ const run = randomUUID().replaceAll("-", "").slice(0, 10);
 const user = `ts-${run}`;
 const admin = new MemqClient({ baseUrl: BASE_URL, apiKey: adminKey(), maxRetries: 1 });
 let client: MemqClient;
+let tenantKey: string;
 let keyId: string;
 
 before(async () => {
   const created = await admin.createKey(`tssdk-${run}`, { name: "typescript sdk tests" });
   keyId = created.id;
+  tenantKey = created.key;
   client = new MemqClient({ baseUrl: BASE_URL, apiKey: created.key });
 });
 
 after(async () => {
   if (!client) return;
-  const erased = await client.eraseUser(user);
-  assert.deepEqual(erased.in_flight, []);
+  for (const someone of [user, README_USER]) {
+    const erased = await client.eraseUser(someone);
+    assert.deepEqual(erased.in_flight, []);
+  }
   await admin.revokeKey(keyId);
 });
 
@@ -72,7 +78,11 @@ describe("a memory's life", () => {
   let jobId: string;
 
   test("add with wait returns the finished job, its request id recorded", async () => {
-    const job = await client.add(text, { user_id: user, infer: false, wait: true, metadata: { run } }, { requestId });
+    const job = await client.add(
+      text,
+      { user_id: user, infer: false, wait: true, metadata: { run } },
+      { requestId },
+    );
     memoryId = storedId(job);
     jobId = job.job_id;
     assert.equal(job.request_id, requestId);
@@ -91,7 +101,10 @@ describe("a memory's life", () => {
     assert.equal(memory.memory, text);
     assert.deepEqual(memory.metadata, { run });
     const page = await client.page({ user_id: user, filters: { run } });
-    assert.deepEqual(page.results.map((m) => m.id), [memoryId]);
+    assert.deepEqual(
+      page.results.map((m) => m.id),
+      [memoryId],
+    );
     const all = await client.getAll({ user_id: user, page_size: 1 }).toArray();
     assert.ok(all.some((m) => m.id === memoryId));
   });
@@ -129,10 +142,11 @@ describe("a memory's life", () => {
 
 describe("jobs, batches and scopes", () => {
   test("an add without wait is accepted, then waited for", async () => {
-    const accepted = await client.add(
-      [{ role: "user", content: `Tomasz plays the ${run} oboe` }],
-      { user_id: user, run_id: "jobs", infer: false },
-    );
+    const accepted = await client.add([{ role: "user", content: `Tomasz plays the ${run} oboe` }], {
+      user_id: user,
+      run_id: "jobs",
+      infer: false,
+    });
     assert.equal(typeof accepted.job_id, "string");
     assert.equal(typeof accepted.created, "boolean");
     const job = await client.waitFor(accepted, { timeoutS: 60 });
@@ -157,7 +171,8 @@ describe("jobs, batches and scopes", () => {
     assert.equal(batch.jobs.length, 2);
     for (const job of batch.jobs) storedId(await client.waitFor(job));
     // The batch's counts read the job records, which follow the jobs' own state shortly.
-    const counted = async (): Promise<boolean> => (await client.batch(batch.batch_id)).counts.succeeded === 2;
+    const counted = async (): Promise<boolean> =>
+      (await client.batch(batch.batch_id)).counts.succeeded === 2;
     assert.ok(await eventually(counted, 5000), "the batch never counted 2 succeeded");
     const answers = await client.searchMany([
       { query: "catamaran", user_id: user, run_id: "batch", top_k: 1 },
@@ -231,5 +246,26 @@ describe("refusals are typed errors with the API's message", () => {
   test("the probes answer", async () => {
     assert.equal((await client.healthz()).status, "ok");
     assert.equal((await client.readyz()).ready, true);
+  });
+});
+
+const PACKAGE_ROOT = new URL("../../", import.meta.url); // build/test/ -> sdk/typescript/
+const README_USER = "alice";
+
+describe("README", () => {
+  test("the TypeScript example runs as pasted", async () => {
+    const readme = readFileSync(new URL("../../README.md", PACKAGE_ROOT), "utf8");
+    const section = readme.slice(readme.indexOf("### TypeScript SDK"));
+    const example = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
+    assert.ok(example, "README has no ts block under ### TypeScript SDK");
+    // Inside the package, `import ... from "memq"` resolves to its own build (dist/).
+    const script = new URL("build/readme-example.mjs", PACKAGE_ROOT);
+    writeFileSync(script, example);
+    const env = { ...process.env, MEMQ_CLIENT_API_KEY: tenantKey, MEMQ_CLIENT_URL: BASE_URL };
+    const { stdout } = await promisify(execFile)(process.execPath, [script.pathname], { env });
+    const lines = stdout.trim().split("\n");
+    assert.equal(lines[0], "succeeded [ 'I moved to Lisbon last year' ]");
+    assert.match(lines[1] ?? "", /^[\d.]+ I moved to Lisbon last year$/);
+    assert.match(lines.at(-1) ?? "", / I moved to Lisbon last year$/);
   });
 });
