@@ -25,6 +25,7 @@ AOF keeps them across restarts; ``InMemoryUsage`` in process, same rules).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.capability import llm_need
-from pipeline.errors import InvalidInputError, PermanentError
+from pipeline.errors import InvalidInputError, PermanentError, TransientError
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest
+
+log = logging.getLogger("memq.usage")
 
 
 class Usage(BaseModel):
@@ -194,13 +197,26 @@ def check_budget(ledger: UsageLedger | None, tenant: str, now: datetime) -> None
 
 
 def check_spendable(
-    request: AddRequest, vision: bool, ledger: UsageLedger | None, now: datetime
+    request: AddRequest,
+    vision: bool,
+    ledger: UsageLedger | None,
+    now: datetime,
+    *,
+    at_intake: bool = False,
 ) -> None:
     """``check_budget`` for an add that needs the LLM (``pipeline.capability.llm_need``: to
     extract facts, write a procedural summary or describe images); an add that does not is
-    never refused for the budget."""
-    if llm_need(request, vision) is not None:
+    never refused for the budget. ``at_intake``: a ledger that cannot be read (Redis down)
+    lets the add through, since the intake accepts while either store is up and extract checks
+    again before the model is called; elsewhere its ``TransientError`` is raised."""
+    if llm_need(request, vision) is None:
+        return
+    try:
         check_budget(ledger, request.scope.tenant, now)
+    except TransientError as exc:
+        if not at_intake:
+            raise
+        log.warning("token budget of %s unread at the intake (%s)", request.scope.tenant, exc)
 
 
 def days_between(first: date, last: date) -> list[date]:

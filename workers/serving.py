@@ -44,7 +44,8 @@ class CeleryIntake:
         ``workers.intake.submit``."""
         runtime = self.app.runtime
         check_runnable(request, runtime.settings)
-        check_spendable(request, runtime.settings.llm.vision, runtime.usage, runtime.clock())
+        vision = runtime.settings.llm.vision
+        check_spendable(request, vision, runtime.usage, runtime.clock(), at_intake=True)
         return submit(self.app, request, idempotency_key, batch_id, backfill, request_id=request_id)
 
     def replay(self, job_id: str) -> JobRecord:

@@ -11,8 +11,6 @@ scripted model, which reports token usage.
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -26,8 +24,10 @@ from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.usage import Charge, InMemoryUsage, Usage, UsageLedger
 from pipeline.usage_redis import RedisUsage
 from tests.conftest import admin_key
-from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
+
+# its autouse fixture: the scripted model answers one fact per 'fact: ...' line
+from tests.integration.test_pipeline import scripted  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -85,21 +85,6 @@ def test_budgets_are_set_raised_and_removed(ledger: UsageLedger) -> None:
 
 
 # --- through the API and the worker -------------------------------------------------------
-
-
-def facts_reply(request: dict[str, Any]) -> str:
-    """The scripted model: one fact per 'fact: ...' line of the new messages."""
-    new = request["messages"][-1]["content"].split("New messages:", 1)[-1]
-    facts = re.findall(r"fact: ([^\n]+)", new)
-    return json.dumps({"memory": [{"text": f, "attributed_to": "user"} for f in facts]})
-
-
-@pytest.fixture(autouse=True)
-def scripted(fake_llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
-    fake_llm.reset()
-    fake_llm.responder = facts_reply
-    yield fake_llm
-    fake_llm.reset()
 
 
 @pytest.fixture

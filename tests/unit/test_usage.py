@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from pipeline.errors import InvalidInputError
+from pipeline.errors import InvalidInputError, TransientError
 from pipeline.jobs import JobStatus, job_record
 from pipeline.memory import Memory
 from pipeline.phases import PHASES, run_phase
@@ -17,12 +17,14 @@ from pipeline.state import JobState, Phase
 from pipeline.usage import (
     OTHER_TENANTS,
     BudgetSpentError,
+    BudgetState,
     Charge,
     InMemoryUsage,
     Usage,
     capped,
     charge_of,
     check_budget,
+    check_spendable,
     next_month,
     usage_report,
 )
@@ -158,3 +160,17 @@ def test_metrics_name_the_tenants_that_use_most_and_sum_the_rest() -> None:
     assert list(kept) == ["t4", "t3", OTHER_TENANTS]
     assert kept[OTHER_TENANTS] == Usage(jobs=3, prompt_tokens=0 + 1 + 2)
     assert capped(totals, 10) == dict(sorted(totals.items(), key=lambda i: -i[1].tokens))
+
+
+class UnreachableUsage(InMemoryUsage):
+    """A ledger whose storage is down: every budget read fails as Redis down would."""
+
+    def budget_state(self, tenant: str, month: str) -> BudgetState:
+        raise TransientError("read the token budget: Redis ConnectionError")
+
+
+def test_the_intake_accepts_when_the_budget_cannot_be_read_and_extract_waits_for_it() -> None:
+    request = conversation(("user", "I sing"))
+    check_spendable(request, False, UnreachableUsage(), NOW, at_intake=True)
+    with pytest.raises(TransientError):  # extract: retried until the ledger answers
+        check_spendable(request, False, UnreachableUsage(), NOW)
