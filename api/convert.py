@@ -12,7 +12,16 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from api.errors import location, most_specific
-from api.schemas import JobPublic, MemoryCreate, MemoryEvent, MemoryPublic
+from api.schemas import (
+    BudgetPublic,
+    DayUsagePublic,
+    JobPublic,
+    MemoryCreate,
+    MemoryEvent,
+    MemoryPublic,
+    UsagePublic,
+    UsageReportPublic,
+)
 from pipeline.capability import refusal
 from pipeline.config import Settings
 from pipeline.errors import InvalidInputError
@@ -20,6 +29,7 @@ from pipeline.filters import split_scope
 from pipeline.jobs import JobRecord, public_results
 from pipeline.keys import Principal
 from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.usage import BudgetState, Usage, UsageReport
 
 _MESSAGES = TypeAdapter(list[MessageIn])
 FILTERS_MAX_CHARS = 10_000
@@ -178,3 +188,30 @@ def job_public(record: JobRecord) -> JobPublic:
 def memory_public(item: dict[str, Any]) -> MemoryPublic:
     """``{"id", **source}`` as the API shows a memory."""
     return MemoryPublic.from_source(item["id"], item)
+
+
+def usage_public(usage: Usage) -> dict[str, int]:
+    return {**usage.fields(), "tokens": usage.tokens}
+
+
+def budget_public(tenant: str, state: BudgetState, month: str) -> BudgetPublic:
+    return BudgetPublic(
+        tenant=tenant,
+        monthly_tokens=state.budget,
+        month=month,
+        month_tokens=state.month_tokens,
+        spent=state.spent,
+    )
+
+
+def report_public(report: UsageReport) -> UsageReportPublic:
+    return UsageReportPublic.model_validate(
+        {
+            "tenant": report.tenant,
+            "from": report.first,
+            "to": report.last,
+            "total": UsagePublic(**usage_public(report.total)),
+            "days": [DayUsagePublic(day=d.day, **usage_public(d.usage)) for d in report.days],
+            "budget": budget_public(report.tenant, report.budget, report.month),
+        }
+    )

@@ -24,6 +24,7 @@ from pipeline.models import Identifier
 from pipeline.search import Searcher
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import ServingStore
+from pipeline.usage import UsageLedger
 
 
 class UnauthorizedError(PermanentError):
@@ -77,6 +78,10 @@ def get_intake(resources: ResourcesDep) -> Intake:
     return resources.intake
 
 
+def get_usage(resources: ResourcesDep) -> UsageLedger:
+    return resources.usage
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[ServingStore, Depends(get_store)]
 ElasticStoreDep = Annotated[ElasticStore, Depends(get_elastic_store)]
@@ -85,6 +90,7 @@ KeysDep = Annotated[KeyStore, Depends(get_keys)]
 PhaseDepsDep = Annotated[Deps, Depends(get_phase_deps)]
 ClockDep = Annotated[Callable[[], datetime], Depends(get_clock)]
 IntakeDep = Annotated[Intake, Depends(get_intake)]
+UsageDep = Annotated[UsageLedger, Depends(get_usage)]
 
 # Both schemes are declared so that OpenAPI documents them (Swagger's Authorize button); they
 # read the same header, and either one is enough (neither raises on its own).

@@ -28,6 +28,7 @@ from pipeline.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from pipeline.usage import BudgetSpentError
 
 log = logging.getLogger("memq.api")
 
@@ -73,6 +74,7 @@ def _status(exc: MemqError) -> tuple[int, str]:
         (ForbiddenError, 403, "forbidden"),
         (SignatureError, 401, "bad_signature"),
         (RateLimitedError, 429, "rate_limited"),
+        (BudgetSpentError, 429, "budget_spent"),
         (NotFoundError, 404, "not_found"),
         (InvalidInputError, 422, "invalid_input"),
         (TransientError, 503, "unavailable"),
@@ -116,7 +118,8 @@ def install_error_handlers(app: FastAPI) -> None:
         status, kind = _status(exc)
         if status == 500:  # an error of ours no caller can act on: logged, and named by its id
             log_unexpected(request)
-        retry_after_s = exc.retry_after_s if isinstance(exc, RateLimitedError) else 5
+        limited = isinstance(exc, RateLimitedError | BudgetSpentError)
+        retry_after_s = getattr(exc, "retry_after_s", 5) if limited else 5
         request_id = request_id_of(request) if status == 500 else None
         field = getattr(exc, "field", None)
         return error(status, kind, exc.reason, field, retry_after_s, request_id=request_id)

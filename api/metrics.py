@@ -1,8 +1,11 @@
 """Prometheus metrics of the API process: its own registry (never the global one), request and
-enqueue figures recorded as they happen, job and queue figures read at scrape time."""
+enqueue figures recorded as they happen, job, queue and per-tenant usage figures read at scrape
+time."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -13,8 +16,11 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from pipeline.errors import MemqError
+from pipeline.usage import UsageLedger, capped, month_of, utc_day
 
 if TYPE_CHECKING:
     from api.resources import Resources
@@ -50,7 +56,7 @@ def render_metrics(resources: Resources, metrics: Metrics) -> tuple[bytes, str]:
             metrics.queue_depth.labels(queue=queue).set(int(resources.redis.llen(queue)))
         except Exception:  # Redis down: the gauge keeps its last value
             continue
-    return generate_latest(metrics.registry), CONTENT_TYPE_LATEST
+    return generate_latest(metrics.registry) + usage_metrics(resources), CONTENT_TYPE_LATEST
 
 
 def job_counts(resources: Resources) -> dict[str, int]:
@@ -60,3 +66,51 @@ def job_counts(resources: Resources) -> dict[str, int]:
         return resources.services.store.job_counts()
     except MemqError:
         return {}
+
+
+class UsageMetrics(Collector):
+    """Each tenant's usage and budget (``pipeline.usage``), read from the ledger at scrape
+    time: ``memq_tenant_usage_total{tenant,kind}`` (a counter per ``Usage`` field since usage
+    was first counted) for at most ``limit`` tenants (the rest as ``tenant="_other"``), and
+    ``memq_tenant_token_budget`` / ``memq_tenant_month_tokens`` for tenants with a budget."""
+
+    def __init__(self, ledger: UsageLedger, limit: int, now: datetime) -> None:
+        self.ledger = ledger
+        self.limit = limit
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        usage = CounterMetricFamily(
+            "memq_tenant_usage",
+            "Usage per tenant since it was first counted",
+            labels=["tenant", "kind"],
+        )
+        for tenant, figures in capped(self.ledger.totals(), self.limit).items():
+            for kind, count in figures.fields().items():
+                usage.add_metric([tenant, kind], count)
+        yield usage
+        budget = GaugeMetricFamily(
+            "memq_tenant_token_budget", "Monthly LLM token budget", labels=["tenant"]
+        )
+        month_tokens = GaugeMetricFamily(
+            "memq_tenant_month_tokens",
+            "LLM tokens this UTC month, of tenants with a budget",
+            labels=["tenant"],
+        )
+        month = month_of(utc_day(self.now))
+        for tenant, tokens in sorted(self.ledger.budgets().items()):
+            budget.add_metric([tenant], tokens)
+            month_tokens.add_metric([tenant], self.ledger.budget_state(tenant, month).month_tokens)
+        yield budget
+        yield month_tokens
+
+
+def usage_metrics(resources: Resources) -> bytes:
+    """The per-tenant usage families (none while Redis cannot be reached)."""
+    registry = CollectorRegistry()
+    limit = resources.settings.api.usage_metrics_tenants
+    registry.register(UsageMetrics(resources.usage, limit, resources.services.clock()))
+    try:
+        return generate_latest(registry)
+    except MemqError:
+        return b""

@@ -24,6 +24,7 @@ import redis
 from pipeline.config import Settings
 from pipeline.intake import Intake
 from pipeline.services import Services
+from pipeline.usage_redis import RedisUsage
 
 if TYPE_CHECKING:
     from api.limits import TenantLimits
@@ -72,6 +73,11 @@ class Resources:
         """The API's own Redis client (tenant limits, readiness, queue depths); connects on
         first command."""
         return redis.Redis.from_url(self.settings.redis.url)
+
+    @cached_property
+    def usage(self) -> RedisUsage:
+        """Per-tenant usage and budgets (``pipeline.usage``), in the API's Redis."""
+        return RedisUsage(self.redis, self.settings.es.index_prefix)
 
     @cached_property
     def limits(self) -> TenantLimits:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -369,3 +369,49 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
 }
 """memq's error body, declared for every operation instead of FastAPI's default 422 shape."""
+
+
+class UsagePublic(BaseModel):
+    """What a tenant used (``pipeline.usage``): jobs ended (``failed_jobs`` of them failed or
+    dead), memories stored, LLM tokens and calls, and texts embedded."""
+
+    jobs: int
+    failed_jobs: int
+    memories: int
+    prompt_tokens: int
+    completion_tokens: int
+    tokens: int = Field(description="prompt_tokens + completion_tokens: what a budget counts")
+    llm_calls: int
+    embeddings: int = Field(description="texts embedded for the jobs (facts and new turns)")
+
+
+class DayUsagePublic(UsagePublic):
+    day: date = Field(description="a UTC day: the jobs that ended on it")
+
+
+class BudgetPublic(BaseModel):
+    """A tenant's monthly token budget (``monthly_tokens`` null: none) and the tokens of the
+    current UTC month (``month``, ``YYYY-MM``)."""
+
+    tenant: str
+    monthly_tokens: int | None
+    month: str
+    month_tokens: int
+    spent: bool = Field(description="extraction is refused until the month ends or it is raised")
+
+
+class UsageReportPublic(BaseModel):
+    tenant: str
+    from_: date = Field(alias="from", serialization_alias="from")
+    to: date
+    total: UsagePublic
+    days: list[DayUsagePublic]
+    budget: BudgetPublic
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class BudgetSet(_In):
+    monthly_tokens: int = Field(
+        ge=1, le=10**15, description="LLM tokens (prompt + completion) the tenant may use a month"
+    )

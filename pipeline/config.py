@@ -360,6 +360,8 @@ class ApiConfig(_Section):
     # While Elasticsearch cannot be reached, a key read within this many seconds still
     # authenticates (its revocation could not be recorded either), so adds keep being accepted.
     key_stale_s: float = Field(default=3600.0, ge=0, le=86_400)
+    # Tenants named in /metrics' per-tenant usage (by tokens used); the rest are one "_other".
+    usage_metrics_tenants: int = Field(default=100, ge=0, le=10_000)
 
     @field_validator("admin_key")
     @classmethod

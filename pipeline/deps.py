@@ -9,6 +9,7 @@ from datetime import datetime
 from pipeline.models import utcnow
 from pipeline.protocols import LLM, Embedder, EntityExtractor, Lemmatizer
 from pipeline.store.protocol import Store
+from pipeline.usage import UsageLedger
 from pipeline.webhook import WebhookSender
 
 
@@ -28,7 +29,8 @@ class Deps:
     then only infer=False jobs can run. ``names`` embeds entity names (``embedder`` when
     unset; the services give it a cache, ``pipeline.embedding.cache``). ``queries`` embeds the
     new turns retrieval searches with (``embedder`` when unset; a worker's finds the turns
-    embedded ahead, ``pipeline.embedding.shared``)."""
+    embedded ahead, ``pipeline.embedding.shared``). ``usage`` is where ended jobs are charged
+    and budgets are read (``pipeline.usage``); None counts nothing and caps nothing."""
 
     store: Store
     embedder: Embedder
@@ -41,6 +43,7 @@ class Deps:
     webhooks: WebhookSender = field(default_factory=WebhookSender)
     names: Embedder | None = None
     queries: Embedder | None = None
+    usage: UsageLedger | None = None
 
     @property
     def query_embedder(self) -> Embedder:

@@ -21,6 +21,7 @@ from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import NAMESPACE, AddRequest
 from pipeline.state import JobState
+from pipeline.usage import check_spendable
 from workers.batches import make_ready
 from workers.runtime import MemqCelery
 from workers.turns import hand_on
@@ -311,6 +312,7 @@ def replay(app: MemqCelery, job_id: str) -> JobRecord:
     state = state_of(record).with_(attempts=record.attempts + 1)
     check_runnable(state.request, runtime.settings)  # a replay that would fail again is refused
     now = runtime.clock()
+    check_spendable(state.request, runtime.settings.llm.vision, runtime.usage, now, at_intake=True)
     runtime.states.intake_begun(job_id, now)
     queued = job_record(state, JobStatus.QUEUED, now)
     runtime.store.save_job(queued)

@@ -30,6 +30,7 @@ from pipeline.services import build_deps, make_reranker, make_searcher, webhook_
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
+from pipeline.usage_redis import RedisUsage
 from workers.chat_buffer import ChatBuffer
 from workers.keeper import Keeper
 from workers.leases import RunLeases
@@ -112,8 +113,14 @@ class Runtime:
         return WorkerMetrics()
 
     @cached_property
+    def usage(self) -> RedisUsage:
+        """Per-tenant usage and budgets (``pipeline.usage``), in this process's Redis."""
+        return RedisUsage(self.redis, self.settings.es.index_prefix)
+
+    @cached_property
     def deps(self) -> Deps:
         deps = build_deps(self.settings, self.store, self.clock, self.metrics.llm_call)
+        deps = replace(deps, usage=self.usage)
         if not self.settings.worker.embed_ahead:
             return deps
         return replace(deps, queries=self.shared_vectors(deps.embedder))

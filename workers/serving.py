@@ -13,6 +13,7 @@ from pipeline.config import Settings
 from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest
+from pipeline.usage import check_spendable
 from workers.app import create_celery
 from workers.chat import accept_event
 from workers.erase import erase_user_everywhere
@@ -38,8 +39,13 @@ class CeleryIntake:
         request_id: str | None = None,
     ) -> Accepted:
         """Refuse (``InvalidInputError``) an add this deployment cannot run, such as one that
-        asks for extraction where no LLM is configured; else ``workers.intake.submit``."""
-        check_runnable(request, self.app.runtime.settings)
+        asks for extraction where no LLM is configured, and (``BudgetSpentError``) one that
+        needs the LLM while its tenant's monthly token budget is spent; else
+        ``workers.intake.submit``."""
+        runtime = self.app.runtime
+        check_runnable(request, runtime.settings)
+        vision = runtime.settings.llm.vision
+        check_spendable(request, vision, runtime.usage, runtime.clock(), at_intake=True)
         return submit(self.app, request, idempotency_key, batch_id, backfill, request_id=request_id)
 
     def replay(self, job_id: str) -> JobRecord:

@@ -41,6 +41,7 @@ from pipeline.phases import PHASES, PhaseSpec, Workload, next_phase, run_batch
 from pipeline.phases.retrieve import embed_queries_ahead
 from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase, run_log_fields
+from pipeline.usage import charge_of
 from workers.aof import rewrite_aof_if_due
 from workers.batches import (
     BACKFILL,
@@ -184,11 +185,14 @@ def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> bool:
 def end_job(
     app: MemqCelery, state: JobState, status: JobStatus, phase: str | None, reason: str
 ) -> None:
-    """Record the job ``status`` with ``reason``, then free its state and hand the line on
-    (unless it was replayed meanwhile). Raises ``TransientError`` when the record cannot be
-    written; nothing else has happened then."""
+    """Record the job ``status`` with ``reason`` and charge its usage to its tenant, then
+    free its state and hand the line on (unless it was replayed meanwhile). Raises
+    ``TransientError`` when the record cannot be written or the charge applied; nothing else
+    has happened then (the charge is applied once however often this runs)."""
     runtime = app.runtime
-    runtime.store.save_job(job_record(state, status, runtime.clock(), phase=phase, reason=reason))
+    record = job_record(state, status, runtime.clock(), phase=phase, reason=reason)
+    runtime.store.save_job(record)
+    runtime.usage.charge([charge_of(record)])
     runtime.metrics.jobs_ended(status.value)
     log.warning(
         "job %s %s in phase %s: %s",

@@ -1,13 +1,25 @@
-"""API keys: admins create, list and revoke tenant keys."""
+"""Admin routes: API keys (create, list, revoke), and each tenant's usage and token budget."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import date
+from typing import Annotated, Any
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Query, status
 
-from api.deps import AdminDep, ClockDep, IdPath, KeysDep
-from api.schemas import KeyCreate, KeyCreated, KeyPublic, Message
+from api.convert import budget_public, report_public
+from api.deps import AdminDep, ClockDep, IdPath, KeysDep, UsageDep
+from api.schemas import (
+    BudgetPublic,
+    BudgetSet,
+    KeyCreate,
+    KeyCreated,
+    KeyPublic,
+    Message,
+    UsageReportPublic,
+)
+from pipeline.models import Identifier
+from pipeline.usage import month_of, usage_report, utc_day
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -28,3 +40,48 @@ def list_keys(keys: KeysDep, _admin: AdminDep, tenant: str | None = None) -> lis
 def revoke_key(key_id: IdPath, keys: KeysDep, clock: ClockDep, _admin: AdminDep) -> dict[str, str]:
     keys.revoke(key_id, clock())
     return {"message": f"key {key_id} revoked"}
+
+
+@router.get("/usage", response_model=UsageReportPublic)
+def tenant_usage(
+    tenant: Annotated[Identifier, Query(description="the tenant")],
+    usage: UsageDep,
+    clock: ClockDep,
+    _admin: AdminDep,
+    first: Annotated[
+        date | None, Query(alias="from", description="first UTC day (default: this month's 1st)")
+    ] = None,
+    last: Annotated[
+        date | None, Query(alias="to", description="last UTC day (default: today)")
+    ] = None,
+) -> UsageReportPublic:
+    """A tenant's usage on each UTC day from ``from`` to ``to`` (at most 366 days), their sum,
+    and its monthly token budget with this month's tokens."""
+    return report_public(usage_report(usage, tenant, first, last, clock()))
+
+
+@router.get("/budgets", response_model=list[BudgetPublic])
+def list_budgets(usage: UsageDep, clock: ClockDep, _admin: AdminDep) -> list[BudgetPublic]:
+    """Every tenant's monthly token budget that is set, with this month's tokens."""
+    month = month_of(utc_day(clock()))
+    return [
+        budget_public(tenant, usage.budget_state(tenant, month), month)
+        for tenant in sorted(usage.budgets())
+    ]
+
+
+@router.put("/budgets/{tenant}", response_model=BudgetPublic)
+def set_budget(
+    tenant: IdPath, body: BudgetSet, usage: UsageDep, clock: ClockDep, _admin: AdminDep
+) -> BudgetPublic:
+    """Set (or raise, or lower) a tenant's monthly token budget; it holds from the next add."""
+    usage.set_budget(tenant, body.monthly_tokens)
+    month = month_of(utc_day(clock()))
+    return budget_public(tenant, usage.budget_state(tenant, month), month)
+
+
+@router.delete("/budgets/{tenant}", response_model=Message)
+def remove_budget(tenant: IdPath, usage: UsageDep, _admin: AdminDep) -> dict[str, str]:
+    """Remove a tenant's monthly token budget: its extraction is no longer capped."""
+    usage.set_budget(tenant, None)
+    return {"message": f"tenant {tenant} has no token budget"}

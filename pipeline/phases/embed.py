@@ -40,7 +40,12 @@ def embed_facts_batch(states: Sequence[JobState], deps: Deps) -> BatchResult:
     for state in states:
         end = start + len(state.facts)
         failed = [e for e in errors[start:end] if e is not None]
-        out.append(state.with_(embeddings=vectors[start:end], errors=[*state.errors, *failed]))
+        counts = {**state.counts, "embedded": state.counts.get("embedded", 0) + end - start}
+        out.append(
+            state.with_(
+                embeddings=vectors[start:end], errors=[*state.errors, *failed], counts=counts
+            )
+        )
         start = end
     return BatchResult(states=out)
 

@@ -20,6 +20,7 @@ from pipeline.models import AddRequest, ContextMessage, ExistingMemory, Fact, Me
 from pipeline.prompts import load_prompt
 from pipeline.protocols import LLM, ChatMessage, TokenUsage
 from pipeline.state import JobState
+from pipeline.usage import check_spendable
 
 log = logging.getLogger("memq.extract")
 
@@ -39,8 +40,10 @@ class Turn:
 def extract_facts(state: JobState, deps: Deps) -> JobState:
     """Fill ``state.facts``, and add the LLM tokens spent to ``state.counts``
     (``prompt_tokens``, ``completion_tokens``, ``llm_calls``). Raises ``PermanentError`` when
-    the LLM's reply stays unusable (the raw reply is in the reason) or when extraction needs an
-    LLM and there is none."""
+    the LLM's reply stays unusable (the raw reply is in the reason), when extraction needs an
+    LLM and there is none, and (``BudgetSpentError``) when it needs one and the tenant's monthly
+    token budget is spent."""
+    check_spendable(state.request, deps.vision, deps.usage, deps.clock())
     usage = TokenUsage()
     facts = facts_of(state, deps, usage)
     return state.with_(facts=facts, counts=with_usage(state.counts, usage))

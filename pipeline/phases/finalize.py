@@ -11,13 +11,15 @@ from pipeline.jobs import JobStatus, job_record
 from pipeline.models import ContextMessage
 from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import SessionMessages
+from pipeline.usage import charge_of
 from pipeline.webhook import Delivery
 
 
 def finalize_jobs_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     """Append each job's messages to its window and write its ``succeeded`` record: one read
     and one bulk for the batch. A webhook that fails is reported in its job's record; it does
-    not fail the job."""
+    not fail the job. Then each job's usage is charged to its tenant (once per run, however
+    often this is called: ``pipeline.usage``)."""
     entries = [
         SessionMessages(
             scope=s.request.scope,
@@ -31,7 +33,10 @@ def finalize_jobs_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
         for s in states
     ]
     now = deps.clock()
-    deps.store.finish_jobs(entries, [job_record(s, JobStatus.SUCCEEDED, now) for s in states])
+    records = [job_record(s, JobStatus.SUCCEEDED, now) for s in states]
+    deps.store.finish_jobs(entries, records)
+    if deps.usage is not None:
+        deps.usage.charge([charge_of(record) for record in records])
     return notify(states, deps)
 
 

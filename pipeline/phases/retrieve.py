@@ -59,7 +59,9 @@ def retrieve_existing_of(states: Sequence[JobState], deps: Deps) -> list[JobStat
     )
     out = list(states)
     for (i, _), existing in zip(wanted, found, strict=True):
-        out[i] = states[i].with_(existing=existing)
+        # the new turn was embedded for this job (ahead, or in the call above)
+        counts = {**states[i].counts, "embedded": states[i].counts.get("embedded", 0) + 1}
+        out[i] = states[i].with_(existing=existing, counts=counts)
     return out
 
 
