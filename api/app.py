@@ -17,7 +17,7 @@ from api.mcp import mount_mcp
 from api.metrics import Metrics
 from api.request_ids import RequestIds
 from api.resources import IntakeFactory, Resources
-from api.routes import admin, export, health, jobs, mem0, memories, webhooks
+from api.routes import admin, export, health, jobs, mem0, mem0_platform, memories, webhooks
 from api.schemas import ERROR_RESPONSES
 from api.ui import mount_ui
 from pipeline.config import Settings
@@ -180,6 +180,7 @@ def create_app(
         admin.router,
         webhooks.router,
         mem0.router,
+        mem0_platform.router,
         export.router,
     ):
         app.include_router(router)
