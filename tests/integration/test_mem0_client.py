@@ -346,7 +346,7 @@ def test_memory_export_by_id_and_by_filters(client: Any, uid: str) -> None:
     assert created["id"].startswith("exp_")
     export = client.get_memory_export(memory_export_id=created["id"])
     assert (export["id"], export["format"], export["count"]) == (created["id"], "memq-export", 2)
-    assert export["selector"] == {"user_id": uid}
+    assert export["selector"]["user_id"] == uid
     texts = {m["text"] for m in export["memories"]}
     assert texts == {"I love udon", "I live in Bergen"}
     udon = next(m for m in export["memories"] if m["id"] == first["id"])
