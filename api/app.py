@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import error, install_error_handlers, internal_error, log_unexpected
 from api.mcp import mount_mcp
 from api.metrics import Metrics
+from api.operation_ids import operation_id
 from api.request_ids import RequestIds
 from api.resources import IntakeFactory, Resources
 from api.routes import admin, export, health, jobs, mem0, mem0_platform, memories, webhooks
@@ -163,6 +164,7 @@ def create_app(
         responses=ERROR_RESPONSES,
         static_url="/docs-assets",
         openapi_tags=TAGS,
+        generate_unique_id_function=operation_id,
     )
     app.state.settings = settings
     app.state.resources = resources

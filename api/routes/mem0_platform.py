@@ -37,7 +37,7 @@ router = APIRouter(tags=["mem0 compatibility"], dependencies=[UnicodeBody, ReadL
 
 
 @router.get("/v1/entities/", response_model=Mem0Entities)
-def list_mem0_entities(store: StoreDep, principal: PrincipalDep) -> dict[str, Any]:
+def users(store: StoreDep, principal: PrincipalDep) -> dict[str, Any]:
     """mem0's ``users()``: every user, agent and run with memories in the tenant, in one page
     (``reset()`` deletes each one it lists)."""
     tenant = principal.tenant
@@ -63,7 +63,7 @@ def list_mem0_entities(store: StoreDep, principal: PrincipalDep) -> dict[str, An
     response_model_exclude_none=True,
     dependencies=[WriteLimited],
 )
-def delete_mem0_entity(
+def delete_users(
     *,
     entity_type: str,
     entity_id: IdPath,
@@ -83,7 +83,7 @@ def delete_mem0_entity(
 
 
 @router.post("/v1/exports/", response_model=Mem0ExportCreated)
-def create_mem0_export(
+def create_memory_export(
     principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
 ) -> dict[str, str]:
     """mem0's ``create_memory_export(schema, **filters)``: names the selection. The schema is
@@ -96,7 +96,7 @@ def create_mem0_export(
 
 
 @router.post("/v1/exports/get/", response_model=Mem0Export)
-def get_mem0_export(
+def get_memory_export(
     store: ElasticStoreDep,
     settings: SettingsDep,
     clock: ClockDep,
@@ -136,7 +136,7 @@ def export_selector(tenant: str, body: dict[str, Any]) -> Selector:
     response_model_exclude_none=True,
     dependencies=[WriteLimited],
 )
-def mem0_feedback(
+def feedback(
     store: StoreDep, clock: ClockDep, principal: PrincipalDep, body: Mem0FeedbackIn
 ) -> dict[str, Any]:
     """mem0's ``feedback(memory_id, feedback, feedback_reason)``: kept on the memory and shown
