@@ -14,10 +14,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error, install_error_handlers, internal_error, log_unexpected
 from api.mcp import mount_mcp
-from api.metrics import Metrics
+from api.metrics import Metrics, route_label
+from api.operation_ids import operation_id
 from api.request_ids import RequestIds
 from api.resources import IntakeFactory, Resources
-from api.routes import admin, export, health, jobs, mem0, memories, webhooks
+from api.routes import admin, export, health, jobs, mem0, mem0_platform, memories, webhooks
 from api.schemas import ERROR_RESPONSES
 from api.ui import mount_ui
 from pipeline.config import Settings
@@ -163,6 +164,7 @@ def create_app(
         responses=ERROR_RESPONSES,
         static_url="/docs-assets",
         openapi_tags=TAGS,
+        generate_unique_id_function=operation_id,
     )
     app.state.settings = settings
     app.state.resources = resources
@@ -180,6 +182,7 @@ def create_app(
         admin.router,
         webhooks.router,
         mem0.router,
+        mem0_platform.router,
         export.router,
     ):
         app.include_router(router)
@@ -190,16 +193,20 @@ def create_app(
 async def count_requests(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
-    """Count every request by route and status. A bug becomes a JSON 500 here, answered like any
-    other response, so the connection stays usable (an exception left to the server drops it)."""
+    """Count every request by route and status, and time it by route. A bug becomes a JSON
+    500 here, answered like any other response, so the connection stays usable (an exception
+    left to the server drops it)."""
     started = time.perf_counter()
+    before = dict(request.scope)  # routing into a mounted app rewrites the scope's paths
     try:
         response = await call_next(request)
     except Exception:
         log_unexpected(request)
         response = internal_error(request)
-    route = request.scope.get("route")
-    path = getattr(route, "path", "unmatched")
-    request.app.state.metrics.requests.labels(request.method, path, str(response.status_code)).inc()
-    request.state.elapsed_s = time.perf_counter() - started
+    elapsed_s = time.perf_counter() - started
+    route = route_label(request, before)
+    metrics = request.app.state.metrics
+    metrics.requests.labels(request.method, route, str(response.status_code)).inc()
+    metrics.request_seconds.labels(request.method, route).observe(elapsed_s)
+    request.state.elapsed_s = elapsed_s
     return response

@@ -4,9 +4,9 @@ time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -18,6 +18,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.routing import Match, Mount, Route
 
 from pipeline.errors import MemqError
 from pipeline.usage import UsageLedger, capped, month_of, utc_day
@@ -35,6 +37,14 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        # time to the response's start (a streamed body, such as an export, runs on after it)
+        self.request_seconds = Histogram(
+            "memq_http_request_duration_seconds",
+            "Time to answer an HTTP request, by route",
+            ["method", "route"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
         self.enqueue_seconds = Histogram(
             "memq_enqueue_seconds",
             "Time to accept a job",
@@ -45,6 +55,23 @@ class Metrics:
         self.queue_depth = Gauge(
             "memq_queue_depth", "Messages waiting per queue", ["queue"], registry=self.registry
         )
+
+
+def route_label(request: Request, matched: Mapping[str, Any]) -> str:
+    """The route a request reached, as its path template: FastAPI's own routes name
+    themselves in the scope; a mounted app (``/mcp``, static files) is found by matching
+    ``matched``, the request's scope before routing changed it. ``unmatched`` for no route at
+    all (a path per request would let any caller grow the metrics without bound)."""
+    route = request.scope.get("route")
+    if route is not None:
+        return str(route.path)
+    for candidate in request.app.router.routes:
+        if (
+            isinstance(candidate, Route | Mount)
+            and candidate.matches(dict(matched))[0] is Match.FULL
+        ):
+            return candidate.path
+    return "unmatched"
 
 
 def render_metrics(resources: Resources, metrics: Metrics) -> tuple[bytes, str]:

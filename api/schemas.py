@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -354,6 +354,68 @@ class Mem0HistoryEntry(BaseModel):
     old_memory: str | None = None
     new_memory: str | None = None
     created_at: datetime | None = None
+
+
+class Mem0Entity(BaseModel):
+    """A user, agent or run with memories, as mem0's ``users()`` lists it (``id`` is its
+    name: memq keeps no other id for it; ``owner`` and ``organization`` are the tenant)."""
+
+    id: str
+    name: str
+    type: str
+    total_memories: int
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    owner: str
+    organization: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Mem0Entities(BaseModel):
+    count: int
+    next: int | None = None
+    previous: int | None = None
+    results: list[Mem0Entity]
+
+
+class Mem0EntityDeleted(BaseModel):
+    message: str
+    deleted: int | None = None  # an agent's or run's memories deleted
+    erased: dict[str, int] | None = None  # a user's data erased, per place
+    in_flight: list[str] | None = None  # a user's unfinished jobs (repeat once they end)
+
+
+class Mem0ExportCreated(BaseModel):
+    message: str
+    id: str
+
+
+class Mem0Export(BaseModel):
+    """memq's dump of the selected memories (``pipeline.export``), read when fetched; the
+    caller's schema is not applied (that needs a model call)."""
+
+    id: str
+    format: str
+    version: int
+    exported_at: datetime
+    selector: dict[str, str]
+    count: int
+    memories: list[dict[str, Any]]
+
+
+class Mem0FeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    memory_id: str = Field(min_length=1, max_length=128)
+    feedback: Literal["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"] | None = None
+    feedback_reason: str | None = Field(default=None, max_length=2000)
+
+
+class Mem0FeedbackOut(BaseModel):
+    id: str
+    feedback: str | None = None
+    feedback_reason: str | None = None
+    message: str
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

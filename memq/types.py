@@ -198,6 +198,9 @@ class Memory(MemqModel):
     valid_until: datetime | None = None
     replaced_by: list[str] | None = None
     replaces: list[str] | None = None
+    # a caller's verdict on it (mem0's feedback): recorded and shown, not used by search
+    feedback: str | None = None
+    feedback_reason: str | None = None
 
 
 class Explain(MemqModel):

@@ -54,6 +54,11 @@ class NotFoundError(PermanentError):
     """No such thing for this caller (absent, or another tenant's: the two look the same)."""
 
 
+class NotServedError(PermanentError):
+    """A call memq understands but does not serve (a part of mem0's platform with no meaning
+    here, or one that would need a model call per read): ``reason`` says why and what instead."""
+
+
 class ConfigurationError(PermanentError):
     """memq is configured in a way that cannot work (wrong dims, unreachable model file...)."""
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -61,6 +61,9 @@ _MEMORY_FIELDS = (
     "valid_until",
     "replaced_by",
     "replaces",
+    "feedback",
+    "feedback_reason",
+    "feedback_at",
 )
 
 
@@ -132,6 +135,9 @@ class MemoryLine(_Line):
     valid_until: AwareDatetime | None = None  # validity (pipeline.validity)
     replaced_by: list[str] = Field(default_factory=list, max_length=1000)
     replaces: list[str] = Field(default_factory=list, max_length=1000)
+    feedback: Literal["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"] | None = None
+    feedback_reason: str | None = Field(default=None, max_length=2000)
+    feedback_at: AwareDatetime | None = None
     entities: list[EntityLine] = Field(default_factory=list, max_length=1000)
     history: list[HistoryLine] | None = None
     embedding: list[float] | None = None
@@ -158,7 +164,7 @@ def export_lines(
     embedding_model: str,
     dims: int,
     now: datetime,
-) -> Iterator[str]:
+) -> Generator[str]:
     """The dump of ``options.selector`` as JSON lines (each ending in a newline), a page of
     memories at a time. A failure mid-way raises, and the dump then lacks its end line."""
     dump = DumpStore(store)
@@ -491,6 +497,9 @@ def memory_source(line: MemoryLine, deps: Deps, vector: list[float]) -> dict[str
         "valid_until": line.valid_until.isoformat() if line.valid_until else None,
         "replaced_by": line.replaced_by or None,
         "replaces": line.replaces or None,
+        "feedback": line.feedback,
+        "feedback_reason": line.feedback_reason,
+        "feedback_at": line.feedback_at.isoformat() if line.feedback_at else None,
     }
     return doc | without_none(optional)
 

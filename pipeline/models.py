@@ -313,6 +313,9 @@ class MemoryView(BaseModel):
     valid_until: datetime | None = None
     replaced_by: list[str] | None = None
     replaces: list[str] | None = None
+    # a caller's verdict on it (pipeline.platform.Feedback), recorded only
+    feedback: str | None = None
+    feedback_reason: str | None = None
 
     @classmethod
     def from_source(cls, memory_id: str, source: dict[str, Any], **extra: Any) -> Self:
@@ -339,5 +342,7 @@ VIEW_SOURCE_FIELDS = (
     "valid_until",
     "replaced_by",
     "replaces",
+    "feedback",
+    "feedback_reason",
 )
 """The ``_source`` fields a ``MemoryView`` is built from: what reads ask Elasticsearch for."""

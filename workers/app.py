@@ -24,6 +24,21 @@ log = logging.getLogger("memq.worker")
 __all__ = ["HEALTH_TASK", "MemqCelery", "celery_config", "create_celery"]
 
 
+_cli_app: MemqCelery | None = None
+
+
+def __getattr__(name: str) -> MemqCelery:
+    """``app`` (and ``celery``): the app built from the environment's ``Settings`` on first
+    access, for Celery's own command line (``celery -A workers.app inspect ping``), which
+    looks for an attribute of either name. Importing this module still builds nothing."""
+    global _cli_app  # noqa: PLW0603 - built once, on the command line's first access
+    if name not in {"app", "celery"}:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _cli_app is None:
+        _cli_app = create_celery(Settings())
+    return _cli_app
+
+
 def create_celery(settings: Settings) -> MemqCelery:
     """Build the app and register every task on it."""
     app = MemqCelery(settings)

@@ -270,14 +270,6 @@ def delete_everything(
     return {"message": "Memories deleted successfully!", "deleted": deleted}
 
 
-@router.delete("/v2/entities/user/{user_id}/", dependencies=[WriteLimited])
-def delete_user(user_id: IdPath, intake: IntakeDep, principal: PrincipalDep) -> dict[str, Any]:
-    """mem0's ``delete_users(user_id=...)``: memq erases the user completely (as
-    ``DELETE /v1/users/{user_id}``)."""
-    erased = intake.erase_user(principal.tenant, user_id)
-    return {"message": "Entity deleted successfully!", **erased}
-
-
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[Mem0HistoryEntry])
 def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list[dict[str, Any]]:
     rows = crud.memory_history(store, principal.tenant, memory_id)

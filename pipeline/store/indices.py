@@ -125,6 +125,10 @@ def memory_properties(dims: int) -> dict[str, Any]:
         "valid_until": _DATE,
         "replaced_by": _KEYWORD,
         "replaces": _KEYWORD,
+        # a caller's verdict on the memory (pipeline.platform.Feedback), added in place
+        "feedback": _KEYWORD,
+        "feedback_reason": {"type": "text", "index": False},
+        "feedback_at": _DATE,
     }
 
 

@@ -128,3 +128,59 @@ def test_flower_needs_a_login_and_is_published_on_loopback_only() -> None:
 def test_nothing_but_loopback_is_published() -> None:
     for name, service in load()["services"].items():
         assert all(port.startswith("127.0.0.1:") for port in service.get("ports", [])), name
+
+
+ROOT = Path(__file__).resolve().parents[2]
+PINNED_IMAGE = re.compile(r"[\w./-]+:\d+\.\d+\.\d+")  # a release, never a moving tag
+
+
+def memq_version() -> str:
+    match = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+def test_every_image_is_pinned_to_a_release() -> None:
+    for name, service in load()["services"].items():
+        assert PINNED_IMAGE.fullmatch(service["image"]), (name, service["image"])
+
+
+def test_memq_services_share_one_image_built_here_and_tagged_with_memqs_version() -> None:
+    services = load()["services"]
+    for name in MEMQ_SERVICES:
+        assert services[name]["build"] == ".", name
+        assert services[name]["image"] == f"memq:{memq_version()}", name
+
+
+def test_the_image_installs_the_pinned_versions() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    base = re.search(r"^FROM (\S+)", dockerfile, re.M)
+    assert base and re.fullmatch(r"python:\d+\.\d+\.\d+-slim", base.group(1))
+    assert "COPY ops/constraints.txt" in dockerfile
+    assert re.search(r"pip install .*-c ops/constraints\.txt", dockerfile)
+
+
+# Every secret ops/ generates for its stack (ops/lib.sh), and the compose services that need it:
+# compose refuses to start without each (``${VAR:?reason}``), never falling back to none.
+SECRETS = {
+    "MEMQ_API_ADMIN_KEY": ("api",),
+    "MEMQ_REDIS_PASSWORD": ("redis", *MEMQ_SERVICES),
+    "MEMQ_WEBHOOK_SIGNING_SECRET": MEMQ_SERVICES,
+    "MEMQ_FLOWER_BASIC_AUTH": ("flower",),
+}
+
+
+def test_every_secret_of_the_ops_stack_is_required() -> None:
+    services = load()["services"]
+    for secret, names in SECRETS.items():
+        for name in names:
+            value = services[name]["environment"][secret]
+            assert re.fullmatch(rf"\$\{{{secret}:\?.+\}}", value), (secret, name)
+
+
+def test_the_ops_stack_has_no_other_secrets() -> None:
+    """The secret files ops/ generates are the four above (the admin key has its own code in
+    ops/lib.sh): a new one must be added to compose too."""
+    scripts = "".join((ROOT / "ops" / name).read_text() for name in ("lib.sh", "redis", "up"))
+    files = set(re.findall(r"secret_file ([a-z-]+)", scripts)) | {"admin-key"}
+    assert files == {"admin-key", "flower-auth", "webhook-secret", "redis-password"}

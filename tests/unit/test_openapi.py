@@ -99,3 +99,29 @@ def test_docs_pages_load_nothing_from_another_host(monkeypatch: pytest.MonkeyPat
             assert [u for u in urls if re.match(r"^(https?:)?//", u)] == [], page
             for url in urls:
                 assert client.get(url).status_code == 200, f"{page} needs {url}"
+
+
+READABLE_ID = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+PATH_PART = re.compile(r"_v\d|__|_$")
+
+
+def test_operation_ids_are_unique_and_read_as_names(document: dict[str, Any]) -> None:
+    ids = [operation["operationId"] for _, _, operation in operations(document)]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    for method, _, operation in operations(document):
+        operation_id = operation["operationId"]
+        assert READABLE_ID.fullmatch(operation_id), operation_id
+        # no path or method pasted in (FastAPI's default is add_memories_v1_memories_post)
+        assert not PATH_PART.search(operation_id), operation_id
+        assert operation_id.startswith("mem0_") or not operation_id.endswith(f"_{method}")
+
+
+def test_the_main_operations_have_stable_ids(document: dict[str, Any]) -> None:
+    paths = document["paths"]
+    assert paths["/v1/memories"]["post"]["operationId"] == "add_memories"
+    assert paths["/v1/memories"]["get"]["operationId"] == "list_memories"
+    assert paths["/v1/memories/search"]["post"]["operationId"] == "search_memories"
+    assert paths["/v1/memories/{memory_id}"]["get"]["operationId"] == "get_memory"
+    assert paths["/v1/jobs/{job_id}"]["get"]["operationId"] == "get_job"
+    assert paths["/v3/memories/search/"]["post"]["operationId"] == "mem0_search"
+    assert paths["/v1/entities/"]["get"]["operationId"] == "mem0_users"
