@@ -15,7 +15,7 @@ export interface paths {
          * Healthz
          * @description The process is up and serving.
          */
-        get: operations["healthz_healthz_get"];
+        get: operations["healthz"];
         put?: never;
         post?: never;
         delete?: never;
@@ -37,7 +37,7 @@ export interface paths {
          *     needs no key, so it says only up or down: no counts, no error text (those are logged,
          *     and ``/metrics`` carries the figures, for an admin key).
          */
-        get: operations["readyz_readyz_get"];
+        get: operations["readyz"];
         put?: never;
         post?: never;
         delete?: never;
@@ -58,7 +58,7 @@ export interface paths {
          * @description Prometheus text format: requests, enqueue latency, jobs by status, queue depths. The
          *     figures span every tenant, so they need an admin key (a scraper's bearer token).
          */
-        get: operations["metrics_metrics_get"];
+        get: operations["metrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -79,19 +79,19 @@ export interface paths {
          * @description The scope's memories, oldest first; pass ``next_cursor`` back for the next page (with
          *     the same filters, ``as_of`` and ``include_replaced``).
          */
-        get: operations["get_all_v1_memories_get"];
+        get: operations["list_memories"];
         put?: never;
         /**
          * Add Memories
          * @description Queue a conversation; answers at once with the job. ``wait=true`` waits for the result
          *     (up to ``wait_s``, capped by the server) and returns the finished job, else 202.
          */
-        post: operations["add_memories_v1_memories_post"];
+        post: operations["add_memories"];
         /**
          * Delete Scope
          * @description Delete every memory of a scope (at least one id required).
          */
-        delete: operations["delete_scope_v1_memories_delete"];
+        delete: operations["delete_all_memories"];
         options?: never;
         head?: never;
         patch?: never;
@@ -114,7 +114,7 @@ export interface paths {
          *     "Erasure"). What stays: one content-free ERASE audit row. Safe to repeat; ``in_flight``
          *     lists jobs of the user that were unfinished (repeat the call once they have ended).
          */
-        delete: operations["erase_user_v1_users__user_id__delete"];
+        delete: operations["erase_user"];
         options?: never;
         head?: never;
         patch?: never;
@@ -134,7 +134,7 @@ export interface paths {
          * @description Hybrid search in a scope: vectors + BM25 + entities, with filters and explain. A
          *     result that some shards could not give is flagged ``partial``, never passed off as whole.
          */
-        post: operations["search_v1_memories_search_post"];
+        post: operations["search_memories"];
         delete?: never;
         options?: never;
         head?: never;
@@ -155,7 +155,7 @@ export interface paths {
          * @description Several searches in one call, answered in the order given (each counts against the
          *     tenant's searches per second).
          */
-        post: operations["search_batch_v1_memories_search_batch_post"];
+        post: operations["search_memories_batch"];
         delete?: never;
         options?: never;
         head?: never;
@@ -170,15 +170,15 @@ export interface paths {
             cookie?: never;
         };
         /** Get Memory */
-        get: operations["get_memory_v1_memories__memory_id__get"];
+        get: operations["get_memory"];
         /**
          * Update Memory
          * @description New text (re-embedded) and/or metadata; the id stays, the history records the change.
          */
-        put: operations["update_memory_v1_memories__memory_id__put"];
+        put: operations["update_memory"];
         post?: never;
         /** Delete Memory */
-        delete: operations["delete_memory_v1_memories__memory_id__delete"];
+        delete: operations["delete_memory"];
         options?: never;
         head?: never;
         patch?: never;
@@ -195,7 +195,7 @@ export interface paths {
          * History
          * @description ADD, UPDATE and DELETE events of a memory, oldest first.
          */
-        get: operations["history_v1_memories__memory_id__history_get"];
+        get: operations["get_memory_history"];
         put?: never;
         post?: never;
         delete?: never;
@@ -217,7 +217,7 @@ export interface paths {
          * Reset
          * @description Delete every memory, entity, history row, message and job of every tenant (keys stay).
          */
-        post: operations["reset_v1_reset_post"];
+        post: operations["reset"];
         delete?: never;
         options?: never;
         head?: never;
@@ -236,7 +236,7 @@ export interface paths {
          * @description The key this tenant's job webhooks are signed with: ``X-Memq-Signature`` is
          *     ``sha256=hex(HMAC-SHA256(key, "{X-Memq-Timestamp}.{body}"))``.
          */
-        get: operations["webhook_secret_v1_webhook_secret_get"];
+        get: operations["get_webhook_secret"];
         put?: never;
         post?: never;
         delete?: never;
@@ -258,7 +258,7 @@ export interface paths {
          *     batch, and acceptance time (``since`` inclusive, ``until`` exclusive). Page with
          *     ``next_cursor`` (valid for the same filters).
          */
-        get: operations["list_jobs_v1_jobs_get"];
+        get: operations["list_jobs"];
         put?: never;
         post?: never;
         delete?: never;
@@ -278,7 +278,7 @@ export interface paths {
          * Get Job
          * @description Status (queued, running, succeeded, failed, dead), phase, timings, results, errors.
          */
-        get: operations["get_job_v1_jobs__job_id__get"];
+        get: operations["get_job"];
         put?: never;
         post?: never;
         delete?: never;
@@ -300,7 +300,7 @@ export interface paths {
          * Retry Job
          * @description Replay a dead or failed job from its recorded request.
          */
-        post: operations["retry_job_v1_jobs__job_id__retry_post"];
+        post: operations["retry_job"];
         delete?: never;
         options?: never;
         head?: never;
@@ -322,7 +322,7 @@ export interface paths {
          *     validated, and checked runnable here (an LLM for the items that need one), before any is
          *     queued, so a bad item queues nothing. It costs one write per item.
          */
-        post: operations["create_batch_v1_batches_post"];
+        post: operations["create_batch"];
         delete?: never;
         options?: never;
         head?: never;
@@ -341,7 +341,7 @@ export interface paths {
          * @description Counts of the batch's jobs per status (jobs that already existed when the batch was
          *     posted are counted in their first batch).
          */
-        get: operations["get_batch_v1_batches__batch_id__get"];
+        get: operations["get_batch"];
         put?: never;
         post?: never;
         delete?: never;
@@ -358,13 +358,13 @@ export interface paths {
             cookie?: never;
         };
         /** List Keys */
-        get: operations["list_keys_v1_admin_keys_get"];
+        get: operations["list_keys"];
         put?: never;
         /**
          * Create Key
          * @description A new key for a tenant; the full key is in this answer only.
          */
-        post: operations["create_key_v1_admin_keys_post"];
+        post: operations["create_key"];
         delete?: never;
         options?: never;
         head?: never;
@@ -382,7 +382,72 @@ export interface paths {
         put?: never;
         post?: never;
         /** Revoke Key */
-        delete: operations["revoke_key_v1_admin_keys__key_id__delete"];
+        delete: operations["revoke_key"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Tenant Usage
+         * @description A tenant's usage on each UTC day from ``from`` to ``to`` (at most 366 days), their sum,
+         *     and its monthly token budget with this month's tokens.
+         */
+        get: operations["tenant_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Budgets
+         * @description Every tenant's monthly token budget that is set, with this month's tokens.
+         */
+        get: operations["list_budgets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/budgets/{tenant}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Budget
+         * @description Set (or raise, or lower) a tenant's monthly token budget; it holds from the next add.
+         */
+        put: operations["set_budget"];
+        post?: never;
+        /**
+         * Remove Budget
+         * @description Remove a tenant's monthly token budget: its extraction is no longer capped.
+         */
+        delete: operations["remove_budget"];
         options?: never;
         head?: never;
         patch?: never;
@@ -401,7 +466,7 @@ export interface paths {
          * Slack
          * @description Slack Events API: answers the url_verification handshake; keeps message events.
          */
-        post: operations["slack_v1_webhooks_slack_post"];
+        post: operations["slack_webhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -422,7 +487,7 @@ export interface paths {
          * @description Telegram Bot API updates (the bot's webhook secret_token is
          *     MEMQ_CHAT_TELEGRAM_SECRET_TOKEN).
          */
-        post: operations["telegram_v1_webhooks_telegram_post"];
+        post: operations["telegram_webhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -442,7 +507,7 @@ export interface paths {
          * Generic
          * @description Any other source: HMAC-SHA256 of "{X-Memq-Timestamp}.{body}" in X-Memq-Signature.
          */
-        post: operations["generic_v1_webhooks_generic_post"];
+        post: operations["generic_webhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -460,7 +525,7 @@ export interface paths {
          * Ping
          * @description What the mem0 client reads at construction: an org and a project (here: the tenant).
          */
-        get: operations["ping_v1_ping__get"];
+        get: operations["mem0_ping"];
         put?: never;
         post?: never;
         delete?: never;
@@ -482,7 +547,7 @@ export interface paths {
          * Add
          * @description mem0's add: blocking by default (results in the reply); ``async_mode=true`` only queues.
          */
-        post: operations["add_v3_memories_add__post"];
+        post: operations["mem0_add"];
         delete?: never;
         options?: never;
         head?: never;
@@ -504,7 +569,7 @@ export interface paths {
          *     Reaching page N reads the N-1 pages before it, so a page past ``MEMQ_API_PAGE_WALK_MAX``
          *     memories is refused (422): memq's own ``GET /v1/memories`` pages any depth by cursor.
          */
-        post: operations["get_all_v3_memories__post"];
+        post: operations["mem0_get_all"];
         delete?: never;
         options?: never;
         head?: never;
@@ -521,7 +586,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Search */
-        post: operations["search_v3_memories_search__post"];
+        post: operations["mem0_search"];
         delete?: never;
         options?: never;
         head?: never;
@@ -536,12 +601,12 @@ export interface paths {
             cookie?: never;
         };
         /** Get */
-        get: operations["get_v1_memories__memory_id___get"];
+        get: operations["mem0_get"];
         /** Update */
-        put: operations["update_v1_memories__memory_id___put"];
+        put: operations["mem0_update"];
         post?: never;
         /** Delete */
-        delete: operations["delete_v1_memories__memory_id___delete"];
+        delete: operations["mem0_delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -563,28 +628,7 @@ export interface paths {
          *     Python-repr dict its client sends (``api.convert.filters_param``: bounded in length and
          *     depth, literals only). Every condition of the filter holds.
          */
-        delete: operations["delete_everything_v1_memories__delete"];
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v2/entities/user/{user_id}/": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
-        /**
-         * Delete User
-         * @description mem0's ``delete_users(user_id=...)``: memq erases the user completely (as
-         *     ``DELETE /v1/users/{user_id}``).
-         */
-        delete: operations["delete_user_v2_entities_user__user_id___delete"];
+        delete: operations["mem0_delete_all"];
         options?: never;
         head?: never;
         patch?: never;
@@ -598,7 +642,7 @@ export interface paths {
             cookie?: never;
         };
         /** History */
-        get: operations["history_v1_memories__memory_id__history__get"];
+        get: operations["mem0_history"];
         put?: never;
         post?: never;
         delete?: never;
@@ -616,10 +660,117 @@ export interface paths {
         };
         get?: never;
         /** Batch Update */
-        put: operations["batch_update_v1_batch__put"];
+        put: operations["mem0_batch_update"];
         post?: never;
         /** Batch Delete */
-        delete: operations["batch_delete_v1_batch__delete"];
+        delete: operations["mem0_batch_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/entities/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Users
+         * @description mem0's ``users()``: every user, agent and run with memories in the tenant, in one page
+         *     (``reset()`` deletes each one it lists).
+         */
+        get: operations["mem0_users"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/entities/{entity_type}/{entity_id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete Users
+         * @description mem0's ``delete_users(...)``: a user is erased completely (as ``DELETE
+         *     /v1/users/{user_id}``); an agent or a run loses its memories. mem0's apps do not exist in
+         *     memq (422).
+         */
+        delete: operations["mem0_delete_users"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/exports/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create Memory Export
+         * @description mem0's ``create_memory_export(schema, **filters)``: names the selection. The schema is
+         *     not applied (it needs a model call): the export is memq's own dump, read when fetched.
+         */
+        post: operations["mem0_create_memory_export"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/exports/get/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Get Memory Export
+         * @description mem0's ``get_memory_export(memory_export_id=...)``, or with the same ids/filters as
+         *     the create: the selected memories with their history and entities, as of now.
+         */
+        post: operations["mem0_get_memory_export"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/feedback/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Feedback
+         * @description mem0's ``feedback(memory_id, feedback, feedback_reason)``: kept on the memory and shown
+         *     when it is read (``feedback``, ``feedback_reason``); ``feedback=None`` clears it. Recorded
+         *     only: search does not use it.
+         */
+        post: operations["mem0_feedback"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -638,7 +789,7 @@ export interface paths {
          *     one line per memory, an end line with the count. A dump without its end line was cut
          *     short. ``memq import`` restores it.
          */
-        get: operations["export_v1_export_get"];
+        get: operations["export_memories"];
         put?: never;
         post?: never;
         delete?: never;
@@ -699,6 +850,65 @@ export interface components {
              * @description per query, in order
              */
             shards?: components["schemas"]["ShardsPublic"][];
+        };
+        /**
+         * BudgetPublic
+         * @description A tenant's monthly token budget (``monthly_tokens`` null: none) and the tokens of the
+         *     current UTC month (``month``, ``YYYY-MM``).
+         */
+        BudgetPublic: {
+            /** Tenant */
+            tenant: string;
+            /** Monthly Tokens */
+            monthly_tokens: number | null;
+            /** Month */
+            month: string;
+            /** Month Tokens */
+            month_tokens: number;
+            /**
+             * Spent
+             * @description extraction is refused until the month ends or it is raised
+             */
+            spent: boolean;
+        };
+        /** BudgetSet */
+        BudgetSet: {
+            /**
+             * Monthly Tokens
+             * @description LLM tokens (prompt + completion) the tenant may use a month
+             */
+            monthly_tokens: number;
+        };
+        /** DayUsagePublic */
+        DayUsagePublic: {
+            /** Jobs */
+            jobs: number;
+            /** Failed Jobs */
+            failed_jobs: number;
+            /** Memories */
+            memories: number;
+            /** Prompt Tokens */
+            prompt_tokens: number;
+            /** Completion Tokens */
+            completion_tokens: number;
+            /**
+             * Tokens
+             * @description prompt_tokens + completion_tokens: what a budget counts
+             */
+            tokens: number;
+            /** Llm Calls */
+            llm_calls: number;
+            /**
+             * Embeddings
+             * @description texts embedded for the jobs (facts and new turns)
+             */
+            embeddings: number;
+            /**
+             * Day
+             * Format: date
+             * @description a UTC day: the jobs that ended on it
+             */
+            day: string;
         };
         /** Deleted */
         Deleted: {
@@ -952,6 +1162,57 @@ export interface components {
             /** Job Id */
             job_id?: string | null;
         };
+        /** Mem0Entities */
+        Mem0Entities: {
+            /** Count */
+            count: number;
+            /** Next */
+            next?: number | null;
+            /** Previous */
+            previous?: number | null;
+            /** Results */
+            results: components["schemas"]["Mem0Entity"][];
+        };
+        /**
+         * Mem0Entity
+         * @description A user, agent or run with memories, as mem0's ``users()`` lists it (``id`` is its
+         *     name: memq keeps no other id for it; ``owner`` and ``organization`` are the tenant).
+         */
+        Mem0Entity: {
+            /** Id */
+            id: string;
+            /** Name */
+            name: string;
+            /** Type */
+            type: string;
+            /** Total Memories */
+            total_memories: number;
+            /** Created At */
+            created_at?: string | null;
+            /** Updated At */
+            updated_at?: string | null;
+            /** Owner */
+            owner: string;
+            /** Organization */
+            organization: string;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+        };
+        /** Mem0EntityDeleted */
+        Mem0EntityDeleted: {
+            /** Message */
+            message: string;
+            /** Deleted */
+            deleted?: number | null;
+            /** Erased */
+            erased?: {
+                [key: string]: number;
+            } | null;
+            /** In Flight */
+            in_flight?: string[] | null;
+        };
         /** Mem0Event */
         Mem0Event: {
             /** Id */
@@ -962,6 +1223,61 @@ export interface components {
             event: string;
             /** Previous Memory */
             previous_memory?: string | null;
+        };
+        /**
+         * Mem0Export
+         * @description memq's dump of the selected memories (``pipeline.export``), read when fetched; the
+         *     caller's schema is not applied (that needs a model call).
+         */
+        Mem0Export: {
+            /** Id */
+            id: string;
+            /** Format */
+            format: string;
+            /** Version */
+            version: number;
+            /**
+             * Exported At
+             * Format: date-time
+             */
+            exported_at: string;
+            /** Selector */
+            selector: {
+                [key: string]: string;
+            };
+            /** Count */
+            count: number;
+            /** Memories */
+            memories: {
+                [key: string]: unknown;
+            }[];
+        };
+        /** Mem0ExportCreated */
+        Mem0ExportCreated: {
+            /** Message */
+            message: string;
+            /** Id */
+            id: string;
+        };
+        /** Mem0FeedbackIn */
+        Mem0FeedbackIn: {
+            /** Memory Id */
+            memory_id: string;
+            /** Feedback */
+            feedback?: ("POSITIVE" | "NEGATIVE" | "VERY_NEGATIVE") | null;
+            /** Feedback Reason */
+            feedback_reason?: string | null;
+        };
+        /** Mem0FeedbackOut */
+        Mem0FeedbackOut: {
+            /** Id */
+            id: string;
+            /** Feedback */
+            feedback?: string | null;
+            /** Feedback Reason */
+            feedback_reason?: string | null;
+            /** Message */
+            message: string;
         };
         /** Mem0HistoryEntry */
         Mem0HistoryEntry: {
@@ -1018,6 +1334,10 @@ export interface components {
             replaced_by?: string[] | null;
             /** Replaces */
             replaces?: string[] | null;
+            /** Feedback */
+            feedback?: string | null;
+            /** Feedback Reason */
+            feedback_reason?: string | null;
             /** Score */
             score: number;
         };
@@ -1097,6 +1417,10 @@ export interface components {
             replaced_by?: string[] | null;
             /** Replaces */
             replaces?: string[] | null;
+            /** Feedback */
+            feedback?: string | null;
+            /** Feedback Reason */
+            feedback_reason?: string | null;
             /** Message */
             message: string;
         };
@@ -1234,6 +1558,10 @@ export interface components {
             replaced_by?: string[] | null;
             /** Replaces */
             replaces?: string[] | null;
+            /** Feedback */
+            feedback?: string | null;
+            /** Feedback Reason */
+            feedback_reason?: string | null;
         };
         /**
          * Message
@@ -1305,6 +1633,10 @@ export interface components {
             replaced_by?: string[] | null;
             /** Replaces */
             replaces?: string[] | null;
+            /** Feedback */
+            feedback?: string | null;
+            /** Feedback Reason */
+            feedback_reason?: string | null;
             /** Score */
             score: number;
             explain?: components["schemas"]["Explain"] | null;
@@ -1444,6 +1776,54 @@ export interface components {
             challenge: string;
         };
         /**
+         * UsagePublic
+         * @description What a tenant used (``pipeline.usage``): jobs ended (``failed_jobs`` of them failed or
+         *     dead), memories stored, LLM tokens and calls, and texts embedded.
+         */
+        UsagePublic: {
+            /** Jobs */
+            jobs: number;
+            /** Failed Jobs */
+            failed_jobs: number;
+            /** Memories */
+            memories: number;
+            /** Prompt Tokens */
+            prompt_tokens: number;
+            /** Completion Tokens */
+            completion_tokens: number;
+            /**
+             * Tokens
+             * @description prompt_tokens + completion_tokens: what a budget counts
+             */
+            tokens: number;
+            /** Llm Calls */
+            llm_calls: number;
+            /**
+             * Embeddings
+             * @description texts embedded for the jobs (facts and new turns)
+             */
+            embeddings: number;
+        };
+        /** UsageReportPublic */
+        UsageReportPublic: {
+            /** Tenant */
+            tenant: string;
+            /**
+             * From
+             * Format: date
+             */
+            from: string;
+            /**
+             * To
+             * Format: date
+             */
+            to: string;
+            total: components["schemas"]["UsagePublic"];
+            /** Days */
+            days: components["schemas"]["DayUsagePublic"][];
+            budget: components["schemas"]["BudgetPublic"];
+        };
+        /**
          * WebhookAck
          * @description A chat platform's event was received; ``accepted`` when it joined a conversation.
          */
@@ -1468,7 +1848,7 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    healthz_healthz_get: {
+    healthz: {
         parameters: {
             query?: never;
             header?: never;
@@ -1506,7 +1886,7 @@ export interface operations {
             };
         };
     };
-    readyz_readyz_get: {
+    readyz: {
         parameters: {
             query?: never;
             header?: never;
@@ -1553,7 +1933,7 @@ export interface operations {
             };
         };
     };
-    metrics_metrics_get: {
+    metrics: {
         parameters: {
             query?: never;
             header?: never;
@@ -1591,7 +1971,7 @@ export interface operations {
             };
         };
     };
-    get_all_v1_memories_get: {
+    list_memories: {
         parameters: {
             query?: {
                 user_id?: string | null;
@@ -1641,7 +2021,7 @@ export interface operations {
             };
         };
     };
-    add_memories_v1_memories_post: {
+    add_memories: {
         parameters: {
             query?: {
                 /** @description wait (bounded) for the job to finish */
@@ -1689,7 +2069,7 @@ export interface operations {
             };
         };
     };
-    delete_scope_v1_memories_delete: {
+    delete_all_memories: {
         parameters: {
             query?: {
                 user_id?: string | null;
@@ -1731,7 +2111,7 @@ export interface operations {
             };
         };
     };
-    erase_user_v1_users__user_id__delete: {
+    erase_user: {
         parameters: {
             query?: never;
             header?: never;
@@ -1774,7 +2154,7 @@ export interface operations {
             };
         };
     };
-    search_v1_memories_search_post: {
+    search_memories: {
         parameters: {
             query?: never;
             header?: never;
@@ -1816,7 +2196,7 @@ export interface operations {
             };
         };
     };
-    search_batch_v1_memories_search_batch_post: {
+    search_memories_batch: {
         parameters: {
             query?: never;
             header?: never;
@@ -1858,7 +2238,7 @@ export interface operations {
             };
         };
     };
-    get_memory_v1_memories__memory_id__get: {
+    get_memory: {
         parameters: {
             query?: never;
             header?: never;
@@ -1899,7 +2279,7 @@ export interface operations {
             };
         };
     };
-    update_memory_v1_memories__memory_id__put: {
+    update_memory: {
         parameters: {
             query?: never;
             header?: never;
@@ -1944,7 +2324,7 @@ export interface operations {
             };
         };
     };
-    delete_memory_v1_memories__memory_id__delete: {
+    delete_memory: {
         parameters: {
             query?: never;
             header?: never;
@@ -1985,7 +2365,7 @@ export interface operations {
             };
         };
     };
-    history_v1_memories__memory_id__history_get: {
+    get_memory_history: {
         parameters: {
             query?: never;
             header?: never;
@@ -2026,7 +2406,7 @@ export interface operations {
             };
         };
     };
-    reset_v1_reset_post: {
+    reset: {
         parameters: {
             query?: never;
             header?: never;
@@ -2064,7 +2444,7 @@ export interface operations {
             };
         };
     };
-    webhook_secret_v1_webhook_secret_get: {
+    get_webhook_secret: {
         parameters: {
             query?: never;
             header?: never;
@@ -2104,7 +2484,7 @@ export interface operations {
             };
         };
     };
-    list_jobs_v1_jobs_get: {
+    list_jobs: {
         parameters: {
             query?: {
                 status?: string[] | null;
@@ -2152,7 +2532,7 @@ export interface operations {
             };
         };
     };
-    get_job_v1_jobs__job_id__get: {
+    get_job: {
         parameters: {
             query?: never;
             header?: never;
@@ -2193,7 +2573,7 @@ export interface operations {
             };
         };
     };
-    retry_job_v1_jobs__job_id__retry_post: {
+    retry_job: {
         parameters: {
             query?: never;
             header?: never;
@@ -2234,7 +2614,7 @@ export interface operations {
             };
         };
     };
-    create_batch_v1_batches_post: {
+    create_batch: {
         parameters: {
             query?: never;
             header?: never;
@@ -2276,7 +2656,7 @@ export interface operations {
             };
         };
     };
-    get_batch_v1_batches__batch_id__get: {
+    get_batch: {
         parameters: {
             query?: never;
             header?: never;
@@ -2317,7 +2697,7 @@ export interface operations {
             };
         };
     };
-    list_keys_v1_admin_keys_get: {
+    list_keys: {
         parameters: {
             query?: {
                 tenant?: string | null;
@@ -2357,7 +2737,7 @@ export interface operations {
             };
         };
     };
-    create_key_v1_admin_keys_post: {
+    create_key: {
         parameters: {
             query?: never;
             header?: never;
@@ -2399,7 +2779,7 @@ export interface operations {
             };
         };
     };
-    revoke_key_v1_admin_keys__key_id__delete: {
+    revoke_key: {
         parameters: {
             query?: never;
             header?: never;
@@ -2440,7 +2820,176 @@ export interface operations {
             };
         };
     };
-    slack_v1_webhooks_slack_post: {
+    tenant_usage: {
+        parameters: {
+            query: {
+                /** @description the tenant */
+                tenant: string;
+                /** @description first UTC day (default: this month's 1st) */
+                from?: string | null;
+                /** @description last UTC day (default: today) */
+                to?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReportPublic"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    list_budgets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetPublic"][];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    set_budget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description an id: 1-128 characters, no spaces, no control or format characters */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BudgetSet"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetPublic"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    remove_budget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description an id: 1-128 characters, no spaces, no control or format characters */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Message"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    slack_webhook: {
         parameters: {
             query?: never;
             header?: never;
@@ -2478,7 +3027,7 @@ export interface operations {
             };
         };
     };
-    telegram_v1_webhooks_telegram_post: {
+    telegram_webhook: {
         parameters: {
             query?: never;
             header?: never;
@@ -2516,7 +3065,7 @@ export interface operations {
             };
         };
     };
-    generic_v1_webhooks_generic_post: {
+    generic_webhook: {
         parameters: {
             query?: never;
             header?: never;
@@ -2554,7 +3103,7 @@ export interface operations {
             };
         };
     };
-    ping_v1_ping__get: {
+    mem0_ping: {
         parameters: {
             query?: never;
             header?: never;
@@ -2592,7 +3141,7 @@ export interface operations {
             };
         };
     };
-    add_v3_memories_add__post: {
+    mem0_add: {
         parameters: {
             query?: never;
             header?: never;
@@ -2636,7 +3185,7 @@ export interface operations {
             };
         };
     };
-    get_all_v3_memories__post: {
+    mem0_get_all: {
         parameters: {
             query?: {
                 page?: number;
@@ -2683,7 +3232,7 @@ export interface operations {
             };
         };
     };
-    search_v3_memories_search__post: {
+    mem0_search: {
         parameters: {
             query?: never;
             header?: never;
@@ -2727,7 +3276,7 @@ export interface operations {
             };
         };
     };
-    get_v1_memories__memory_id___get: {
+    mem0_get: {
         parameters: {
             query?: never;
             header?: never;
@@ -2768,7 +3317,7 @@ export interface operations {
             };
         };
     };
-    update_v1_memories__memory_id___put: {
+    mem0_update: {
         parameters: {
             query?: never;
             header?: never;
@@ -2815,7 +3364,7 @@ export interface operations {
             };
         };
     };
-    delete_v1_memories__memory_id___delete: {
+    mem0_delete: {
         parameters: {
             query?: never;
             header?: never;
@@ -2856,7 +3405,7 @@ export interface operations {
             };
         };
     };
-    delete_everything_v1_memories__delete: {
+    mem0_delete_all: {
         parameters: {
             query?: {
                 user_id?: string | null;
@@ -2899,50 +3448,7 @@ export interface operations {
             };
         };
     };
-    delete_user_v2_entities_user__user_id___delete: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description an id: 1-128 characters, no spaces, no control or format characters */
-                user_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Successful Response */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
-                };
-            };
-            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
-            "4XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
-            "5XX": {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    history_v1_memories__memory_id__history__get: {
+    mem0_history: {
         parameters: {
             query?: never;
             header?: never;
@@ -2983,7 +3489,7 @@ export interface operations {
             };
         };
     };
-    batch_update_v1_batch__put: {
+    mem0_batch_update: {
         parameters: {
             query?: never;
             header?: never;
@@ -3027,7 +3533,7 @@ export interface operations {
             };
         };
     };
-    batch_delete_v1_batch__delete: {
+    mem0_batch_delete: {
         parameters: {
             query?: never;
             header?: never;
@@ -3071,7 +3577,217 @@ export interface operations {
             };
         };
     };
-    export_v1_export_get: {
+    mem0_users: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Mem0Entities"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    mem0_delete_users: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                entity_type: string;
+                /** @description an id: 1-128 characters, no spaces, no control or format characters */
+                entity_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Mem0EntityDeleted"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    mem0_create_memory_export: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Mem0ExportCreated"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    mem0_get_memory_export: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Mem0Export"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    mem0_feedback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Mem0FeedbackIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Mem0FeedbackOut"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    export_memories: {
         parameters: {
             query?: {
                 user_id?: string | null;
