@@ -28,13 +28,17 @@ class MemqProcess(ABC):
     def argv(self) -> list[str]:
         """The ``memq`` subcommand and its options."""
 
+    def command(self) -> list[str]:
+        """The whole command line: this checkout's ``memq`` CLI with ``argv()``."""
+        return [sys.executable, "-m", "memq.cli", *self.argv()]
+
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self._spawn(log)
 
     def _spawn(self, log: BinaryIO) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "memq.cli", *self.argv()],
+            self.command(),
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
