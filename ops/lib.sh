@@ -163,7 +163,8 @@ NO_JAVA_HINT="Elasticsearch $ES_VERSION needs Java 21+ and this machine has none
 
 # The local model server the tests run (tests/llamaserver.py): llama-cpp-python, which PyPI has
 # as source only. Its wheel is built once per machine into the cache, CPU only and without the
-# multimodal library, and reused by every ops/install after that.
+# multimodal library, for this CPU (-march=native: the cache is this machine's alone), and reused
+# by every ops/install after that.
 LLAMA_WHEEL_DIR="$MEMQ_CACHE_DIR/wheels"
 LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DGGML_BLAS=OFF"
 
@@ -181,7 +182,7 @@ ensure_llama_wheel() {
   [ -n "$version" ] || { say "ops/constraints.txt pins no llama-cpp-python"; return 1; }
   compgen -G "$LLAMA_WHEEL_DIR/llama_cpp_python-$version-*.whl" >/dev/null && return 0
   say "building llama-cpp-python $version once for this machine (about 7 minutes on 2 cores; log: $MEMQ_LOG_DIR/llama-wheel.log)"
-  mkdir -p "$LLAMA_WHEEL_DIR"
+  mkdir -p "$LLAMA_WHEEL_DIR" "$MEMQ_LOG_DIR"
   tmp="$(mktemp -d "$LLAMA_WHEEL_DIR/.build.XXXXXX")"
   started="$(date +%s)"
   # the wheel reaches the cache whole or not at all: built beside it, then renamed into it
