@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -84,18 +83,8 @@ class LlamaServer(MemqProcess):
         return f"http://127.0.0.1:{self.port}/v1"
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
-        """Returns once the server lists its model; ``RuntimeError`` with its log's tail when
-        it exits or is not ready within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:  # not listening yet
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"llama.cpp server not ready within {timeout_s}s: {self.tail()}")
+        """Returns once the server lists its model (see ``wait_answering``)."""
+        self.wait_answering(f"{self.base_url}/models", "llama.cpp server", timeout_s)
 
     def token_count(self, text: str) -> int:
         """How many tokens the server's own tokenizer makes of ``text``."""

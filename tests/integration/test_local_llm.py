@@ -27,7 +27,7 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import LLMConfig, QueueConfig, Settings
 from pipeline.errors import PermanentError, RetriesExhaustedError
-from pipeline.jobs import JobStatus
+from pipeline.jobs import JobRecord, JobStatus
 from pipeline.llm.openai_llm import NO_BACKOFF, OpenAILLM
 from pipeline.llm.parse import FactsReply
 from pipeline.models import AddRequest, MessageIn, Role, Scope
@@ -189,12 +189,17 @@ def llama_worker(
     app.close()
 
 
+def ended(app: MemqCelery, text: str) -> tuple[AddRequest, JobRecord]:
+    """A new user's add of ``text``, submitted to the llama worker, and its job once ended."""
+    request = said(text, new_user())
+    return request, wait_job(app.runtime.store, submit(app, request).record.job_id, JOB_TIMEOUT_S)
+
+
 def test_an_add_on_the_llama_server_succeeds_with_its_facts_and_tokens(
     llama_worker: tuple[MemqCelery, WorkerProcess], es: Elasticsearch, indices: IndexNames
 ) -> None:
     app, worker = llama_worker
-    request = said(SAID, new_user())
-    record = wait_job(app.runtime.store, submit(app, request).record.job_id, JOB_TIMEOUT_S)
+    request, record = ended(app, SAID)
 
     assert record.status == JobStatus.SUCCEEDED, record.reason
     stored = memories_of(es, indices, request.scope)
@@ -208,9 +213,7 @@ def test_an_add_on_the_llama_server_succeeds_with_its_facts_and_tokens(
 def test_a_reply_cut_off_fails_its_job_saying_so_and_writes_nothing(
     llama_worker: tuple[MemqCelery, WorkerProcess], es: Elasticsearch, indices: IndexNames
 ) -> None:
-    app, _ = llama_worker
-    request = said(RAMBLE, new_user())
-    record = wait_job(app.runtime.store, submit(app, request).record.job_id, JOB_TIMEOUT_S)
+    request, record = ended(llama_worker[0], RAMBLE)
 
     assert record.status == JobStatus.FAILED, record
     assert record.phase == "extract", record
