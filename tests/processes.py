@@ -28,13 +28,17 @@ class MemqProcess(ABC):
     def argv(self) -> list[str]:
         """The ``memq`` subcommand and its options."""
 
+    def command(self) -> list[str]:
+        """The whole command line: this checkout's ``memq`` CLI with ``argv()``."""
+        return [sys.executable, "-m", "memq.cli", *self.argv()]
+
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self._spawn(log)
 
     def _spawn(self, log: BinaryIO) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "memq.cli", *self.argv()],
+            self.command(),
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -44,6 +48,20 @@ class MemqProcess(ABC):
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             raise RuntimeError(f"process exited with {self.process.returncode}: {self.tail()}")
+
+    def wait_answering(self, url: str, what: str, timeout_s: float) -> None:
+        """Returns once ``url`` answers 200; ``RuntimeError`` naming ``what``, with the log's
+        tail, when the process exits or ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:  # not listening yet
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{what} not ready within {timeout_s}s: {self.tail()}")
 
     def kill(self) -> None:
         """SIGKILL the whole process group: the parent and its pool children, no warm shutdown."""
@@ -105,16 +123,7 @@ class ApiProcess(MemqProcess):
         return f"http://127.0.0.1:{self.env['MEMQ_API_PORT']}"
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:  # not listening yet
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"API not ready within {timeout_s}s: {self.tail()}")
+        self.wait_answering(f"{self.url}/healthz", "API", timeout_s)
 
 
 def free_port() -> int:

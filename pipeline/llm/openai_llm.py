@@ -11,9 +11,12 @@ a 429 drops it below the calls that were out). The SDK's exceptions become memq'
 
 Structured outputs: a call with a ``reply_model`` asks for ``response_format`` of type
 ``json_schema`` (the pydantic model's JSON schema, strict). A server that refuses it (a 4xx
-naming ``response_format`` or ``json_schema``: older vLLM, llama.cpp builds, some gateways) is
+naming ``response_format`` or ``json_schema``: older vLLM, llama.cpp builds, some gateways; or
+llama-cpp-python's server, which answers its request validation errors with a 500 naming both) is
 asked again in JSON mode, and the adapter remembers the refusal, so each process pays for the
-discovery once; the parser's repair covers what JSON mode lets through.
+discovery once; the parser's repair covers what JSON mode lets through. A JSON reply the server
+cut off (``finish_reason`` ``length``: ``config.max_tokens`` or the context window reached) is a
+``PermanentError`` naming that, not a parse failure: asked again, the model writes the same.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pipeline.errors import (
     UnreachableError,
 )
 from pipeline.llm.limiter import AdaptiveLimit
+from pipeline.llm.parse import excerpt
 from pipeline.protocols import ChatMessage, TokenUsage
 
 _LOG = logging.getLogger("memq.llm")
@@ -179,6 +183,8 @@ class OpenAILLM:
         error. The server's token counts go to ``usage`` and, with the latency, to the
         observer."""
         extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
+        if self._config.max_tokens is not None:
+            extra["max_tokens"] = self._config.max_tokens
         started = time.perf_counter()
         with self.limit.slot():
             try:
@@ -199,7 +205,10 @@ class OpenAILLM:
         if usage is not None:
             usage.add(*tokens)
         self._observe(started, tokens, "ok")
-        return _reply_text(completion)
+        text = _reply_text(completion)
+        if response_format is not None:
+            _check_whole(completion, text, self._config.max_tokens)
+        return text
 
     def _observe(
         self, started: float, tokens: tuple[int, int] | None, outcome: Literal["ok", "error"]
@@ -245,13 +254,20 @@ def json_schema_format(reply_model: type[BaseModel]) -> dict[str, Any]:
 
 
 def refuses_structured_outputs(exc: PermanentError) -> bool:
-    """True when ``exc`` is the server refusing ``json_schema`` itself: a client error whose
-    message names the parameter (not a bad key, a wrong model, or a prompt too long)."""
+    """True when ``exc`` is the server refusing ``json_schema`` itself (see ``_refusal``)."""
     cause = exc.__cause__
-    if not isinstance(cause, openai.APIStatusError) or cause.status_code not in _REFUSAL_STATUS:
-        return False
-    text = f"{cause.message} {cause.body}".lower()
-    return any(word in text for word in _REFUSAL_WORDS)
+    return isinstance(cause, openai.APIStatusError) and _refusal(cause)
+
+
+def _refusal(exc: openai.APIStatusError) -> bool:
+    """A client error whose message names the parameter (not a bad key, a wrong model, or a
+    prompt too long); or a 500 naming both ``response_format`` and ``json_schema``:
+    llama-cpp-python's server reports its request validation errors as 500s, and this one
+    will not pass by retrying."""
+    text = f"{exc.message} {exc.body}".lower()
+    if exc.status_code in _REFUSAL_STATUS:
+        return any(word in text for word in _REFUSAL_WORDS)
+    return exc.status_code == 500 and "response_format" in text and "json_schema" in text
 
 
 def _tokens(completion: object) -> tuple[int, int]:
@@ -311,6 +327,19 @@ def _reply_text(completion: object) -> str:
     return content
 
 
+def _check_whole(completion: object, text: str, max_tokens: int | None) -> None:
+    """``PermanentError`` when the server stopped a JSON reply at a length limit: what it
+    wrote is a prefix that no repair can complete honestly."""
+    ended = completion.choices[0].finish_reason if isinstance(completion, ChatCompletion) else None
+    if ended != "length":
+        return
+    limit = f"MEMQ_LLM_MAX_TOKENS={max_tokens}" if max_tokens else "the server's or the context's"
+    raise PermanentError(
+        f"LLM reply was cut off at its length limit ({limit}) before its JSON was complete: "
+        f"{excerpt(text)}"
+    )
+
+
 @contextmanager
 def openai_errors(what: str) -> Iterator[None]:
     """The one place the SDK's exceptions become memq's (``raise ... from exc``)."""
@@ -331,7 +360,7 @@ def openai_errors(what: str) -> Iterator[None]:
 def _status_error(what: str, exc: openai.APIStatusError) -> TransientError | PermanentError:
     status = exc.status_code
     reason = f"{what}: HTTP {status}: {_server_message(exc)}"
-    if status >= 500 or status in _RETRYABLE_STATUS:
+    if (status >= 500 or status in _RETRYABLE_STATUS) and not _refusal(exc):
         return TransientError(reason, retry_after_s=_retry_after(exc), throttled=status == 429)
     return PermanentError(reason)
 

@@ -311,6 +311,72 @@ def test_another_client_error_is_not_taken_for_a_refusal(
     assert llm.structured_outputs is None  # still unknown: json_schema is asked next time
 
 
+# llama-cpp-python's server answers its request validation errors with 500 (tests/llamaserver.py)
+LLAMA_CPP_REFUSAL = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+)
+
+
+def test_a_500_refusing_json_schema_falls_back_at_once_without_retries(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat(Fail(500, LLAMA_CPP_REFUSAL), REPLY)
+    llm = make_llm(max_retries=2)
+
+    assert llm.complete_json(MESSAGES, reply_model=FactsReply) == REPLY
+
+    formats = [r["response_format"]["type"] for r in server.chat_requests()]
+    assert formats == ["json_schema", "json_object"]  # the refusal was not retried
+    assert llm.structured_outputs is False
+
+
+def test_another_500_is_retried_and_not_taken_for_a_refusal(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat(Fail(500, "json_schema compiler crashed"), REPLY)
+    llm = make_llm(max_retries=2)
+
+    assert llm.complete_json(MESSAGES, reply_model=FactsReply) == REPLY
+
+    formats = [r["response_format"]["type"] for r in server.chat_requests()]
+    assert formats == ["json_schema", "json_schema"]
+    assert llm.structured_outputs is True
+
+
+def test_max_tokens_is_sent_and_a_json_reply_cut_off_there_is_permanent(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat(REPLY)
+    llm = make_llm(max_tokens=3)
+    usage = TokenUsage()
+
+    with pytest.raises(PermanentError, match=r"cut off .*MEMQ_LLM_MAX_TOKENS=3") as failed:
+        llm.complete_json(MESSAGES, reply_model=FactsReply, usage=usage)
+
+    (request,) = server.chat_requests()  # not retried: the model would write the same
+    assert request["max_tokens"] == 3
+    assert repr(" ".join(REPLY.split()[:3])) in failed.value.reason  # what it wrote
+    assert usage.completion_tokens == 3  # the tokens were spent all the same
+
+
+def test_without_max_tokens_none_is_sent_and_a_whole_reply_passes(
+    server: FakeLLMServer, make_llm: MakeLLM
+) -> None:
+    server.script_chat(REPLY)
+
+    assert make_llm().complete_json(MESSAGES, reply_model=FactsReply) == REPLY
+    (request,) = server.chat_requests()
+    assert "max_tokens" not in request
+
+
+def test_a_description_cut_off_is_still_an_answer(server: FakeLLMServer, make_llm: MakeLLM) -> None:
+    server.script_chat("a red bicycle leaning on a wall")
+
+    description = make_llm(max_tokens=2).describe_image("data:image/png;base64,AAAA", "what?")
+    assert description == "a red"
+
+
 def test_token_usage_is_added_up_and_observed(server: FakeLLMServer) -> None:
     server.script_chat(REPLY, Fail(500, "boom"), REPLY)
     calls: list[LLMCall] = []
