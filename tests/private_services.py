@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -72,6 +73,9 @@ class PrivateElasticsearch:
             "MEMQ_OPS_ES_VAR": str(self.var),
             "MEMQ_OPS_ES_TRANSPORT_PORT": str(free_port(*transport_ports)),
             "MEMQ_OPS_ES_HEAP": heap,
+            # ops reads memq's settings with the venv running these tests (a worktree of the
+            # checkout has none of its own)
+            "MEMQ_OPS_VENV": env.get("MEMQ_OPS_VENV", str(Path(sys.executable).parents[1])),
         }
 
     @property
