@@ -11,8 +11,8 @@ random unit vectors (ranking quality is not measured here). Then:
 1. quiet: B alone searches one request at a time for ``--seconds``; its p50/p95 are noted;
 2. noisy: A floods searches from ``--flood-threads`` threads with the costliest filter the API
    accepts (``MAX_TERM_SCANS`` icontains on keyword fields plus ``--heavy-leaves`` ``nin``
-   lists of ``MAX_LIST_ITEMS`` values, up to ``MAX_LEAVES`` conditions), retrying each 429
-   after its Retry-After, while B searches as before.
+   lists of ``MAX_LIST_ITEMS`` values, as many as ``MAX_LIST_VALUES`` allows), retrying each
+   429 after its Retry-After, while B searches as before.
 
 The goal: B's noisy p95 within 1.5 times its quiet p95. The report prints both, the ratio, A's
 answered and refused searches, and whether the goal was met.
@@ -46,7 +46,7 @@ from api_stack import Stack, running_stack
 from elasticsearch.helpers import bulk
 
 from pipeline.config import Settings
-from pipeline.filters import MAX_LEAVES, MAX_LIST_ITEMS, MAX_TERM_SCANS
+from pipeline.filters import MAX_LEAVES, MAX_LIST_ITEMS, MAX_LIST_VALUES, MAX_TERM_SCANS
 from pipeline.models import Scope, memory_id
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, ensure_indices
@@ -128,7 +128,7 @@ def costliest_filters(rng: random.Random, heavy_leaves: int) -> dict[str, Any]:
     condition limit."""
     fields = ("agent_id", "run_id", "actor_id", "job_id")[:MAX_TERM_SCANS]
     scans = [{f: {"icontains": uuid.uuid4().hex[:3]}} for f in fields]
-    leaves = min(heavy_leaves, MAX_LEAVES - len(scans))
+    leaves = min(heavy_leaves, MAX_LEAVES - len(scans), MAX_LIST_VALUES // MAX_LIST_ITEMS)
     lists = [
         {"hash": {"nin": [uuid.uuid4().hex for _ in range(MAX_LIST_ITEMS)]}} for _ in range(leaves)
     ]

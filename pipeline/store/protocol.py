@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from pipeline.filters import metadata_pairs
+from pipeline.filters import metadata_pairs, with_substrings
 from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope
 from pipeline.validity import Closure, Replacement
@@ -89,7 +89,7 @@ class MemoryDoc:
             "expiration_date": self.expiration_date.isoformat() if self.expiration_date else None,
             "turn": self.turn,
         }
-        return doc | without_none(optional)
+        return with_substrings(doc | without_none(optional))
 
 
 @dataclass(frozen=True)
