@@ -24,8 +24,8 @@ Fields and how they compare:
   compared as the strings JSON writes them (``10``, ``1.5``, ``true``) and range operators compare
   *lexicographically* (``"9" > "10"``; zero-pad numbers you mean to range over). A flattened
   field has no substring query on one key, so every memory also carries ``metadata_kv``, its
-  metadata as ``"key.path=value"`` keywords: ``contains`` / ``icontains`` on a key is a wildcard
-  ``key.path=*value*`` there. ``{"metadata": {"contains": ...}}`` matches when *any* metadata
+  metadata as ``"key.path=value"`` keywords, whose substrings answer ``contains`` /
+  ``icontains`` on a key. ``{"metadata": {"contains": ...}}`` matches when *any* metadata
   value contains the substring.
 - ``ne`` / ``nin`` also match documents that lack the field (as in mem0).
 - ``contains`` / ``icontains`` on keyword and metadata fields are ``prefix`` queries on
