@@ -27,6 +27,7 @@ from pipeline.services import Services
 
 if TYPE_CHECKING:
     from api.limits import TenantLimits
+    from api.search_slots import FairSearcher
 
 IntakeFactory = Callable[[Settings], Intake]
 
@@ -81,3 +82,12 @@ class Resources:
 
         settings = self.settings
         return TenantLimits(settings.api, self.redis, settings.redis.url, settings.es.index_prefix)
+
+    @cached_property
+    def searcher(self) -> FairSearcher:
+        """The searcher every surface uses: each search inside one of its tenant's slots."""
+        from api.search_slots import FairSearcher, SearchSlots
+
+        per_tenant = self.settings.api.searches_in_flight_per_tenant
+        slots = SearchSlots(self.redis, self.settings.es.index_prefix, per_tenant)
+        return FairSearcher(self.services.searcher, slots)
