@@ -915,6 +915,9 @@ class ElasticStore:
             ).body["hits"]["hits"]
         return [{"id": h["_id"], **h["_source"]} for h in hits]
 
+    def key_ids(self) -> list[str]:
+        return self.matching_ids(self.names.keys, {"match_all": {}})
+
     def reset(self, config: ElasticsearchConfig, dims: int) -> None:
         """Delete every index but the keys', and create them again, empty."""
         with es_errors("reset indices"):

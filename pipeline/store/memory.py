@@ -263,6 +263,10 @@ class InMemoryStore:
             self.keys[key_id] = {**self.keys[key_id], **fields}
             return True
 
+    def key_ids(self) -> list[str]:
+        with self._lock:
+            return list(self.keys)
+
     def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
             held = [

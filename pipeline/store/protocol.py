@@ -391,3 +391,7 @@ class KeyRecords(Protocol):
         """Every key (of ``tenant`` when given), oldest first: ``{"id", **document}`` without
         the secret's hash."""
         ...
+
+    def key_ids(self) -> list[str]:
+        """The id of every key, revoked ones too (nothing else is read)."""
+        ...

@@ -1,6 +1,6 @@
 """The key store's per-process cache against the real node: a key is read once per window, a
 revocation made through the same store is seen at once, and one made elsewhere within the
-window; unknown keys are never cached."""
+window; unknown keys are never cached, and cost no read once the process knows every key id."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+import redis
 from elasticsearch import Elasticsearch
 
-from pipeline.keys import KeyStore
+from pipeline.keys import KeyStore, RedisKeyCreations
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 
@@ -66,3 +67,44 @@ def test_a_wrong_secret_is_refused_from_the_cache_and_unknown_keys_are_not_cache
     unknown = f"mq_{uuid.uuid4().hex[:16]}_{'x' * 43}"
     assert keys.authenticate(unknown, None) is None
     assert list(keys._cache) == [key_id]
+
+
+def key_reads(es: Elasticsearch, indices: IndexNames) -> int:
+    """Reads of key documents by id on the keys index so far (its own statistics)."""
+    stats = es.indices.stats(index=indices.keys, metric="get")
+    return int(stats["_all"]["total"]["get"]["total"])
+
+
+def shared_store(es: Elasticsearch, indices: IndexNames, redis_client: redis.Redis) -> KeyStore:
+    """A key store as one API process has it: its own cache, the deployment's creation count."""
+    creations = RedisKeyCreations(redis_client, indices.prefix)
+    return KeyStore(ElasticStore(es, indices), cache_s=300, creations=creations)
+
+
+def test_unknown_keys_cost_no_read_and_a_key_made_elsewhere_works_at_once(
+    es: Elasticsearch, indices: IndexNames, redis_client: redis.Redis
+) -> None:
+    here, elsewhere = (shared_store(es, indices, redis_client) for _ in range(2))
+    unknown = [f"mq_{uuid.uuid4().hex[:16]}_{'x' * 43}" for _ in range(30)]
+    assert here.authenticate(unknown[0], None) is None  # reads the key ids once
+    before = key_reads(es, indices)
+    assert all(here.authenticate(token, None) is None for token in unknown)
+    assert key_reads(es, indices) == before
+    key_id, token = elsewhere.create(f"cache-{uuid.uuid4().hex[:8]}", "cache", datetime.now(UTC))
+    principal = here.authenticate(token, None)
+    assert principal is not None and principal.key_id == key_id
+    assert len(here._ids.ids if here._ids else ()) >= 1
+
+
+def test_without_the_creation_count_unknown_keys_are_read_and_refused(
+    es: Elasticsearch, indices: IndexNames
+) -> None:
+    """Redis unreachable: an unknown id is looked up, as before, and still refused."""
+    down = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    creations = RedisKeyCreations(down, indices.prefix)
+    keys = KeyStore(ElasticStore(es, indices), cache_s=300, creations=creations)
+    before = key_reads(es, indices)
+    assert keys.authenticate(f"mq_{uuid.uuid4().hex[:16]}_{'x' * 43}", None) is None
+    assert key_reads(es, indices) == before + 1
+    _, token = new_key(es, indices)
+    assert keys.authenticate(token, None) is not None
