@@ -285,6 +285,8 @@ class Store(Protocol):
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...
+
 
 @runtime_checkable
 class ServingStore(Store, Protocol):
@@ -360,8 +362,6 @@ class ServingStore(Store, Protocol):
     def refresh_jobs(self) -> None: ...
 
     def search_jobs(self, body: dict[str, Any]) -> list[tuple[JobRecord, list[Any]]]: ...
-
-    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...
 
     def health(self) -> dict[str, Any]:
         """``{"cluster", "status", "nodes"}`` of the storage behind the store (``status`` is
