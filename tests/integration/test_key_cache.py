@@ -11,6 +11,7 @@ import pytest
 import redis
 from elasticsearch import Elasticsearch
 
+from pipeline.config import Settings
 from pipeline.keys import KeyStore, RedisKeyCreations
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
@@ -18,10 +19,17 @@ from pipeline.store.indices import IndexNames
 pytestmark = pytest.mark.integration
 
 
+def counted(es: Elasticsearch, indices: IndexNames, cache_s: float = 0.0) -> KeyStore:
+    """A key store that counts the keys it creates, as every process of a deployment does (the
+    API processes' stores know an id outside their set of key ids is unknown until a creation
+    is counted)."""
+    client = redis.Redis.from_url(Settings().redis.url)
+    creations = RedisKeyCreations(client, indices.prefix)
+    return KeyStore(ElasticStore(es, indices), cache_s=cache_s, creations=creations)
+
+
 def new_key(es: Elasticsearch, indices: IndexNames) -> tuple[str, str]:
-    return KeyStore(ElasticStore(es, indices)).create(
-        f"cache-{uuid.uuid4().hex[:8]}", "cache", datetime.now(UTC)
-    )
+    return counted(es, indices).create(f"cache-{uuid.uuid4().hex[:8]}", "cache", datetime.now(UTC))
 
 
 def revoke_elsewhere(es: Elasticsearch, indices: IndexNames, key_id: str) -> None:
@@ -75,16 +83,10 @@ def key_reads(es: Elasticsearch, indices: IndexNames) -> int:
     return int(stats["_all"]["total"]["get"]["total"])
 
 
-def shared_store(es: Elasticsearch, indices: IndexNames, redis_client: redis.Redis) -> KeyStore:
-    """A key store as one API process has it: its own cache, the deployment's creation count."""
-    creations = RedisKeyCreations(redis_client, indices.prefix)
-    return KeyStore(ElasticStore(es, indices), cache_s=300, creations=creations)
-
-
 def test_unknown_keys_cost_no_read_and_a_key_made_elsewhere_works_at_once(
-    es: Elasticsearch, indices: IndexNames, redis_client: redis.Redis
+    es: Elasticsearch, indices: IndexNames
 ) -> None:
-    here, elsewhere = (shared_store(es, indices, redis_client) for _ in range(2))
+    here, elsewhere = (counted(es, indices, cache_s=300) for _ in range(2))
     unknown = [f"mq_{uuid.uuid4().hex[:16]}_{'x' * 43}" for _ in range(30)]
     assert here.authenticate(unknown[0], None) is None  # reads the key ids once
     before = key_reads(es, indices)
