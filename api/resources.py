@@ -88,6 +88,6 @@ class Resources:
         """The searcher every surface uses: each search inside one of its tenant's slots."""
         from api.search_slots import FairSearcher, SearchSlots
 
-        per_tenant = self.settings.api.searches_in_flight_per_tenant
+        per_tenant = self.settings.api.search_slots_per_tenant
         slots = SearchSlots(self.redis, self.settings.es.index_prefix, per_tenant)
         return FairSearcher(self.services.searcher, slots)

@@ -192,6 +192,19 @@ def translate_filters(filters: Mapping[str, Any] | None) -> list[Clause]:
     return _clauses(filters, "", 1, _Budget())
 
 
+def search_slots(filters: Mapping[str, Any] | None) -> int:
+    """How many of its tenant's search slots a search with ``filters`` takes
+    (``api/search_slots.py``): 1, plus 1 when it holds substring conditions on keyword or
+    metadata fields, plus 1 per whole ``MAX_LIST_ITEMS`` values of its in/nin lists; so 4 for
+    the costliest filter allowed. A filter that is refused takes 1 (the search refuses it)."""
+    budget = _Budget()
+    try:
+        _clauses(filters or {}, "", 1, budget)
+    except InvalidInputError:
+        return 1
+    return 1 + (1 if budget.scans else 0) + budget.values // MAX_LIST_ITEMS
+
+
 def _clauses(node: object, path: str, depth: int, budget: _Budget) -> list[Clause]:
     """The clauses of one filter object (its keys ANDed)."""
     where = path or "filters"

@@ -19,6 +19,11 @@ answered and refused searches, and whether the goal was met.
 
     .venv/bin/python ops/bench/noisy_neighbour.py [--a-memories 23000] [--b-memories 1000]
         [--seconds 60] [--flood-threads 8] [--heavy-leaves 60] [--port 8790] [--keep]
+        [--reuse] [--search-slots N]
+
+``--keep`` leaves the seeded indices, which ``--reuse`` then serves without seeding again;
+``--search-slots`` sets ``MEMQ_API_SEARCH_SLOTS_PER_TENANT`` for the run (the setting's
+default otherwise).
 
 Both tenants go through one API process, as on a small deployment: its CPU (query embedding,
 JSON) is shared too, so the ratio measures the whole path, not Elasticsearch alone.
@@ -201,11 +206,17 @@ def main() -> int:
     parser.add_argument("--heavy-leaves", type=int, default=60)
     parser.add_argument("--port", type=int, default=8790)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--search-slots", type=int, default=None)
     args = parser.parse_args()
     log_dir = Path("/tmp/memq-bench-noisy")
-    with running_stack(PREFIX, args.port, log_dir, keep=args.keep) as stack:
-        seed(stack, "tenant-a", args.a_memories)
-        seed(stack, "tenant-b", args.b_memories)
+    env = {}
+    if args.search_slots is not None:
+        env["MEMQ_API_SEARCH_SLOTS_PER_TENANT"] = str(args.search_slots)
+    with running_stack(PREFIX, args.port, log_dir, args.keep, args.reuse, env=env) as stack:
+        if not args.reuse:
+            seed(stack, "tenant-a", args.a_memories)
+            seed(stack, "tenant-b", args.b_memories)
         key_a, key_b = tenant_key(stack, "tenant-a"), tenant_key(stack, "tenant-b")
         timed_searches(stack.url, key_b, 5)  # warm-up: models loaded, caches filled
         quiet = timed_searches(stack.url, key_b, args.seconds)

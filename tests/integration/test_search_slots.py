@@ -53,7 +53,7 @@ def reranker() -> Iterator[HeldReranker]:
 def client(
     settings: Settings, celery_app: MemqCelery, indices: IndexNames, reranker: HeldReranker
 ) -> Iterator[TestClient]:
-    api = settings.api.model_copy(update={"searches_in_flight_per_tenant": 1})
+    api = settings.api.model_copy(update={"search_slots_per_tenant": 1})
     rerank = settings.rerank.model_copy(update={"url": reranker.server.url})
     app = create_app(
         settings.model_copy(update={"api": api, "rerank": rerank}), CeleryIntake(celery_app)
@@ -92,7 +92,7 @@ def test_a_tenant_with_every_search_slot_held_waits_and_no_other_tenant_does(
         assert reranker.asked.wait(60), "the first search never reached the reranker"
         refused = client.post("/v1/memories/search", json=body, headers=busy)
         assert_429(refused)
-        assert "1 searches running" in refused.json()["error"]["message"]
+        assert "hold its 1 search slots" in refused.json()["error"]["message"]
         batch = client.post("/v1/memories/search/batch", json={"queries": [body]}, headers=busy)
         assert_429(batch)
         mem0 = client.post(
@@ -102,6 +102,9 @@ def test_a_tenant_with_every_search_slot_held_waits_and_no_other_tenant_does(
         )
         assert_429(mem0)
         assert client.post("/v1/memories/search", json=body, headers=other).status_code == 200
+        scans = {"OR": [{f: {"icontains": "abc"}} for f in ("agent_id", "run_id", "job_id")]}
+        heavy = {**body, "filters": scans}  # 2 slots of 1: it runs, as nothing else of its tenant
+        assert client.post("/v1/memories/search", json=heavy, headers=other).status_code == 200
     finally:
         reranker.release.set()
         running.join(60)

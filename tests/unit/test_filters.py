@@ -15,6 +15,7 @@ from pipeline.filters import (
     MAX_SUBSTRING_CHARS,
     ScopeSplit,
     metadata_pairs,
+    search_slots,
     split_scope,
     substring_terms,
     translate_filters,
@@ -419,3 +420,12 @@ def test_two_values_for_one_scope_id_are_refused() -> None:
     with pytest.raises(InvalidInputError, match="two different user_id") as caught:
         split_scope({"user_id": "a", "and": [{"user_id": "b"}]})
     assert caught.value.field == "and.0.user_id"
+
+
+def test_a_search_takes_slots_by_what_its_filter_costs() -> None:
+    lists = [{"hash": {"nin": [f"h{i}-{n}" for i in range(1024)]}} for n in range(2)]
+    scans = {"OR": [{f: {"icontains": "abc"}} for f in ("agent_id", "run_id")]}
+    assert search_slots(None) == search_slots({"role": {"in": ["user", "assistant"]}}) == 1
+    assert search_slots(scans) == 2
+    assert search_slots({"AND": [scans, *lists]}) == 4
+    assert search_slots({"agent_id": {"contains": "a"}}) == 1  # refused by the search itself
