@@ -7,7 +7,7 @@ import uuid
 import pytest
 from elasticsearch import BadRequestError, Elasticsearch
 
-from pipeline.config import Settings
+from pipeline.config import ElasticsearchConfig, Settings
 from pipeline.errors import ConfigurationError, PermanentError
 from pipeline.filters import translate_filters
 from pipeline.store.client import es_errors
@@ -112,19 +112,27 @@ def test_no_request_touches_a_module_the_minimal_distribution_lacks(es: Elastics
     )
 
 
-def test_a_field_added_to_the_schema_reaches_existing_indices(
-    es: Elasticsearch, settings: Settings
-) -> None:
-    """An index created before a field was declared gets it on the next start."""
-    config = settings.es.model_copy(update={"index_prefix": f"{settings.es.index_prefix}-old"})
+def legacy_memories(
+    es: Elasticsearch, settings: Settings, suffix: str, missing: str
+) -> tuple[ElasticsearchConfig, IndexNames]:
+    """A memories index of its own prefix, made as before the field ``missing`` existed."""
+    config = settings.es.model_copy(update={"index_prefix": f"{settings.es.index_prefix}-{suffix}"})
     names = IndexNames(config.index_prefix)
     legacy = mappings(Kind.MEMORIES, settings.embedder.dims)
-    del legacy["properties"]["metadata_kv"]
+    del legacy["properties"][missing]
     es.indices.create(
         index=names.concrete(Kind.MEMORIES),
         mappings=legacy,
         aliases={names.memories: {"is_write_index": True}},
     )
+    return config, names
+
+
+def test_a_field_added_to_the_schema_reaches_existing_indices(
+    es: Elasticsearch, settings: Settings
+) -> None:
+    """An index created before a field was declared gets it on the next start."""
+    config, names = legacy_memories(es, settings, "old", "metadata_kv")
     try:
         ensure_indices(es, config, settings.embedder.dims)
         stored = es.indices.get_mapping(index=names.memories).body[names.concrete(Kind.MEMORIES)]
@@ -138,15 +146,7 @@ def test_memories_written_before_substrings_get_them_at_the_next_start(
 ) -> None:
     """A memory stored before ``substrings`` existed is found by ``contains`` once memq has
     started again on its index (``pipeline.store.substrings``)."""
-    config = settings.es.model_copy(update={"index_prefix": f"{settings.es.index_prefix}-subs"})
-    names = IndexNames(config.index_prefix)
-    legacy = mappings(Kind.MEMORIES, settings.embedder.dims)
-    del legacy["properties"]["substrings"]
-    es.indices.create(
-        index=names.concrete(Kind.MEMORIES),
-        mappings=legacy,
-        aliases={names.memories: {"is_write_index": True}},
-    )
+    config, names = legacy_memories(es, settings, "subs", "substrings")
     try:
         old = {"tenant": "t", "user_id": "u1", "agent_id": "Travel-Planner", "hash": "h1"}
         old |= {"metadata": {"city": "Lisbon"}, "metadata_kv": ["city=Lisbon"]}

@@ -62,23 +62,11 @@ def client(
         yield test_client
 
 
-def tenant_key(client: TestClient, tenant: str) -> dict[str, str]:
-    admin = client.app.state.settings.api.admin_key  # type: ignore[attr-defined]
-    assert admin is not None, "the tests need MEMQ_API_ADMIN_KEY (ops/test sets it)"
-    created = client.post(
-        "/v1/admin/keys",
-        json={"tenant": tenant},
-        headers={"authorization": f"Bearer {admin.get_secret_value()}"},
-    )
-    assert created.status_code == 201, created.text
-    return {"authorization": f"Bearer {created.json()['key']}"}
-
-
 def test_a_tenant_with_every_search_slot_held_waits_and_no_other_tenant_does(
     client: TestClient, settings: Settings, reranker: HeldReranker
 ) -> None:
     tenant = f"slots-{uuid.uuid4().hex[:8]}"
-    busy, other = tenant_key(client, tenant), tenant_headers(client)
+    busy, other = tenant_headers(client, tenant), tenant_headers(client)
     user = "u1"
     put(Runtime(settings), Scope(tenant=tenant, user_id=user), "likes tea")
     body = {"query": "tea", "user_id": user}
