@@ -83,7 +83,9 @@ def _pages(client: Elasticsearch, pit: str) -> Iterator[list[dict[str, Any]]]:
 def _update(client: Elasticsearch, index: str, hits: list[dict[str, Any]]) -> tuple[int, int]:
     actions: list[dict[str, Any]] = []
     for hit in hits:
-        header = {"_index": index, "_id": hit["_id"], "routing": hit.get("_routing")}
+        header = {"_index": index, "_id": hit["_id"]}
+        if "_routing" in hit:  # an index made before routing has none
+            header["routing"] = hit["_routing"]
         guard = {"if_seq_no": hit["_seq_no"], "if_primary_term": hit["_primary_term"]}
         actions.append({"update": {**header, **guard}})
         actions.append({"doc": {SUBSTRINGS_FIELD: substring_terms(hit["_source"])}})
