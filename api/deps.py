@@ -15,13 +15,13 @@ from fastapi import Depends, Path, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from api.resources import Resources
+from api.search_slots import FairSearcher
 from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.errors import PermanentError
 from pipeline.intake import Intake
 from pipeline.keys import KeyStore, Principal
 from pipeline.models import Identifier
-from pipeline.search import Searcher
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import ServingStore
 from pipeline.usage import UsageLedger
@@ -57,8 +57,8 @@ def get_elastic_store(resources: ResourcesDep) -> ElasticStore:
     return resources.services.store
 
 
-def get_searcher(resources: ResourcesDep) -> Searcher:
-    return resources.services.searcher
+def get_searcher(resources: ResourcesDep) -> FairSearcher:
+    return resources.searcher
 
 
 def get_keys(resources: ResourcesDep) -> KeyStore:
@@ -85,7 +85,7 @@ def get_usage(resources: ResourcesDep) -> UsageLedger:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[ServingStore, Depends(get_store)]
 ElasticStoreDep = Annotated[ElasticStore, Depends(get_elastic_store)]
-SearcherDep = Annotated[Searcher, Depends(get_searcher)]
+SearcherDep = Annotated[FairSearcher, Depends(get_searcher)]
 KeysDep = Annotated[KeyStore, Depends(get_keys)]
 PhaseDepsDep = Annotated[Deps, Depends(get_phase_deps)]
 ClockDep = Annotated[Callable[[], datetime], Depends(get_clock)]

@@ -212,7 +212,7 @@ class MemqTools:
                 as_of=as_of,
                 include_replaced=include_replaced,
             )
-            found = self.services.searcher.search_reported(search)
+            found = self.resources.searcher.search_reported(search)
             return {
                 "results": [hit.model_dump(mode="json") for hit in found.hits],
                 "partial": found.partial,

@@ -28,6 +28,7 @@ from pipeline.usage_redis import RedisUsage
 
 if TYPE_CHECKING:
     from api.limits import TenantLimits
+    from api.search_slots import FairSearcher
 
 IntakeFactory = Callable[[Settings], Intake]
 
@@ -87,3 +88,12 @@ class Resources:
 
         settings = self.settings
         return TenantLimits(settings.api, self.redis, settings.redis.url, settings.es.index_prefix)
+
+    @cached_property
+    def searcher(self) -> FairSearcher:
+        """The searcher every surface uses: each search inside one of its tenant's slots."""
+        from api.search_slots import FairSearcher, SearchSlots
+
+        per_tenant = self.settings.api.search_slots_per_tenant
+        slots = SearchSlots(self.redis, self.settings.es.index_prefix, per_tenant)
+        return FairSearcher(self.services.searcher, slots)

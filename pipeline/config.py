@@ -356,6 +356,9 @@ class ApiConfig(_Section):
     # Counted over windows of this many seconds: a tenant may spend a window's worth in a burst.
     rate_window_s: int = Field(default=1, ge=1, le=60)
     open_cursors_per_tenant: int = Field(default=20, ge=0, le=10_000)
+    # Search slots of one tenant, across API processes (api/search_slots.py): a plain search
+    # takes 1, one with substring filters or long in/nin lists up to 4.
+    search_slots_per_tenant: int = Field(default=4, ge=0, le=1_000)
     # How many memories mem0's page-number listing may skip to reach a page (it walks to it).
     page_walk_max: int = Field(default=10_000, ge=100, le=1_000_000)
     # How long an API process trusts a tenant key it has read (0: read it on every request).

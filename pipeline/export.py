@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.deps import Deps
 from pipeline.errors import InvalidInputError
-from pipeline.filters import metadata_pairs
+from pipeline.filters import metadata_pairs, with_substrings
 from pipeline.models import NAMESPACE, AwareDatetime, Identifier, Scope, check_metadata, entity_id
 from pipeline.store.dump import DumpStore
 from pipeline.store.elastic import ElasticStore
@@ -501,7 +501,7 @@ def memory_source(line: MemoryLine, deps: Deps, vector: list[float]) -> dict[str
         "feedback_reason": line.feedback_reason,
         "feedback_at": line.feedback_at.isoformat() if line.feedback_at else None,
     }
-    return doc | without_none(optional)
+    return with_substrings(doc | without_none(optional))
 
 
 def history_sources(line: MemoryLine) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -12,8 +12,8 @@ see exactly the same candidate set. A filter is a JSON object as a client sends 
 Fields and how they compare:
 
 - keyword fields (``user_id agent_id run_id actor_id role memory_type attributed_to job_id hash
-  language entity_ids``): exact terms; ``contains`` / ``icontains`` are substring matches built
-  as a ``wildcard`` query with the value's wildcard characters escaped (never regexp or script).
+  language entity_ids replaced_by replaces``): exact terms; ``contains`` / ``icontains`` are
+  substring matches (never wildcard, regexp or script).
 - date fields (``created_at updated_at observed_at expiration_date``): ISO-8601 strings, dates or
   datetimes, normalized to UTC (a date or a naive value means UTC, a date alone its midnight).
 - ``text``: full text; only ``contains`` / ``icontains`` (both a ``match_phrase``: the standard
@@ -24,13 +24,17 @@ Fields and how they compare:
   compared as the strings JSON writes them (``10``, ``1.5``, ``true``) and range operators compare
   *lexicographically* (``"9" > "10"``; zero-pad numbers you mean to range over). A flattened
   field has no substring query on one key, so every memory also carries ``metadata_kv``, its
-  metadata as ``"key.path=value"`` keywords: ``contains`` / ``icontains`` on a key is a wildcard
-  ``key.path=*value*`` there. ``{"metadata": {"contains": ...}}`` matches when *any* metadata
+  metadata as ``"key.path=value"`` keywords, whose substrings answer ``contains`` /
+  ``icontains`` on a key. ``{"metadata": {"contains": ...}}`` matches when *any* metadata
   value contains the substring.
 - ``ne`` / ``nin`` also match documents that lack the field (as in mem0).
-- ``contains`` / ``icontains`` on keyword and metadata fields walk the field's term dictionary,
-  shared by every tenant on a shard: at most ``MAX_TERM_SCANS`` of them per filter, each at
-  least ``MIN_TERM_SCAN_CHARS`` long.
+- ``contains`` / ``icontains`` on keyword and metadata fields are ``prefix`` queries on
+  ``substrings``, where every memory carries each such value's suffixes (cut to
+  ``MAX_SUBSTRING_CHARS``, see ``substring_terms``): a value contains ``x`` when one of its
+  suffixes starts with ``x``, so the query seeks to ``x`` in the term dictionary instead of
+  walking all of it as a ``*x*`` wildcard did (every tenant's terms on the shard). The operand
+  is at most ``MAX_SUBSTRING_CHARS`` long (a whole value is ``eq``), at least
+  ``MIN_TERM_SCAN_CHARS``, and a filter holds at most ``MAX_TERM_SCANS`` of them.
 
 ``tenant`` (it comes from the caller's key), ``embedding`` and ``text_lemmatized`` cannot be
 filtered. Every mistake raises ``InvalidInputError`` whose ``field`` is the dotted path of the
@@ -55,10 +59,19 @@ MAX_LEAVES = 256
 """Conditions (one per field operator, ``"*"`` included) allowed in one filter."""
 MAX_LIST_ITEMS = 1024
 MAX_CONTAINS_CHARS = 256
+MAX_LIST_VALUES = 2048
+"""Values allowed in all the ``in`` / ``nin`` lists of one filter together: each value is a
+term looked up on every segment, for the kNN filter and the BM25 query alike, so 60 lists of
+``MAX_LIST_ITEMS`` made one search cost hundreds of milliseconds."""
 MAX_TERM_SCANS = 4
-"""``contains`` / ``icontains`` conditions on keyword and metadata fields allowed in one filter:
-each is a ``*value*`` wildcard, which walks the field's whole term dictionary (every tenant's
-terms on the shard), so a filter of hundreds of them made one search cost seconds."""
+"""``contains`` / ``icontains`` conditions on keyword and metadata fields allowed in one filter
+(a ``*value*`` wildcard once walked the field's whole term dictionary, so a filter of hundreds
+of them made one search cost seconds; a prefix query on ``substrings`` is a seek, but a short
+prefix still gathers many terms)."""
+MAX_SUBSTRING_CHARS = 48
+"""The longest ``contains`` / ``icontains`` operand on keyword and metadata fields, and how far
+each suffix in ``substrings`` reaches: every substring of at most this length starts one."""
+SUBSTRINGS_FIELD = "substrings"
 MIN_TERM_SCAN_CHARS = 3
 """The shortest substring such a condition may look for (a shorter one matches nearly every
 term, and costs the same walk)."""
@@ -77,7 +90,8 @@ class _Kind(StrEnum):
 
 METADATA_PAIRS_FIELD = "metadata_kv"
 _MAPPING = memory_properties(dims=1)  # the memories mapping: filterable fields follow it
-_INTERNAL = frozenset({"tenant", METADATA_PAIRS_FIELD})  # never filtered on by name
+# never filtered on by name
+_INTERNAL = frozenset({"tenant", METADATA_PAIRS_FIELD, SUBSTRINGS_FIELD})
 _KEYWORD_FIELDS = frozenset(
     name
     for name, spec in _MAPPING.items()
@@ -100,7 +114,6 @@ _ALLOWED_OPS = {
     _Kind.METADATA_ROOT: frozenset({*_OPS, "exists"}),
 }
 _REGEX_LOOKING = re.compile(r"[\^$\[\](){}|+]|\.\*")
-_WILDCARD_SPECIAL = re.compile(r"([\\*?])")
 
 
 @dataclass(frozen=True)
@@ -112,12 +125,14 @@ class _Field:
 
 
 class _Budget:
-    """Counts the conditions of one translation against ``MAX_LEAVES``, and the term
-    dictionary walks among them against ``MAX_TERM_SCANS``."""
+    """Counts the conditions of one translation against ``MAX_LEAVES``, the substring
+    conditions among them against ``MAX_TERM_SCANS``, and their list values against
+    ``MAX_LIST_VALUES``."""
 
     def __init__(self) -> None:
         self.leaves = 0
         self.scans = 0
+        self.values = 0
 
     def take(self, where: str) -> None:
         self.leaves += 1
@@ -137,12 +152,30 @@ class _Budget:
                 "characters (a shorter substring matches nearly everything)",
                 field=where,
             )
+        if isinstance(operand, str) and len(operand) > MAX_SUBSTRING_CHARS:
+            raise InvalidInputError(
+                f"{where!r}: {op} on {field.path} takes at most {MAX_SUBSTRING_CHARS} "
+                "characters (use eq or in for a whole value)",
+                field=where,
+            )
         self.scans += 1
         if self.scans > MAX_TERM_SCANS:
             raise InvalidInputError(
                 f"filter has more than {MAX_TERM_SCANS} contains/icontains conditions on "
-                f"keyword or metadata fields (at {where!r}); each scans every term of its "
-                "field: narrow with eq/in, or use contains on text",
+                f"keyword or metadata fields (at {where!r}): narrow with eq/in, or use "
+                "contains on text",
+                field=where,
+            )
+
+    def take_values(self, op: str, operand: object, where: str) -> None:
+        """Count the values of an ``in`` / ``nin`` list: each is a term lookup."""
+        if op not in ("in", "nin") or not isinstance(operand, list | tuple):
+            return
+        self.values += len(operand)
+        if self.values > MAX_LIST_VALUES:
+            raise InvalidInputError(
+                f"filter has more than {MAX_LIST_VALUES} values in its in/nin lists together "
+                f"(at {where!r}); each is looked up on every segment of the index",
                 field=where,
             )
 
@@ -157,6 +190,19 @@ def translate_filters(filters: Mapping[str, Any] | None) -> list[Clause]:
     if filters is None:
         return []
     return _clauses(filters, "", 1, _Budget())
+
+
+def search_slots(filters: Mapping[str, Any] | None) -> int:
+    """How many of its tenant's search slots a search with ``filters`` takes
+    (``api/search_slots.py``): 1, plus 1 when it holds substring conditions on keyword or
+    metadata fields, plus 1 per whole ``MAX_LIST_ITEMS`` values of its in/nin lists; so 4 for
+    the costliest filter allowed. A filter that is refused takes 1 (the search refuses it)."""
+    budget = _Budget()
+    try:
+        _clauses(filters or {}, "", 1, budget)
+    except InvalidInputError:
+        return 1
+    return 1 + (1 if budget.scans else 0) + budget.values // MAX_LIST_ITEMS
 
 
 def _clauses(node: object, path: str, depth: int, budget: _Budget) -> list[Clause]:
@@ -214,6 +260,7 @@ def _leaf(key: object, value: object, path: str, budget: _Budget) -> list[Clause
             raise InvalidInputError(_refusal(field, op, path), field=op_path)
         clauses.append(_BUILDERS[op](field, operand, op_path))  # checks the operand first
         budget.take_scan(field, op, operand, op_path)
+        budget.take_values(op, operand, op_path)
     return clauses
 
 
@@ -316,22 +363,72 @@ def _date_value(value: object, path: str) -> str:
 
 
 MAX_METADATA_PAIRS = 1000
+METADATA_IGNORE_ABOVE = 1024
+"""``ignore_above`` of ``metadata`` and ``metadata_kv``: a longer value (pair) is not indexed."""
 
 
 def metadata_pairs(metadata: Mapping[str, Any]) -> list[str]:
     """``"key.path=value"`` for each scalar of ``metadata`` (list items each), values written
     as the flattened field indexes them; at most ``MAX_METADATA_PAIRS``."""
-    pairs: list[str] = []
+    return [f"{key}={value}" for key, value in _metadata_items(metadata)]
+
+
+def _metadata_items(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key.path, value)`` for each scalar of ``metadata``, as ``metadata_pairs`` says."""
+    items: list[tuple[str, str]] = []
     stack: list[tuple[str, Any]] = [(str(k), v) for k, v in metadata.items()]
-    while stack and len(pairs) < MAX_METADATA_PAIRS:
+    while stack and len(items) < MAX_METADATA_PAIRS:
         key, value = stack.pop(0)
         if isinstance(value, Mapping):
             stack += [(f"{key}.{k}", v) for k, v in value.items()]
         elif isinstance(value, list | tuple):
             stack += [(key, item) for item in value]
         elif value is not None:
-            pairs.append(f"{key}={_metadata_string(value)}")
-    return pairs
+            items.append((key, _metadata_string(value)))
+    return items
+
+
+def substring_terms(fields: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The ``substrings`` of the substring-searchable fields among ``fields`` (a memory's
+    ``_source``, or the fields a partial update writes), by field: every suffix of each
+    keyword value, cut to ``MAX_SUBSTRING_CHARS``; for ``metadata``, those of each value
+    under ``metadata`` (``contains`` on the metadata root) and, under ``metadata_kv``, each
+    prefixed with its ``key.path=`` (``contains`` on one key). Values Elasticsearch leaves
+    unindexed (``METADATA_IGNORE_ABOVE``) get none, so a substring finds what a wildcard over
+    the field found. A partial update writes the part for the fields it changes: Elasticsearch
+    merges objects, so updates of different fields keep each other's part."""
+    out: dict[str, list[str]] = {}
+    for name in sorted(_KEYWORD_FIELDS & fields.keys()):
+        value = fields[name]
+        values = value if isinstance(value, list | tuple) else [value]
+        out[name] = sorted({cut for v in values if isinstance(v, str) for cut in _suffixes(v)})
+    metadata = fields.get("metadata")
+    if isinstance(metadata, Mapping):
+        items = _metadata_items(metadata)
+        kept = [(k, v) for k, v in items if len(k) + 1 + len(v) <= METADATA_IGNORE_ABOVE]
+        out["metadata"] = sorted({cut for _, v in items for cut in _suffixes(v, unless_above=True)})
+        out[METADATA_PAIRS_FIELD] = sorted({f"{k}={cut}" for k, v in kept for cut in _suffixes(v)})
+    return out
+
+
+def substring_fields() -> frozenset[str]:
+    """The source fields ``substring_terms`` reads."""
+    return _KEYWORD_FIELDS | {"metadata"}
+
+
+def with_substrings(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` (a memory's source, or a partial update of one) with the ``substrings`` of
+    the searchable fields among them, as every write of a memory must carry them."""
+    parts = substring_terms(fields)
+    return {**fields, SUBSTRINGS_FIELD: parts} if parts else dict(fields)
+
+
+def _suffixes(value: str, unless_above: bool = False) -> list[str]:
+    """Every suffix of ``value`` cut to ``MAX_SUBSTRING_CHARS`` (none for a value longer than
+    ``METADATA_IGNORE_ABOVE`` when ``unless_above``)."""
+    if unless_above and len(value) > METADATA_IGNORE_ABOVE:
+        return []
+    return [value[i : i + MAX_SUBSTRING_CHARS] for i in range(len(value))]
 
 
 def _metadata_string(value: Scalar) -> str:
@@ -401,15 +498,18 @@ def _contains(insensitive: bool) -> Callable[[_Field, object, str], Clause]:
         text = _substring(value, path)
         if field.kind is _Kind.TEXT:
             return {"match_phrase": {field.path: {"query": text}}}
-        escaped = _WILDCARD_SPECIAL.sub(r"\\\1", text)
         if field.kind is _Kind.METADATA:
-            key = _WILDCARD_SPECIAL.sub(r"\\\1", field.path.removeprefix("metadata."))
-            pattern = {"value": f"{key}=*{escaped}*", "case_insensitive": insensitive}
-            return {"wildcard": {METADATA_PAIRS_FIELD: pattern}}
-        wildcard = {"value": f"*{escaped}*", "case_insensitive": insensitive}
-        return {"wildcard": {field.path: wildcard}}
+            key = field.path.removeprefix("metadata.")
+            return _prefix(METADATA_PAIRS_FIELD, f"{key}={text}", insensitive)
+        return _prefix(field.path, text, insensitive)
 
     return build
+
+
+def _prefix(source_field: str, value: str, insensitive: bool) -> Clause:
+    """A substring match: the ``substrings`` of ``source_field`` that start with ``value``."""
+    target = f"{SUBSTRINGS_FIELD}.{source_field}"
+    return {"prefix": {target: {"value": value, "case_insensitive": insensitive}}}
 
 
 def _exists(field: _Field, _value: object, _path: str) -> Clause:

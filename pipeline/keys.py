@@ -9,24 +9,41 @@ otherwise pays an Elasticsearch read before its work). Only keys that exist are 
 cache holds at most one entry per real key whatever callers send. A revocation is seen at once
 by the process that made it and within ``cache_s`` by the others. A dict and the monotonic clock
 do it; a caching library would be one more dependency for these few lines.
+
+A well-formed key whose id is no key's costs no Elasticsearch read either: each process keeps
+the set of key ids (one read of the ids, nothing else), taken while the count of key creations
+(``KeyCreations``, a Redis counter every process shares) stood at a value; an id outside the
+set is unknown while the count is unchanged. A creation stores its key, then adds one to the
+count, so every process reads the ids again before it next judges an id unknown: a new key
+works at once everywhere. The set is bounded by the keys that exist, whatever ids callers
+send. While the count cannot be read, ids are looked up as before; a creation whose count
+could not be added to is seen by the others when their set is ``IDS_MAX_AGE_S`` old.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
+import redis
 from pydantic import SecretStr
 
 from pipeline.errors import NotFoundError, TransientError
+from pipeline.redis_errors import redis_errors
 from pipeline.store.protocol import KeyRecords
+
+log = logging.getLogger(__name__)
+
+IDS_MAX_AGE_S = 60.0
+"""The longest a process trusts its set of key ids, counted creations or not."""
 
 _TOKEN = re.compile(r"^mq_(?P<id>[0-9a-f]{16})_(?P<secret>[A-Za-z0-9_-]{20,100})$")
 ADMIN_TENANT = "_admin"  # reserved: no tenant key can be made for it
@@ -45,14 +62,59 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+class KeyCreations(Protocol):
+    """How many keys were ever created, as every process that authenticates sees it."""
+
+    def count(self) -> int:
+        """The count; ``TransientError`` when it cannot be read."""
+        ...
+
+    def add(self) -> None:
+        """Count one more creation; ``TransientError`` when it cannot be written."""
+        ...
+
+
+class RedisKeyCreations:
+    """``KeyCreations`` in one Redis counter per deployment (``namespace``: its index prefix)."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.client = client
+        self.name = f"memq:{namespace}:keys:created"
+
+    def count(self) -> int:
+        with redis_errors("read the count of key creations"):
+            return int(self.client.get(self.name) or 0)
+
+    def add(self) -> None:
+        with redis_errors("count a key creation"):
+            self.client.incr(self.name)
+
+
+@dataclass(frozen=True)
+class _KeyIds:
+    """The ids of every key, read while creations stood at ``count``."""
+
+    ids: frozenset[str]
+    count: int
+    read_at: float
+
+
 class KeyStore:
     """Keys over the store's key documents (``KeyRecords``); its errors pass through."""
 
-    def __init__(self, records: KeyRecords, cache_s: float = 0.0, stale_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        records: KeyRecords,
+        cache_s: float = 0.0,
+        stale_s: float = 0.0,
+        creations: KeyCreations | None = None,
+    ) -> None:
         self.records = records
         self.cache_s = cache_s
         self.stale_s = stale_s
+        self.creations = creations  # None: every id not cached is looked up
         self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._ids: _KeyIds | None = None
         self._lock = threading.Lock()
 
     def create(self, tenant: str, name: str, now: datetime, admin: bool = False) -> tuple[str, str]:
@@ -66,7 +128,19 @@ class KeyStore:
             "created_at": now.isoformat(),
         }
         self.records.create_key(key_id, document)
+        self._announce()
         return key_id, f"mq_{key_id}_{secret}"
+
+    def _announce(self) -> None:
+        """Count the creation, so that every process reads the key ids again."""
+        with self._lock:
+            self._ids = None
+        if self.creations is None:
+            return
+        try:
+            self.creations.add()
+        except TransientError as exc:  # the key is stored: others see it within IDS_MAX_AGE_S
+            log.warning("a key was created but not counted (%s)", exc)
 
     def authenticate(self, token: str, admin_key: SecretStr | None) -> Principal | None:
         """The principal of ``token``, or None when it is not a valid, unrevoked key."""
@@ -115,6 +189,8 @@ class KeyStore:
             hit = self._cache.get(key_id)
         if hit is not None and hit[0] > now:
             return hit[1]
+        if hit is None and self._surely_unknown(key_id, now):
+            return None
         try:
             stored = self.records.get_key(key_id)
         except TransientError:
@@ -125,3 +201,19 @@ class KeyStore:
             with self._lock:
                 self._cache[key_id] = (now + self.cache_s, stored)
         return stored
+
+    def _surely_unknown(self, key_id: str, now: float) -> bool:
+        """True when no key has ``key_id``, known from the set of key ids read since the last
+        counted creation; False when it may be a key (or the count cannot be read)."""
+        if self.creations is None:
+            return False
+        try:
+            count = self.creations.count()  # before the ids: a later creation bumps it again
+            known = self._ids
+            if known is None or known.count != count or now - known.read_at > IDS_MAX_AGE_S:
+                known = _KeyIds(frozenset(self.records.key_ids()), count, now)
+                with self._lock:
+                    self._ids = known
+        except TransientError:
+            return False  # cannot tell: the document is read, as it always was
+        return key_id not in known.ids

@@ -14,11 +14,13 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
 
+import redis
+
 from pipeline.config import Settings
 from pipeline.deps import Deps, Limits
 from pipeline.embedding import make_embedder
 from pipeline.embedding.cache import CachedEmbedder
-from pipeline.keys import KeyStore
+from pipeline.keys import KeyStore, RedisKeyCreations
 from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
 from pipeline.models import utcnow
 from pipeline.nlp.entities import RuleEntityExtractor
@@ -52,7 +54,9 @@ class Services:
     @cached_property
     def keys(self) -> KeyStore:
         api = self.settings.api
-        return KeyStore(self.store, api.key_cache_s, api.key_stale_s)
+        redis_client = redis.Redis.from_url(self.settings.redis.url)  # connects on first use
+        creations = RedisKeyCreations(redis_client, self.settings.es.index_prefix)
+        return KeyStore(self.store, api.key_cache_s, api.key_stale_s, creations)
 
     @cached_property
     def deps(self) -> Deps:

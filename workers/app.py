@@ -18,6 +18,7 @@ from workers.metrics import scrape_registry, serve_metrics
 from workers.names import HEALTH_TASK
 from workers.runtime import MemqCelery, celery_config
 from workers.tasks import register_tasks
+from workers.webhooks import register_webhook_tasks
 
 log = logging.getLogger("memq.worker")
 
@@ -44,6 +45,7 @@ def create_celery(settings: Settings) -> MemqCelery:
     app = MemqCelery(settings)
     register_tasks(app)
     register_chat_tasks(app)
+    register_webhook_tasks(app)
     connect_warm_up(app)
     connect_tracing(app)
     keep_memq_logging()

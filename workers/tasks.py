@@ -68,6 +68,7 @@ from workers.retry import RetryPolicy, retried
 from workers.runtime import MemqCelery, Runtime, queue_for
 from workers.turns import hand_on
 from workers.waves import run_in_waves
+from workers.webhooks import send_webhooks
 
 log = logging.getLogger("memq.worker")
 
@@ -626,6 +627,7 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
     if phase is not Phase.FINALIZE:
         runtime.states.save_many(states)
         return
+    send_webhooks(app, states)  # before the states are freed: a broker fault retries finalize
     runtime.metrics.jobs_ended(JobStatus.SUCCEEDED.value, len(states))
     for state in states:
         log.info(

@@ -11,14 +11,19 @@ random unit vectors (ranking quality is not measured here). Then:
 1. quiet: B alone searches one request at a time for ``--seconds``; its p50/p95 are noted;
 2. noisy: A floods searches from ``--flood-threads`` threads with the costliest filter the API
    accepts (``MAX_TERM_SCANS`` icontains on keyword fields plus ``--heavy-leaves`` ``nin``
-   lists of ``MAX_LIST_ITEMS`` values, up to ``MAX_LEAVES`` conditions), retrying each 429
-   after its Retry-After, while B searches as before.
+   lists of ``MAX_LIST_ITEMS`` values, as many as ``MAX_LIST_VALUES`` allows), retrying each
+   429 after its Retry-After, while B searches as before.
 
 The goal: B's noisy p95 within 1.5 times its quiet p95. The report prints both, the ratio, A's
 answered and refused searches, and whether the goal was met.
 
     .venv/bin/python ops/bench/noisy_neighbour.py [--a-memories 23000] [--b-memories 1000]
         [--seconds 60] [--flood-threads 8] [--heavy-leaves 60] [--port 8790] [--keep]
+        [--reuse] [--search-slots N]
+
+``--keep`` leaves the seeded indices, which ``--reuse`` then serves without seeding again;
+``--search-slots`` sets ``MEMQ_API_SEARCH_SLOTS_PER_TENANT`` for the run (the setting's
+default otherwise).
 
 Both tenants go through one API process, as on a small deployment: its CPU (query embedding,
 JSON) is shared too, so the ratio measures the whole path, not Elasticsearch alone.
@@ -46,7 +51,7 @@ from api_stack import Stack, running_stack
 from elasticsearch.helpers import bulk
 
 from pipeline.config import Settings
-from pipeline.filters import MAX_LEAVES, MAX_LIST_ITEMS, MAX_TERM_SCANS
+from pipeline.filters import MAX_LEAVES, MAX_LIST_ITEMS, MAX_LIST_VALUES, MAX_TERM_SCANS
 from pipeline.models import Scope, memory_id
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, ensure_indices
@@ -128,7 +133,7 @@ def costliest_filters(rng: random.Random, heavy_leaves: int) -> dict[str, Any]:
     condition limit."""
     fields = ("agent_id", "run_id", "actor_id", "job_id")[:MAX_TERM_SCANS]
     scans = [{f: {"icontains": uuid.uuid4().hex[:3]}} for f in fields]
-    leaves = min(heavy_leaves, MAX_LEAVES - len(scans))
+    leaves = min(heavy_leaves, MAX_LEAVES - len(scans), MAX_LIST_VALUES // MAX_LIST_ITEMS)
     lists = [
         {"hash": {"nin": [uuid.uuid4().hex for _ in range(MAX_LIST_ITEMS)]}} for _ in range(leaves)
     ]
@@ -201,11 +206,17 @@ def main() -> int:
     parser.add_argument("--heavy-leaves", type=int, default=60)
     parser.add_argument("--port", type=int, default=8790)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--search-slots", type=int, default=None)
     args = parser.parse_args()
     log_dir = Path("/tmp/memq-bench-noisy")
-    with running_stack(PREFIX, args.port, log_dir, keep=args.keep) as stack:
-        seed(stack, "tenant-a", args.a_memories)
-        seed(stack, "tenant-b", args.b_memories)
+    env = {}
+    if args.search_slots is not None:
+        env["MEMQ_API_SEARCH_SLOTS_PER_TENANT"] = str(args.search_slots)
+    with running_stack(PREFIX, args.port, log_dir, args.keep, args.reuse, env=env) as stack:
+        if not args.reuse:
+            seed(stack, "tenant-a", args.a_memories)
+            seed(stack, "tenant-b", args.b_memories)
         key_a, key_b = tenant_key(stack, "tenant-a"), tenant_key(stack, "tenant-b")
         timed_searches(stack.url, key_b, 5)  # warm-up: models loaded, caches filled
         quiet = timed_searches(stack.url, key_b, args.seconds)

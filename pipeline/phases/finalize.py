@@ -1,5 +1,5 @@
-"""Phase 8: save the new messages to the session windows, record the jobs, fire their
-webhooks."""
+"""Phase 8: save the new messages to the session windows and record the jobs; then, in a task
+of their own per tenant, their webhooks (``notify_jobs``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
-from pipeline.jobs import JobStatus, job_record
+from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import ContextMessage
 from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import SessionMessages
@@ -17,9 +17,10 @@ from pipeline.webhook import Delivery
 
 def finalize_jobs_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     """Append each job's messages to its window and write its ``succeeded`` record: one read
-    and one bulk for the batch. A webhook that fails is reported in its job's record; it does
-    not fail the job. Then each job's usage is charged to its tenant (once per run, however
-    often this is called: ``pipeline.usage``)."""
+    and one bulk for the batch, then charge each job's usage to its tenant (once per run,
+    however often this is called: ``pipeline.usage``). Webhooks are not sent here: the workers
+    hand each tenant's to a delivery task of its own (``notify_jobs``), so no receiver holds
+    the batch."""
     entries = [
         SessionMessages(
             scope=s.request.scope,
@@ -37,33 +38,44 @@ def finalize_jobs_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     deps.store.finish_jobs(entries, records)
     if deps.usage is not None:
         deps.usage.charge([charge_of(record) for record in records])
-    return notify(states, deps)
+    return list(states)
 
 
-def notify(states: Sequence[JobState], deps: Deps) -> list[JobState]:
-    """Send the webhooks of ``states`` all at once (``WebhookSender.post_all``: one tenant's
-    slow receiver delays no other's, and the phase waits at most one delivery's deadline);
-    a failure is recorded in its job's record."""
-    asked = [s for s in states if s.request.webhook_url is not None]
-    reasons = deps.webhooks.post_all([delivery(s) for s in asked])
-    failed = {s.job_id: r for s, r in zip(asked, reasons, strict=True) if r is not None}
-    return [failed_delivery(s, failed[s.job_id], deps) if s.job_id in failed else s for s in states]
+def notify_jobs(job_ids: Sequence[str], deps: Deps) -> list[str]:
+    """Send the webhooks of the succeeded jobs among ``job_ids`` (one tenant's, from one
+    batch), built from their records, all at once under one deadline
+    (``WebhookSender.post_all``); a failure is added to its job's record, it does not fail
+    the job. Returns the ids of the jobs whose webhook was delivered. At least once: a retried
+    call sends again."""
+    found = deps.store.get_jobs(job_ids).values()
+    asked = [r for r in found if r is not None and r.status is JobStatus.SUCCEEDED and _url(r)]
+    reasons = deps.webhooks.post_all([delivery(r) for r in asked])
+    for record, reason in zip(asked, reasons, strict=True):
+        if reason is not None:
+            failed_delivery(record, reason, deps)
+    return [r.job_id for r, reason in zip(asked, reasons, strict=True) if reason is None]
 
 
-def failed_delivery(state: JobState, reason: str, deps: Deps) -> JobState:
-    """``state`` with the webhook's failure among its errors, recorded."""
-    state = state.with_(errors=[*state.errors, ItemError(phase=Phase.FINALIZE, reason=reason)])
-    deps.store.save_job(job_record(state, JobStatus.SUCCEEDED, deps.clock()))
-    return state
+def failed_delivery(record: JobRecord, reason: str, deps: Deps) -> None:
+    """``record`` written again with the webhook's failure among its errors."""
+    error = ItemError(phase=Phase.FINALIZE, reason=reason)
+    errors = [*record.errors, error.model_dump(mode="json", exclude_none=True)]
+    update = {"errors": errors, "updated_at": deps.clock()}
+    deps.store.save_job(record.model_copy(update=update))
 
 
-def delivery(state: JobState) -> Delivery:
+def _url(record: JobRecord) -> str | None:
+    url = record.request.get("webhook_url")
+    return url if isinstance(url, str) else None
+
+
+def delivery(record: JobRecord) -> Delivery:
     payload = {
-        "job_id": state.job_id,
+        "job_id": record.job_id,
         "status": JobStatus.SUCCEEDED.value,
-        "results": [m.model_dump(mode="json") for m in state.stored],
+        "results": [m.model_dump(mode="json") for m in record.results],
     }
-    return Delivery(state.request.webhook_url or "", payload, state.request.scope.tenant)
+    return Delivery(_url(record) or "", payload, record.tenant)
 
 
 finalize_jobs_batch = shared(finalize_jobs_of)

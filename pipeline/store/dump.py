@@ -21,7 +21,7 @@ from pipeline.store.routing import history_routing, source_routing
 
 PIT_KEEP_ALIVE = "5m"
 PAGE_SIZE = 1000
-_INTERNAL_FIELDS = ("text_lemmatized", "metadata_kv")
+_INTERNAL_FIELDS = ("text_lemmatized", "metadata_kv", "substrings")
 
 
 def selector_filter(selector: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from elasticsearch import Elasticsearch, NotFoundError
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import TransientError
+from pipeline.filters import with_substrings
 from pipeline.health import elasticsearch_health
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
@@ -383,7 +384,7 @@ class ElasticStore:
                 continue
             guard = {"if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]}
             header = {"_index": self.names.memories, "_id": memory, "routing": routing[memory]}
-            actions += [{"update": {**header, **guard}}, {"doc": fields}]
+            actions += [{"update": {**header, **guard}}, {"doc": with_substrings(fields)}]
         if not actions:
             return {}
         with es_errors("replace memories"):
@@ -457,7 +458,7 @@ class ElasticStore:
             for memory, targets in memories.items():
                 header = {"_index": self.names.memories, "_id": memory, "routing": routing[memory]}
                 extra.append({"update": {**header, "retry_on_conflict": 3}})
-                extra.append({"doc": {"entity_ids": sorted(targets)}})
+                extra.append({"doc": with_substrings({"entity_ids": sorted(targets)})})
         for _ in range(_LINK_ATTEMPTS):
             actions = self._entity_link_actions(wanted, creatable, routing) + extra
             if not actions:
@@ -597,7 +598,7 @@ class ElasticStore:
                 index=self.names.memories,
                 id=memory_id,
                 routing=scope_routing(scope),
-                doc=fields,
+                doc=with_substrings(fields),
                 refresh="wait_for",
             )
 
@@ -913,6 +914,9 @@ class ElasticStore:
                 source_excludes=["secret_sha256"],
             ).body["hits"]["hits"]
         return [{"id": h["_id"], **h["_source"]} for h in hits]
+
+    def key_ids(self) -> list[str]:
+        return self.matching_ids(self.names.keys, {"match_all": {}})
 
     def reset(self, config: ElasticsearchConfig, dims: int) -> None:
         """Delete every index but the keys', and create them again, empty."""

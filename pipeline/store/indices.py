@@ -99,6 +99,20 @@ def _vector(dims: int) -> dict[str, Any]:
 
 
 def memory_properties(dims: int) -> dict[str, Any]:
+    properties = _memory_fields(dims)
+    return {**properties, "substrings": _substrings(properties)}
+
+
+def _substrings(properties: dict[str, Any]) -> dict[str, Any]:
+    """Where ``contains`` / ``icontains`` look (``pipeline.filters.substring_terms``): one
+    keyword per keyword field but ``tenant``, and one for the metadata's values. A prefix query
+    there is a seek in the term dictionary, where a ``*x*`` wildcard walked all of it."""
+    suffixes = {"type": "keyword", "doc_values": False}
+    names = [n for n, spec in properties.items() if spec.get("type") == "keyword" and n != "tenant"]
+    return {"type": "object", "properties": {n: suffixes for n in [*names, "metadata"]}}
+
+
+def _memory_fields(dims: int) -> dict[str, Any]:
     return {
         **_SCOPE,
         "text": {"type": "text"},
@@ -263,6 +277,10 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
     for kind in Kind:
         _ensure_index(client, names, kind)
         _add_new_fields(client, names, kind, dims)
+    # imported here: pipeline.filters reads the memories mapping from this module
+    from pipeline.store.substrings import fill_substrings
+
+    fill_substrings(client, names.memories)
     return names
 
 

@@ -213,6 +213,10 @@ class InMemoryStore:
         with self._lock:
             return self.jobs.get(job_id)
 
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]:
+        with self._lock:
+            return {job_id: self.jobs.get(job_id) for job_id in job_ids}
+
     def get_memory(self, memory_id: str) -> dict[str, Any] | None:
         """A memory's source without its vector, or None."""
         with self._lock:
@@ -262,6 +266,10 @@ class InMemoryStore:
                 return False
             self.keys[key_id] = {**self.keys[key_id], **fields}
             return True
+
+    def key_ids(self) -> list[str]:
+        with self._lock:
+            return list(self.keys)
 
     def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
         with self._lock:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from pipeline.filters import metadata_pairs
+from pipeline.filters import metadata_pairs, with_substrings
 from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope
 from pipeline.validity import Closure, Replacement
@@ -89,7 +89,7 @@ class MemoryDoc:
             "expiration_date": self.expiration_date.isoformat() if self.expiration_date else None,
             "turn": self.turn,
         }
-        return doc | without_none(optional)
+        return with_substrings(doc | without_none(optional))
 
 
 @dataclass(frozen=True)
@@ -285,6 +285,8 @@ class Store(Protocol):
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...
+
 
 @runtime_checkable
 class ServingStore(Store, Protocol):
@@ -364,8 +366,6 @@ class ServingStore(Store, Protocol):
 
     def search_jobs(self, body: dict[str, Any]) -> list[tuple[JobRecord, list[Any]]]: ...
 
-    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...
-
     def health(self) -> dict[str, Any]:
         """``{"cluster", "status", "nodes"}`` of the storage behind the store (``status`` is
         ``green``, ``yellow`` or ``red``); ``TransientError`` when it cannot be reached."""
@@ -393,4 +393,8 @@ class KeyRecords(Protocol):
     def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Every key (of ``tenant`` when given), oldest first: ``{"id", **document}`` without
         the secret's hash."""
+        ...
+
+    def key_ids(self) -> list[str]:
+        """The id of every key, revoked ones too (nothing else is read)."""
         ...

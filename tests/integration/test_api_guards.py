@@ -53,12 +53,13 @@ def client(settings: Settings, celery_app: MemqCelery, indices: IndexNames) -> I
         yield test_client
 
 
-def tenant_headers(client: TestClient) -> dict[str, str]:
+def tenant_headers(client: TestClient, tenant: str | None = None) -> dict[str, str]:
+    """A new key's headers, for ``tenant`` (a new tenant when None)."""
     admin = client.app.state.settings.api.admin_key  # type: ignore[attr-defined]
     assert admin is not None, "the tests need MEMQ_API_ADMIN_KEY (ops/test sets it)"
     created = client.post(
         "/v1/admin/keys",
-        json={"tenant": f"guard-{uuid.uuid4().hex[:8]}"},
+        json={"tenant": tenant or f"guard-{uuid.uuid4().hex[:8]}"},
         headers={"authorization": f"Bearer {admin.get_secret_value()}"},
     )
     assert created.status_code == 201, created.text

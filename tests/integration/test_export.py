@@ -18,9 +18,8 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.jobs import JobStatus
-from pipeline.keys import KeyStore
-from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
+from tests.integration.test_key_cache import counted
 from tests.processes import ApiProcess, WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -80,7 +79,7 @@ OPEN: list[Tenant] = []
 def new_tenant(es: Elasticsearch, indices: IndexNames, api: ApiProcess) -> Tenant:
     """A tenant of its own with a key; its HTTP client is closed when the module ends."""
     name = f"exp-{uuid.uuid4().hex[:8]}"
-    _, key = KeyStore(ElasticStore(es, indices)).create(name, "export tests", datetime.now(UTC))
+    _, key = counted(es, indices).create(name, "export tests", datetime.now(UTC))
     OPEN.append(Tenant(name, key, api.url))
     return OPEN[-1]
 

@@ -12,7 +12,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.filters import metadata_pairs, translate_filters
+from pipeline.filters import metadata_pairs, translate_filters, with_substrings
 from pipeline.store.indices import IndexNames
 from pipeline.store.routing import source_routing
 
@@ -72,7 +72,7 @@ def _document(i: int, dims: int) -> dict[str, Any]:
     }
     if expires is not None:
         document["expiration_date"] = expires
-    return document
+    return with_substrings(document)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ import uuid
 import pytest
 from elasticsearch import BadRequestError, Elasticsearch
 
-from pipeline.config import Settings
+from pipeline.config import ElasticsearchConfig, Settings
 from pipeline.errors import ConfigurationError, PermanentError
+from pipeline.filters import translate_filters
 from pipeline.store.client import es_errors
 from pipeline.store.indices import (
     SCHEMA_VERSION,
@@ -41,7 +42,8 @@ def test_mapping_is_exactly_as_declared(
     assert stored["mappings"]["_meta"] == declared["_meta"]
     assert set(stored["mappings"]["properties"]) == set(declared["properties"])
     for field, spec in declared["properties"].items():
-        assert stored["mappings"]["properties"][field]["type"] == spec.get("type", "object"), field
+        stored_type = stored["mappings"]["properties"][field].get("type", "object")
+        assert stored_type == spec.get("type", "object"), field
 
 
 def test_vectors_are_quantized_hnsw_with_the_embedder_dims(
@@ -110,22 +112,53 @@ def test_no_request_touches_a_module_the_minimal_distribution_lacks(es: Elastics
     )
 
 
-def test_a_field_added_to_the_schema_reaches_existing_indices(
-    es: Elasticsearch, settings: Settings
-) -> None:
-    """An index created before a field was declared gets it on the next start."""
-    config = settings.es.model_copy(update={"index_prefix": f"{settings.es.index_prefix}-old"})
+def legacy_memories(
+    es: Elasticsearch, settings: Settings, suffix: str, missing: str
+) -> tuple[ElasticsearchConfig, IndexNames]:
+    """A memories index of its own prefix, made as before the field ``missing`` existed."""
+    config = settings.es.model_copy(update={"index_prefix": f"{settings.es.index_prefix}-{suffix}"})
     names = IndexNames(config.index_prefix)
     legacy = mappings(Kind.MEMORIES, settings.embedder.dims)
-    del legacy["properties"]["metadata_kv"]
+    del legacy["properties"][missing]
     es.indices.create(
         index=names.concrete(Kind.MEMORIES),
         mappings=legacy,
         aliases={names.memories: {"is_write_index": True}},
     )
+    return config, names
+
+
+def test_a_field_added_to_the_schema_reaches_existing_indices(
+    es: Elasticsearch, settings: Settings
+) -> None:
+    """An index created before a field was declared gets it on the next start."""
+    config, names = legacy_memories(es, settings, "old", "metadata_kv")
     try:
         ensure_indices(es, config, settings.embedder.dims)
         stored = es.indices.get_mapping(index=names.memories).body[names.concrete(Kind.MEMORIES)]
         assert stored["mappings"]["properties"]["metadata_kv"]["type"] == "keyword"
+    finally:
+        drop_indices(es, names)
+
+
+def test_memories_written_before_substrings_get_them_at_the_next_start(
+    es: Elasticsearch, settings: Settings
+) -> None:
+    """A memory stored before ``substrings`` existed is found by ``contains`` once memq has
+    started again on its index (``pipeline.store.substrings``)."""
+    config, names = legacy_memories(es, settings, "subs", "substrings")
+    try:
+        old = {"tenant": "t", "user_id": "u1", "agent_id": "Travel-Planner", "hash": "h1"}
+        old |= {"metadata": {"city": "Lisbon"}, "metadata_kv": ["city=Lisbon"]}
+        es.index(index=names.memories, id="old", document=old, routing="t\x1fu1", refresh=True)
+        ensure_indices(es, config, settings.embedder.dims)
+        for condition in (
+            {"agent_id": {"icontains": "planner"}},
+            {"city": {"contains": "isbo"}},
+            {"metadata": {"icontains": "LISB"}},
+        ):
+            query = {"bool": {"filter": translate_filters(condition)}}
+            assert es.search(index=names.memories, query=query)["hits"]["total"]["value"] == 1
+        ensure_indices(es, config, settings.embedder.dims)  # nothing left to fill: a no-op
     finally:
         drop_indices(es, names)

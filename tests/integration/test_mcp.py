@@ -27,10 +27,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
 from pipeline.jobs import JobStatus
-from pipeline.keys import KeyStore
-from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer
+from tests.integration.test_key_cache import counted
 from tests.processes import ApiProcess, WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -49,7 +48,7 @@ TOOLS = {
 @pytest.fixture(scope="module")
 def keys(es: Elasticsearch, indices: IndexNames) -> dict[str, str]:
     """Two tenants of their own, a key each."""
-    store = KeyStore(ElasticStore(es, indices))
+    store = counted(es, indices)
     now = datetime.now(UTC)
     return {
         name: store.create(f"mcp-{name}-{uuid.uuid4().hex[:6]}", "mcp tests", now)[1]
@@ -464,7 +463,7 @@ def test_tools_count_against_the_tenants_limits(
 ) -> None:
     """The same per-tenant limiter as the routes: 5 searches per 5 s, then a tool error that
     says when to come back (stdio: the process's settings set the limits)."""
-    store = KeyStore(ElasticStore(es, indices))
+    store = counted(es, indices)
     key = store.create(f"mcp-limits-{uuid.uuid4().hex[:6]}", "limits", datetime.now(UTC))[1]
     limited = {**test_env, "MEMQ_API_RATE_SEARCH_PER_S": "1", "MEMQ_API_RATE_WINDOW_S": "5"}
 

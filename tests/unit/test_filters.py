@@ -11,9 +11,13 @@ from pipeline.errors import InvalidInputError
 from pipeline.filters import (
     MAX_DEPTH,
     MAX_LEAVES,
+    MAX_LIST_VALUES,
+    MAX_SUBSTRING_CHARS,
     ScopeSplit,
     metadata_pairs,
+    search_slots,
     split_scope,
+    substring_terms,
     translate_filters,
 )
 
@@ -62,11 +66,11 @@ def test_bare_value_is_equality_and_fields_are_anded() -> None:
         ({"lte": "m"}, {"range": {"agent_id": {"lte": "m"}}}),
         (
             {"contains": "bot"},
-            {"wildcard": {"agent_id": {"value": "*bot*", "case_insensitive": False}}},
+            {"prefix": {"substrings.agent_id": {"value": "bot", "case_insensitive": False}}},
         ),
         (
             {"icontains": "Bot"},
-            {"wildcard": {"agent_id": {"value": "*Bot*", "case_insensitive": True}}},
+            {"prefix": {"substrings.agent_id": {"value": "Bot", "case_insensitive": True}}},
         ),
         ("*", {"exists": {"field": "agent_id"}}),
     ],
@@ -116,9 +120,41 @@ def test_text_exists() -> None:
     assert translate_filters({"text": "*"}) == [{"exists": {"field": "text"}}]
 
 
-def test_wildcard_characters_are_escaped() -> None:
-    clause = translate_filters({"hash": {"contains": "a*b?c\\d"}})[0]
-    assert clause["wildcard"]["hash"]["value"] == "*a\\*b\\?c\\\\d*"
+def test_contains_on_a_keyword_is_a_prefix_of_its_substrings() -> None:
+    assert translate_filters({"hash": {"contains": "a*b?c\\d"}}) == [
+        {"prefix": {"substrings.hash": {"value": "a*b?c\\d", "case_insensitive": False}}}
+    ]
+
+
+def test_substrings_are_every_suffix_cut_to_the_longest_operand() -> None:
+    terms = substring_terms({"agent_id": "travel-bot", "text": "not a keyword"})
+    assert terms == {"agent_id": sorted("travel-bot"[i:] for i in range(10))}
+    long_id = "x" * 30 + "y" * 30
+    cuts = substring_terms({"run_id": long_id})["run_id"]
+    assert max(map(len, cuts)) == MAX_SUBSTRING_CHARS
+    assert all(long_id[i : i + MAX_SUBSTRING_CHARS] in cuts for i in range(60))
+
+
+def test_substrings_of_metadata_follow_what_elasticsearch_indexes() -> None:
+    terms = substring_terms({"metadata": {"a": {"b": "xyz"}, "long": "v" * 1100}})
+    assert terms["metadata_kv"] == ["a.b=xyz", "a.b=yz", "a.b=z"]
+    assert terms["metadata"] == ["xyz", "yz", "z"]  # the long value is not indexed
+
+
+def test_a_long_substring_on_a_keyword_is_refused() -> None:
+    operand = "a" * (MAX_SUBSTRING_CHARS + 1)
+    error = _error({"agent_id": {"contains": operand}})
+    assert error.field == "agent_id.contains"
+    assert f"at most {MAX_SUBSTRING_CHARS}" in error.reason
+    assert translate_filters({"text": {"contains": operand}})
+
+
+def test_list_values_are_counted_across_the_filter() -> None:
+    lists = [{"hash": {"nin": [f"h{i}-{n}" for i in range(1024)]}} for n in range(2)]
+    assert translate_filters({"AND": lists})
+    error = _error({"AND": [*lists, {"role": {"in": ["user"]}}]})
+    assert error.field == "AND.2.role.in"
+    assert f"more than {MAX_LIST_VALUES} values" in error.reason
 
 
 def test_unknown_names_are_metadata_keys() -> None:
@@ -151,10 +187,14 @@ def test_metadata_ranges_compare_strings() -> None:
 
 def test_contains_on_a_metadata_key_uses_the_key_value_pairs() -> None:
     assert translate_filters({"category": {"contains": "foo*"}}) == [
-        {"wildcard": {"metadata_kv": {"value": "category=*foo\\**", "case_insensitive": False}}}
+        {
+            "prefix": {
+                "substrings.metadata_kv": {"value": "category=foo*", "case_insensitive": False}
+            }
+        }
     ]
     assert translate_filters({"metadata.a.b": {"icontains": "Foo"}}) == [
-        {"wildcard": {"metadata_kv": {"value": "a.b=*Foo*", "case_insensitive": True}}}
+        {"prefix": {"substrings.metadata_kv": {"value": "a.b=Foo", "case_insensitive": True}}}
     ]
 
 
@@ -165,7 +205,7 @@ def test_metadata_pairs_flatten_nested_keys_lists_and_scalars() -> None:
 
 def test_contains_on_the_metadata_root_matches_any_value() -> None:
     assert translate_filters({"metadata": {"icontains": "Tea"}}) == [
-        {"wildcard": {"metadata": {"value": "*Tea*", "case_insensitive": True}}}
+        {"prefix": {"substrings.metadata": {"value": "Tea", "case_insensitive": True}}}
     ]
 
 
@@ -380,3 +420,12 @@ def test_two_values_for_one_scope_id_are_refused() -> None:
     with pytest.raises(InvalidInputError, match="two different user_id") as caught:
         split_scope({"user_id": "a", "and": [{"user_id": "b"}]})
     assert caught.value.field == "and.0.user_id"
+
+
+def test_a_search_takes_slots_by_what_its_filter_costs() -> None:
+    lists = [{"hash": {"nin": [f"h{i}-{n}" for i in range(1024)]}} for n in range(2)]
+    scans = {"OR": [{f: {"icontains": "abc"}} for f in ("agent_id", "run_id")]}
+    assert search_slots(None) == search_slots({"role": {"in": ["user", "assistant"]}}) == 1
+    assert search_slots(scans) == 2
+    assert search_slots({"AND": [scans, *lists]}) == 4
+    assert search_slots({"agent_id": {"contains": "a"}}) == 1  # refused by the search itself

@@ -1,0 +1,138 @@
+"""How much searching one tenant may have running at once, across API processes.
+
+A search costs Elasticsearch CPU in proportion to its filters and the shard's size, and the
+node's search threads are shared by every tenant: a tenant within its searches per second could
+still keep every thread busy with costly ones, and every other tenant's searches queued behind
+them. So each tenant has ``MEMQ_API_SEARCH_SLOTS_PER_TENANT`` slots (0: no limit), and a search
+takes as many as it weighs (``pipeline.filters.search_slots``: 1 for a plain search, up to 4 for
+the costliest filter allowed). A search that finds too few free is answered at once with 429
+and a ``Retry-After`` that says why, rather than held in an API thread (a waiting request
+would take a thread other tenants' requests need). A search heavier than all the slots runs
+when nothing else of its tenant runs.
+
+Glossary: a *slot* is a unit of one tenant's running searches, held in the Redis sorted set
+``memq:{namespace}:searching:{tenant}`` as ``token:slots`` members scored with their *lapse*
+time: the slots of a search whose API process died are given back when they lapse
+(``SLOT_LAPSE_S``). Taking them is one Lua script (``search_slots.lua``), so two processes
+never both take the last ones. While Redis cannot be reached, each process counts its own:
+the limit still holds per process.
+
+A batch search takes the slots of its heaviest query: its queries run in the same two
+Elasticsearch round trips, and the searches-per-second limit already charges each of them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib.resources import files
+
+import redis
+
+from pipeline.errors import TransientError
+from pipeline.filters import search_slots
+from pipeline.redis_errors import redis_errors
+from pipeline.search import Searcher
+from pipeline.search_models import SearchQuery, SearchResult
+
+SLOT_LAPSE_S = 60.0
+"""How long slots are held at most: a search that long is over (Elasticsearch's own timeout
+is shorter), and the slots of a search whose process died are free again by then."""
+
+
+class SearchSlots:
+    """The search slots of every tenant: ``per_tenant`` each (0: no limit)."""
+
+    def __init__(self, client: redis.Redis, namespace: str, per_tenant: int) -> None:
+        self.client = client
+        self.prefix = f"memq:{namespace}:searching"
+        self.per_tenant = per_tenant
+        self.script = client.register_script(files("api").joinpath("search_slots.lua").read_text())
+        self.local: Counter[str] = Counter()  # this process's slots, while Redis is down
+        self.lock = threading.Lock()
+
+    @contextmanager
+    def holding(self, tenant: str, slots: int = 1) -> Iterator[None]:
+        """``slots`` of ``tenant``'s slots for the duration of the block; ``RateLimitedError``
+        (429) when too few are free."""
+        if not self.per_tenant:
+            yield
+            return
+        member = f"{uuid.uuid4().hex}:{slots}"
+        try:
+            shared = self._take(tenant, member, slots)
+        except TransientError:  # Redis is down: count this process's own
+            shared = False
+            self._take_local(tenant, slots)
+        try:
+            yield
+        finally:
+            self._give_back(tenant, member) if shared else self._give_back_local(tenant, slots)
+
+    def _take(self, tenant: str, member: str, slots: int) -> bool:
+        now_ms = int(time.time() * 1000)
+        lapse_ms = now_ms + int(SLOT_LAPSE_S * 1000)
+        with redis_errors("take search slots"):
+            answer = self.script(
+                keys=[self._key(tenant)], args=[now_ms, lapse_ms, member, slots, self.per_tenant]
+            )
+        if int(answer) != 1:
+            self._refuse()
+        return True
+
+    def _give_back(self, tenant: str, member: str) -> None:
+        try:
+            with redis_errors("give back search slots"):
+                self.client.zrem(self._key(tenant), member)
+        except TransientError:
+            pass  # the slots lapse on their own (SLOT_LAPSE_S)
+
+    def _take_local(self, tenant: str, slots: int) -> None:
+        with self.lock:
+            held = self.local[tenant]
+            if held and held + slots > self.per_tenant:
+                self._refuse()
+            self.local[tenant] += slots
+
+    def _give_back_local(self, tenant: str, slots: int) -> None:
+        with self.lock:
+            self.local[tenant] -= slots
+
+    def _refuse(self) -> None:
+        # imported here: api.limits declares route dependencies on api.deps, which imports us
+        from api.limits import RateLimitedError
+
+        raise RateLimitedError(
+            f"this tenant's searches already hold its {self.per_tenant} search slots (a search "
+            "with substring filters or long in/nin lists takes more than one), its share of the "
+            "search threads every tenant uses: send the next one when one has answered",
+            1,  # a search answers in well under a second: the shortest Retry-After there is
+        )
+
+    def _key(self, tenant: str) -> str:
+        return f"{self.prefix}:{tenant}"
+
+
+class FairSearcher:
+    """The API's searcher: ``Searcher``'s reported searches, each holding its tenant's slots.
+    Every surface (REST, mem0's routes, MCP, the explorer) searches through it."""
+
+    def __init__(self, searcher: Searcher, slots: SearchSlots) -> None:
+        self.searcher = searcher
+        self.slots = slots
+
+    def search_reported(self, query: SearchQuery) -> SearchResult:
+        with self.slots.holding(query.scope.tenant, search_slots(query.filters)):
+            return self.searcher.search_reported(query)
+
+    def search_many_reported(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
+        tenants = {q.scope.tenant for q in queries}
+        if len(tenants) != 1:  # one request is one tenant's; an empty batch searches nothing
+            return self.searcher.search_many_reported(queries)
+        heaviest = max(search_slots(q.filters) for q in queries)
+        with self.slots.holding(tenants.pop(), heaviest):
+            return self.searcher.search_many_reported(queries)
