@@ -95,5 +95,6 @@ class Resources:
         from api.search_slots import FairSearcher, SearchSlots
 
         per_tenant = self.settings.api.search_slots_per_tenant
-        slots = SearchSlots(self.redis, self.settings.es.index_prefix, per_tenant)
+        wait_s = self.settings.api.search_slot_wait_s
+        slots = SearchSlots(self.redis, self.settings.es.index_prefix, per_tenant, wait_s)
         return FairSearcher(self.services.searcher, slots)

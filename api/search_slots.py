@@ -5,10 +5,12 @@ node's search threads are shared by every tenant: a tenant within its searches p
 still keep every thread busy with costly ones, and every other tenant's searches queued behind
 them. So each tenant has ``MEMQ_API_SEARCH_SLOTS_PER_TENANT`` slots (0: no limit), and a search
 takes as many as it weighs (``pipeline.filters.search_slots``: 1 for a plain search, up to 4 for
-the costliest filter allowed). A search that finds too few free is answered at once with 429
-and a ``Retry-After`` that says why, rather than held in an API thread (a waiting request
-would take a thread other tenants' requests need). A search heavier than all the slots runs
-when nothing else of its tenant runs.
+the costliest filter allowed). A search that finds too few free waits for them, polling, up to
+``MEMQ_API_SEARCH_SLOT_WAIT_S`` (a burst of one tenant's searches queues behind its own
+running ones, as it would in Elasticsearch's queue, but never ahead of another tenant's), and
+is then answered with 429 and a ``Retry-After`` that says why. The wait is bounded because a
+waiting request holds an API thread. A search heavier than all the slots runs when nothing else
+of its tenant runs.
 
 Glossary: a *slot* is a unit of one tenant's running searches, held in the Redis sorted set
 ``memq:{namespace}:searching:{tenant}`` as ``token:slots`` members scored with their *lapse*
@@ -47,27 +49,40 @@ is shorter), and the slots of a search whose process died are free again by then
 class SearchSlots:
     """The search slots of every tenant: ``per_tenant`` each (0: no limit)."""
 
-    def __init__(self, client: redis.Redis, namespace: str, per_tenant: int) -> None:
+    def __init__(
+        self, client: redis.Redis, namespace: str, per_tenant: int, wait_s: float = 0.0
+    ) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}:searching"
         self.per_tenant = per_tenant
+        self.wait_s = wait_s
         self.script = client.register_script(files("api").joinpath("search_slots.lua").read_text())
         self.local: Counter[str] = Counter()  # this process's slots, while Redis is down
         self.lock = threading.Lock()
 
     @contextmanager
     def holding(self, tenant: str, slots: int = 1) -> Iterator[None]:
-        """``slots`` of ``tenant``'s slots for the duration of the block; ``RateLimitedError``
-        (429) when too few are free."""
+        """``slots`` of ``tenant``'s slots for the duration of the block, waited for up to
+        ``wait_s``; ``RateLimitedError`` (429) when too few were free by then."""
         if not self.per_tenant:
             yield
             return
         member = f"{uuid.uuid4().hex}:{slots}"
-        try:
-            shared = self._take(tenant, member, slots)
-        except TransientError:  # Redis is down: count this process's own
-            shared = False
-            self._take_local(tenant, slots)
+        deadline = time.monotonic() + self.wait_s
+        pause_s = 0.005
+        while True:
+            try:
+                shared = True
+                if self._take(tenant, member, slots):
+                    break
+            except TransientError:  # Redis is down: count this process's own
+                shared = False
+                if self._take_local(tenant, slots):
+                    break
+            if time.monotonic() + pause_s > deadline:
+                self._refuse()
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.05)
         try:
             yield
         finally:
@@ -80,9 +95,7 @@ class SearchSlots:
             answer = self.script(
                 keys=[self._key(tenant)], args=[now_ms, lapse_ms, member, slots, self.per_tenant]
             )
-        if int(answer) != 1:
-            self._refuse()
-        return True
+        return int(answer) == 1
 
     def _give_back(self, tenant: str, member: str) -> None:
         try:
@@ -91,12 +104,13 @@ class SearchSlots:
         except TransientError:
             pass  # the slots lapse on their own (SLOT_LAPSE_S)
 
-    def _take_local(self, tenant: str, slots: int) -> None:
+    def _take_local(self, tenant: str, slots: int) -> bool:
         with self.lock:
             held = self.local[tenant]
             if held and held + slots > self.per_tenant:
-                self._refuse()
+                return False
             self.local[tenant] += slots
+            return True
 
     def _give_back_local(self, tenant: str, slots: int) -> None:
         with self.lock:
@@ -109,7 +123,8 @@ class SearchSlots:
         raise RateLimitedError(
             f"this tenant's searches already hold its {self.per_tenant} search slots (a search "
             "with substring filters or long in/nin lists takes more than one), its share of the "
-            "search threads every tenant uses: send the next one when one has answered",
+            f"search threads every tenant uses, for {self.wait_s:g} s: send the next one when "
+            "one has answered",
             1,  # a search answers in well under a second: the shortest Retry-After there is
         )
 

@@ -359,6 +359,9 @@ class ApiConfig(_Section):
     # Search slots of one tenant, across API processes (api/search_slots.py): a plain search
     # takes 1, one with substring filters or long in/nin lists up to 4.
     search_slots_per_tenant: int = Field(default=4, ge=0, le=1_000)
+    # How long a search waits for its tenant's slots before its 429: a burst of one tenant's
+    # searches queues behind its own running ones instead of failing at once.
+    search_slot_wait_s: float = Field(default=2.0, ge=0, le=30)
     # How many memories mem0's page-number listing may skip to reach a page (it walks to it).
     page_walk_max: int = Field(default=10_000, ge=100, le=1_000_000)
     # How long an API process trusts a tenant key it has read (0: read it on every request).

@@ -65,6 +65,8 @@ def client(
 def test_a_tenant_with_every_search_slot_held_waits_and_no_other_tenant_does(
     client: TestClient, settings: Settings, reranker: HeldReranker
 ) -> None:
+    reranker.asked.clear()
+    reranker.release.clear()
     tenant = f"slots-{uuid.uuid4().hex[:8]}"
     busy, other = tenant_headers(client, tenant), tenant_headers(client)
     user = "u1"
@@ -98,3 +100,36 @@ def test_a_tenant_with_every_search_slot_held_waits_and_no_other_tenant_does(
         running.join(60)
     assert held[0].status_code == 200, held[0].text
     assert client.post("/v1/memories/search", json=body, headers=busy).status_code == 200
+
+
+def test_a_search_waits_for_a_slot_its_tenant_gives_back_in_time(
+    client: TestClient, settings: Settings, reranker: HeldReranker
+) -> None:
+    """The next search of a tenant whose slots are all held waits (up to
+    ``MEMQ_API_SEARCH_SLOT_WAIT_S``) and is answered once the running one ends, not refused."""
+    reranker.asked.clear()
+    reranker.release.clear()
+    tenant = f"slots-{uuid.uuid4().hex[:8]}"
+    headers = tenant_headers(client, tenant)
+    put(Runtime(settings), Scope(tenant=tenant, user_id="u1"), "likes tea")
+    body = {"query": "tea", "user_id": "u1"}
+    answers: dict[str, Any] = {}
+
+    def send(name: str, search: dict[str, Any]) -> None:
+        answers[name] = client.post("/v1/memories/search", json=search, headers=headers)
+
+    first = threading.Thread(target=send, args=("first", {**body, "rerank": True}))
+    first.start()
+    try:
+        assert reranker.asked.wait(60), "the first search never reached the reranker"
+        second = threading.Thread(target=send, args=("second", body))
+        second.start()
+        threading.Event().wait(0.3)  # the second is waiting for the slot by now
+        assert "second" not in answers
+        reranker.release.set()
+        second.join(30)
+    finally:
+        reranker.release.set()
+        first.join(60)
+    assert answers["first"].status_code == 200, answers["first"].text
+    assert answers["second"].status_code == 200, answers["second"].text
