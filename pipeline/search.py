@@ -37,7 +37,14 @@ from pipeline.currency import (
 )
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
-from pipeline.fusion import Candidates, Timing, add_feedback, cosines
+from pipeline.fusion import (
+    Candidates,
+    Timing,
+    add_feedback,
+    cosines,
+    on_similarity_scale,
+    with_ranks,
+)
 from pipeline.models import utcnow
 from pipeline.multihop import HopPlan, mixed, plan_hop, read_hop, said_by
 from pipeline.nlp.feedback import expansion_terms, feedback
@@ -432,10 +439,16 @@ class Searcher:
         return hits
 
     def _cut(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
-        """The ranked hits at or above ``threshold``, at most ``top_k``, explained if asked."""
+        """The best ``top_k`` ranked hits, scored on the similarity scale (``SearchHit``;
+        reranked ones keep the reranker's score, in [0, 1] too), those below ``threshold``
+        left out (scores never rise down the list: the best ones stay), explained if asked."""
+        hits = hits[: query.top_k]
+        if query.rerank:
+            with_ranks(hits)
+        else:
+            on_similarity_scale(hits)
         if query.threshold is not None:
             hits = [h for h in hits if h.score >= query.threshold]
-        hits = hits[: query.top_k]
         return hits if query.explain else [h.model_copy(update={"explain": None}) for h in hits]
 
     # -- the newer statement first --------------------------------------------------------------
@@ -503,7 +516,7 @@ class Searcher:
             if key is not None and known is not None and known.answers(key):
                 reply = known.found.get(key)
                 if reply is not None:
-                    ranked[i] = followed_by_reply(hits, *reply, query.explain)
+                    ranked[i] = followed_by_reply(hits, *reply, explain=True)
             elif key is not None:
                 late.add((i, "reply"), "memories", query.scope, reply_body(key, batch.filters[i]))
         for (i, _), response in late.run(self.store, "hybrid search (reply)").items():
@@ -511,7 +524,7 @@ class Searcher:
             found = hits_of(response)
             if found:
                 reply = (found[0]["_id"], found[0]["_source"])
-                ranked[i] = followed_by_reply(ranked[i], *reply, batch.queries[i].explain)
+                ranked[i] = followed_by_reply(ranked[i], *reply, explain=True)
         return ranked
 
     def _hit(
