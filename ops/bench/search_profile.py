@@ -1,20 +1,27 @@
 """Where one search's time goes, on the scope ``search_latency.py --keep`` leaves (1k to 100k
 memories of one user under the prefix ``memqbench-latency``).
 
-Three views of the same questions (``search_latency``'s templates):
+Views of the same questions (``search_latency``'s templates):
 - the parts, each timed alone in this process: the query's embedding (the local MiniLM), the
   lemmatizer, the entity extractor, the time parser, and the searcher's every call to the store
-  (each an Elasticsearch round trip, in the order it runs; the rest of a search is its own
-  Python: fusion, hop, reply, newer-first);
-- the whole search in this process (``Searcher.search``), and under the API over HTTP
-  (``POST /v1/memories/search`` on a private API process on the same indices, with a key of the
-  tenant ``bench``): the difference is the API's own cost (HTTP, authentication, limits,
-  validation, serialization);
+  (each one Elasticsearch round trip; the rest of a search is its own Python: fusion,
+  feedback, hop, reply, newer-first);
+- the whole search, interleaved per question (the order rotated) with the floor (embed in
+  process, one bare kNN request): in this process (``Searcher.search``), and through the API
+  over HTTP (``POST /v1/memories/search`` to a private API process on the same indices, with
+  a key of the tenant ``bench``), whose difference is the API's own cost (HTTP,
+  authentication, limits, validation, serialization). With ``--baseline DIR`` (another memq
+  checkout, e.g. a ``git worktree`` of an earlier commit) a second API process runs DIR's
+  code, timed in the same rotation: a before/after on one noisy machine;
 - with ``--pyinstrument FILE``, a statistical profile of the in-process searches (needs the
   pyinstrument package, a development tool, not a dependency of memq).
 
+Run it from a directory that holds no memq checkout (each API process imports the code its
+``PYTHONPATH`` names), this checkout first on the path:
+
     .venv/bin/python ops/bench/search_latency.py --sizes 10000 --keep
-    .venv/bin/python ops/bench/search_profile.py [--queries 50] [--pyinstrument FILE]
+    cd /tmp && PYTHONPATH=$REPO:$REPO/ops/bench $REPO/.venv/bin/python \
+        $REPO/ops/bench/search_profile.py [--queries 50] [--baseline DIR] [--pyinstrument FILE]
 """
 
 from __future__ import annotations
@@ -26,21 +33,25 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 from api_stack import Stack
-from search_latency import MEMQ_PREFIX, SCOPE, SEED, TOP_K, questions
+from mem0_compare import percentile
+from search_latency import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, questions
 
 from pipeline.config import Settings
+from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.nlp.timeexpr import periods
 from pipeline.search import SearchQuery
 from pipeline.services import Services
 
 WARM_UP = 5
+ROOT = Path(__file__).resolve().parents[2]
 Timings = dict[str, list[float]]
 
 
@@ -105,24 +116,59 @@ def search_query(text: str) -> SearchQuery:
     return SearchQuery(query=text, scope=SCOPE, top_k=TOP_K)
 
 
-def in_process(services: Services, asked: list[str]) -> list[float]:
-    for query in asked[:WARM_UP]:
-        services.searcher.search(search_query(query))
-    return [timed_ms(services.searcher.search, search_query(q)) for q in asked]
+Search = Callable[[str], object]
 
 
-def over_http(stack: Stack, asked: list[str]) -> list[float]:
-    """``POST /v1/memories/search`` on one kept-alive connection."""
-    headers = {"Authorization": f"Bearer {stack.key}"}
-    with httpx.Client(base_url=stack.url, headers=headers, timeout=30) as http:
+def in_process(services: Services) -> Search:
+    return lambda query: services.searcher.search(search_query(query))
 
-        def post(query: str) -> None:
-            body = {"query": query, "user_id": SCOPE.user_id, "top_k": TOP_K}
-            http.post("/v1/memories/search", json=body).raise_for_status()
 
+def floor(services: Services) -> Search:
+    """search_latency's floor: embed in process, then one bare kNN request."""
+    embedder = services.searcher.embedder
+    assert isinstance(embedder, MiniLMEmbedder)
+    return floor_search(services.store.client, embedder, services.store.names.memories)
+
+
+@contextmanager
+def over_http(code: Path, port: int, logs: Path) -> Iterator[Search]:
+    """``POST /v1/memories/search`` to an API process running the memq checkout ``code``
+    (on the kept indices, with a key of their tenant), on one kept-alive connection."""
+    stack = Stack(MEMQ_PREFIX, port, logs, tenant=SCOPE.tenant, settings={"PYTHONPATH": str(code)})
+    try:
+        stack.start_api()
+        headers = {"Authorization": f"Bearer {stack.key}"}
+        with httpx.Client(base_url=stack.url, headers=headers, timeout=30) as http:
+
+            def post(query: str) -> None:
+                body = {"query": query, "user_id": SCOPE.user_id, "top_k": TOP_K}
+                http.post("/v1/memories/search", json=body).raise_for_status()
+
+            yield post
+    finally:
+        stack.stop()
+
+
+def interleaved(searches: dict[str, Search], asked: list[str]) -> Timings:
+    """Each question asked of every system, in a rotating order, after a warm-up."""
+    for search in searches.values():
         for query in asked[:WARM_UP]:
-            post(query)
-        return [timed_ms(post, q) for q in asked]
+            search(query)
+    timings: Timings = defaultdict(list)
+    names = list(searches)
+    for i, query in enumerate(asked):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            timings[name].append(timed_ms(searches[name], query))
+    return timings
+
+
+def compared(timings: Timings) -> str:
+    lines = ["| system | p50 ms | p95 ms | p50 / floor p50 |", "|---|---|---|---|"]
+    base = statistics.median(timings["floor"])
+    for name, values in timings.items():
+        p50, p95 = percentile(values, 50), percentile(values, 95)
+        lines.append(f"| {name} | {p50:.1f} | {p95:.1f} | {p50 / base:.2f} |")
+    return "\n".join(lines)
 
 
 def report(timings: Timings) -> str:
@@ -152,21 +198,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--port", type=int, default=18735)
     parser.add_argument("--pyinstrument", type=Path, default=None)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another memq checkout: its API is timed beside this one's, interleaved",
+    )
     args = parser.parse_args(argv)
     asked = questions(random.Random(SEED), args.queries)
     services = Services(settings_for(MEMQ_PREFIX))
-    in_process(services, asked)  # warm: models loaded, connections open
+    interleaved({"warm": in_process(services)}, asked)  # models loaded, connections open
     print(report(parts(services, asked)))
-    with tempfile.TemporaryDirectory(prefix="search-profile-") as logs:
-        stack = Stack(MEMQ_PREFIX, args.port, Path(logs), tenant=SCOPE.tenant)
-        try:
-            stack.start_api()
-            rows = {"in process": in_process(services, asked), "HTTP": over_http(stack, asked)}
-            rows["in process, again"] = in_process(services, asked)
-        finally:
-            stack.stop()
-    for name, values in rows.items():
-        print(f"{name}: p50 {statistics.median(values):.1f} ms, mean {statistics.mean(values):.1f}")
+    codes = {"memq over HTTP": ROOT}
+    if args.baseline is not None:
+        codes[f"memq over HTTP, {args.baseline}"] = args.baseline.resolve()
+    with tempfile.TemporaryDirectory(prefix="search-profile-") as logs, ExitStack() as apis:
+        searches = {"floor": floor(services), "memq in process": in_process(services)}
+        for port, (name, code) in enumerate(codes.items(), start=args.port):
+            searches[name] = apis.enter_context(over_http(code, port, Path(logs)))
+        print(compared(interleaved(searches, asked)))
     if args.pyinstrument is not None:
         profiled(services, asked, args.pyinstrument)
     return 0
