@@ -318,8 +318,8 @@ class Searcher:
         ``pipeline.multihop``). Fills ``docs``; returns the BM25 scores and the replies."""
         second, queries = Round(), batch.queries
         turns = [
-            self._reply_keys(d) if self._wants_reply(q) else []
-            for q, d in zip(queries, docs, strict=True)
+            self._reply_keys(d, c, self.config.reply_prefetch_rank) if self._wants_reply(q) else []
+            for q, d, c in zip(queries, docs, found, strict=True)
         ]
         for i, (query, candidates, clauses) in enumerate(
             zip(queries, found, batch.filters, strict=True)
@@ -492,9 +492,17 @@ class Searcher:
         return query.reply and self.config.reply and query.top_k > 1
 
     @staticmethod
-    def _reply_keys(docs: Docs) -> list[Turn]:
-        """The turns that reply to the candidates read so far, once each."""
-        return list(dict.fromkeys(k for k in map(reply_key, docs.values()) if k is not None))
+    def _reply_keys(docs: Docs, candidates: Candidates, depth: int) -> list[Turn]:
+        """The turns that reply to the candidates likely to rank first (among the best
+        ``depth`` of the kNN or the BM25 list), once each: a best hit outside them has its
+        reply read after ranking, in one more round trip."""
+        likely = [
+            m
+            for m in docs
+            if candidates.rank_semantic.get(m, depth + 1) <= depth
+            or candidates.rank_bm25.get(m, depth + 1) <= depth
+        ]
+        return list(dict.fromkeys(k for k in (reply_key(docs[m]) for m in likely) if k))
 
     def _with_replies(
         self,
