@@ -12,7 +12,9 @@ Views of the same questions (``search_latency``'s templates):
   a key of the tenant ``bench``), whose difference is the API's own cost (HTTP,
   authentication, limits, validation, serialization). With ``--baseline DIR`` (another memq
   checkout, e.g. a ``git worktree`` of an earlier commit) a second API process runs DIR's
-  code, timed in the same rotation: a before/after on one noisy machine;
+  code, timed in the same rotation: a before/after on one noisy machine; with
+  ``--old-search FILE`` (an earlier ``pipeline/search.py`` whose imports this checkout still
+  satisfies) its searcher runs in this process too, and the two rankings are compared;
 - with ``--pyinstrument FILE``, a statistical profile of the in-process searches (needs the
   pyinstrument package, a development tool, not a dependency of memq).
 
@@ -21,12 +23,15 @@ Run it from a directory that holds no memq checkout (each API process imports th
 
     .venv/bin/python ops/bench/search_latency.py --sizes 10000 --keep
     cd /tmp && PYTHONPATH=$REPO:$REPO/ops/bench $REPO/.venv/bin/python \
-        $REPO/ops/bench/search_profile.py [--queries 50] [--baseline DIR] [--pyinstrument FILE]
+        $REPO/ops/bench/search_profile.py [--queries 50] [--baseline DIR] [--old-search FILE]
+        [--pyinstrument FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import random
 import statistics
 import sys
@@ -36,6 +41,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +53,7 @@ from search_latency import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, questi
 from pipeline.config import Settings
 from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.nlp.timeexpr import periods
-from pipeline.search import SearchQuery
+from pipeline.search import Searcher, SearchQuery
 from pipeline.services import Services
 
 WARM_UP = 5
@@ -120,7 +126,30 @@ Search = Callable[[str], object]
 
 
 def in_process(services: Services) -> Search:
-    return lambda query: services.searcher.search(search_query(query))
+    return partial(searched, services.searcher)
+
+
+def searched(searcher: Searcher, query: str) -> object:
+    return searcher.search(search_query(query))
+
+
+def old_searcher(path: Path, searcher: Searcher) -> Searcher:
+    """The ``Searcher`` of another version of ``pipeline/search.py`` (one whose imports this
+    checkout still satisfies), over the same store and models."""
+    spec = importlib.util.spec_from_file_location("old_search", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["old_search"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    fields = {f.name: getattr(searcher, f.name) for f in dataclasses.fields(searcher)}
+    old: Searcher = module.Searcher(**fields)
+    return old
+
+
+def same_ranking(a: Searcher, b: Searcher, asked: list[str]) -> int:
+    """How many of ``asked`` the two searchers answer with the same ids in the same order."""
+    ids = [[[h.id for h in s.search(search_query(q))] for s in (a, b)] for q in asked]
+    return sum(x == y for x, y in ids)
 
 
 def floor(services: Services) -> Search:
@@ -204,6 +233,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="another memq checkout: its API is timed beside this one's, interleaved",
     )
+    parser.add_argument(
+        "--without-newer-first",
+        action="store_true",
+        help="also time each in-process searcher with the newer-first rule off",
+    )
+    parser.add_argument(
+        "--old-search",
+        type=Path,
+        default=None,
+        help="another version of pipeline/search.py, timed in process beside this one's",
+    )
     args = parser.parse_args(argv)
     asked = questions(random.Random(SEED), args.queries)
     services = Services(settings_for(MEMQ_PREFIX))
@@ -213,7 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline is not None:
         codes[f"memq over HTTP, {args.baseline}"] = args.baseline.resolve()
     with tempfile.TemporaryDirectory(prefix="search-profile-") as logs, ExitStack() as apis:
-        searches = {"floor": floor(services), "memq in process": in_process(services)}
+        searches: dict[str, Search] = {"floor": floor(services)}
+        searchers = {"memq in process": services.searcher}
+        if args.old_search is not None:
+            old = old_searcher(args.old_search, services.searcher)
+            same = same_ranking(old, services.searcher, asked)
+            print(f"same ranking as {args.old_search}: {same} of {len(asked)} questions")
+            searchers[f"memq in process, {args.old_search}"] = old
+        if args.without_newer_first:  # each searcher again, the rule off as its setting does
+            for name, searcher in list(searchers.items()):
+                config = searcher.config.model_copy(update={"rival_score_ratio": 1.0})
+                searchers[f"{name}, no newer-first"] = replace(searcher, config=config)
+        for name, searcher in searchers.items():
+            searches[name] = partial(searched, searcher)
         for port, (name, code) in enumerate(codes.items(), start=args.port):
             searches[name] = apis.enter_context(over_http(code, port, Path(logs)))
         print(compared(interleaved(searches, asked)))
