@@ -220,10 +220,13 @@ class Explain(MemqModel):
     rank_bm25: int | None = None
     rank_entity: int | None = None
     below: str | None = None  # placed below this newer statement of the same speaker
+    rank: int | None = None  # the hit's place in the ranking, 1 first (by ``fused``)
 
 
 class SearchHit(Memory):
-    """A memory found by a search, with its fused ``score`` and, when asked, ``explain``."""
+    """A memory found by a search, with its ``score`` and, when asked, ``explain``: ``score``
+    is on the scale of cosine similarity in [0, 1] (a mem0-style threshold means what it
+    means in mem0); the hits are ranked by ``explain.fused``."""
 
     score: float
     explain: Explain | None = None

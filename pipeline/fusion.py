@@ -73,3 +73,27 @@ def cosines(vector: Sequence[float], others: Sequence[Sequence[float] | None]) -
         array = np.asarray(other, dtype=np.float32)
         result.append(max(0.0, float(query @ array) / max(float(np.linalg.norm(array)), 1e-12)))
     return result
+
+
+def on_similarity_scale(hits: Sequence[SearchHit]) -> None:
+    """Give ranked ``hits`` (best first, each with its ``explain``) their public score, in
+    place: ``explain.fused`` keeps the score they are ranked by, and ``score`` becomes the
+    cosine-like scale ``SearchHit`` documents (the hit's similarity, a reply's at least that
+    of the hit it answers, raised to the best of those below it). ``with_ranks`` too."""
+    similarity = {h.id: h.explain.semantic if h.explain else 0.0 for h in hits}
+    floor = 0.0
+    for hit in reversed(hits):
+        own = similarity[hit.id]
+        if hit.explain is not None:
+            own = max(own, similarity.get(hit.explain.reply_to or "", 0.0))
+            hit.explain.fused = hit.score
+        floor = max(floor, min(max(own, 0.0), 1.0))
+        hit.score = round(floor, 6)
+    with_ranks(hits)
+
+
+def with_ranks(hits: Sequence[SearchHit]) -> None:
+    """Each ranked hit's place (1 first) in its ``explain.rank``, in place."""
+    for rank, hit in enumerate(hits, start=1):
+        if hit.explain is not None:
+            hit.explain.rank = rank

@@ -10,12 +10,14 @@ ordered), and its ``explain.reply_to`` names the hit it answers; a reply that wa
 candidates was not scored on the signals, and its explain says 0 for each.
 
 Extracted memories (``infer=true``) carry no turn: a fact is not a message, and has no reply.
-Pure functions over values; the one search it needs is ``pipeline.store.queries.reply_body``.
+Pure functions over values; the searches it needs are ``pipeline.store.queries.replies_body``
+(the replies to every candidate, read beside the scoring) and ``reply_body`` (one reply).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.search_models import Explain, SearchHit
@@ -51,3 +53,32 @@ def followed_by_reply(
         )
         reply = SearchHit.from_source(memory_id, source, score=score, explain=note)
     return [best, reply, *rest]
+
+
+Turn = tuple[str, int]  # (job id, turn)
+
+
+@dataclass(frozen=True)
+class Replies:
+    """The replies read for several turns in one search: the memory (id, fields) of each
+    turn ``asked`` that has one, and whether the answer is ``whole`` (no memory cut off by
+    the search's size, which is one more than the turns asked)."""
+
+    asked: frozenset[Turn]
+    found: dict[Turn, tuple[str, dict[str, Any]]]
+    whole: bool
+
+    @classmethod
+    def read(cls, response: Mapping[str, Any], asked: Sequence[Turn]) -> Replies:
+        """From the response of ``replies_body(asked, ..., size=len(asked) + 1)``."""
+        hits = response["hits"]["hits"]
+        found: dict[Turn, tuple[str, dict[str, Any]]] = {}
+        for hit in hits:
+            job_id, turn = hit["_source"].get("job_id"), hit["_source"].get("turn")
+            if isinstance(job_id, str) and isinstance(turn, int):
+                found.setdefault((job_id, turn), (hit["_id"], hit["_source"]))
+        return cls(frozenset(asked), found, len(hits) <= len(asked))
+
+    def answers(self, turn: Turn) -> bool:
+        """Whether this says for sure what the reply of ``turn`` is (found, or none)."""
+        return self.whole and turn in self.asked

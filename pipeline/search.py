@@ -37,15 +37,23 @@ from pipeline.currency import (
 )
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
-from pipeline.fusion import Candidates, Timing, add_feedback, cosines
-from pipeline.models import Scope, utcnow
+from pipeline.fusion import (
+    Candidates,
+    Timing,
+    add_feedback,
+    cosines,
+    on_similarity_scale,
+    with_ranks,
+)
+from pipeline.models import utcnow
 from pipeline.multihop import HopPlan, mixed, plan_hop, read_hop, said_by
 from pipeline.nlp.feedback import expansion_terms, feedback
 from pipeline.nlp.stopwords import without_stopwords
 from pipeline.nlp.timeexpr import asks_when, periods
 from pipeline.phases.link import normalize_entity
-from pipeline.protocols import Embedder, EntityExtractor, Lemmatizer
-from pipeline.replies import followed_by_reply, reply_key
+from pipeline.protocols import Embedder, Entity, EntityExtractor, Lemmatizer
+from pipeline.replies import Replies, Turn, followed_by_reply, reply_key
+from pipeline.rounds import Key, Round
 from pipeline.search_models import (
     Explain,
     SearchHit,
@@ -57,11 +65,15 @@ from pipeline.search_models import (
 from pipeline.store.elastic import cosine_from_score, scope_filter
 from pipeline.store.protocol import ServingStore
 from pipeline.store.queries import (
+    DOC_FIELDS,
     docs_body,
+    entities_named_body,
     hits_of,
     knn_body,
+    nearest_entity_body,
     not_expired,
     read_hits,
+    replies_body,
     reply_body,
     still_valid,
     validity,
@@ -71,6 +83,12 @@ from pipeline.store.queries import (
 
 Docs = dict[str, dict[str, Any]]  # a query's candidates' fields (and vectors read), by id
 
+
+def entity_of(hit: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """An entity hit's id and the memories it is linked to."""
+    return hit["_id"], list(hit["_source"].get("linked_memory_ids", []))
+
+
 __all__ = [
     "Explain",
     "Reranker",
@@ -79,6 +97,16 @@ __all__ = [
     "SearchQuery",
     "Searcher",
 ]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The searches of one call: the queries, each one's filter clauses, and what each
+    one's shards said so far (updated as the round trips answer)."""
+
+    queries: Sequence[SearchQuery]
+    filters: list[list[dict[str, Any]]]
+    shards: list[Shards]
 
 
 class Reranker(Protocol):
@@ -117,20 +145,23 @@ class Searcher:
         for query in queries:
             self._check(query)
         vectors = self.embedder.embed([q.query for q in queries])
-        filters = [self._filter(q) for q in queries]
-        shards = [Shards() for _ in queries]
-        found = self._first_round(queries, vectors, filters, shards)
-        hops = [self._hop_plan(q, c) for q, c in zip(queries, found, strict=True)]
-        docs, bm25 = self._second_round(queries, found, filters, hops, shards)
+        batch = Batch(queries, [self._filter(q) for q in queries], [Shards() for _ in queries])
+        named = self.entities.extract([q.query for q in queries])
+        found, docs = self._first_round(batch, vectors, named)
+        hops = [
+            self._hop_plan(q, [e.text for e in n], c)
+            for q, n, c in zip(queries, named, found, strict=True)
+        ]
+        bm25, replies = self._second_round(batch, found, docs, hops)
         ranked = [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
-        ranked = self._with_replies(queries, ranked, docs, filters, shards)
+        ranked = self._with_replies(batch, ranked, docs, replies)
         ranked = self._newer_first(queries, ranked, docs)
         return [
             SearchResult(self._cut(q, hits), s)
-            for q, hits, s in zip(queries, ranked, shards, strict=True)
+            for q, hits, s in zip(queries, ranked, batch.shards, strict=True)
         ]
 
     # -- validation and filters -------------------------------------------------------------
@@ -169,37 +200,44 @@ class Searcher:
     # -- round 1: the three candidate lists ---------------------------------------------------
 
     def _first_round(
-        self,
-        queries: Sequence[SearchQuery],
-        vectors: list[list[float]],
-        filters: list[list[dict[str, Any]]],
-        shards: list[Shards],
-    ) -> list[Candidates]:
-        searches: list[dict[str, Any]] = []
-        for query, vector, clauses in zip(queries, vectors, filters, strict=True):
+        self, batch: Batch, vectors: list[list[float]], named: list[list[Entity]]
+    ) -> tuple[list[Candidates], list[Docs]]:
+        """One round trip for every query's kNN list and BM25 list, each hit with its fields,
+        and the scope's entities the query names, with their links. A name no entity has is
+        looked for by its vector, in one more round trip, only then."""
+        names = [list(dict.fromkeys(normalize_entity(e.text) for e in n)) for n in named]
+        first = Round()
+        queries, shards = batch.queries, batch.shards
+        for i, (query, vector, clauses) in enumerate(
+            zip(queries, vectors, batch.filters, strict=True)
+        ):
             size = self._fetch(query)
-            searches += [
-                knn_body(vector, clauses, size),
-                self._bm25_body(query.query, clauses, size),
-            ]
-        scopes = [q.scope for q in queries for _ in range(2)]
-        responses = self.store.search_memories(searches, "hybrid search", scopes=scopes)
-        found = []
-        for i, query in enumerate(queries):
-            for response in responses[2 * i : 2 * i + 2]:
-                shards[i] = shards[i].worst(Shards.of(response))
+            first.add((i, "knn"), "memories", query.scope, knn_body(vector, clauses, size, True))
+            bm25 = self._bm25_body(query.query, clauses, size, fields=True)
+            first.add((i, "bm25"), "memories", query.scope, bm25)
+            if names[i]:
+                body = entities_named_body(names[i], scope_filter(query.scope))
+                first.add((i, "entities"), "entities", query.scope, body)
+        answered = first.run(self.store, "hybrid search")
+        links = self._entity_links(queries, names, answered)
+        found, docs = [], []
+        for i in range(len(queries)):
+            knn, bm25 = answered[(i, "knn")], answered[(i, "bm25")]
+            shards[i] = shards[i].worst(Shards.of(knn)).worst(Shards.of(bm25))
             candidates = Candidates()
-            read_hits(
-                responses[2 * i], candidates.semantic, candidates.rank_semantic, cosine_from_score
-            )
-            read_hits(responses[2 * i + 1], candidates.bm25, candidates.rank_bm25, float)
-            self._entity_candidates(query, candidates)
+            read_hits(knn, candidates.semantic, candidates.rank_semantic, cosine_from_score)
+            read_hits(bm25, candidates.bm25, candidates.rank_bm25, float)
+            self._entity_candidates(candidates, links[i])
             found.append(candidates)
-        return found
+            docs.append({h["_id"]: dict(h["_source"]) for r in (knn, bm25) for h in hits_of(r)})
+        return found, docs
 
-    def _bm25_body(self, text: str, clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
+    def _bm25_body(
+        self, text: str, clauses: list[dict[str, Any]], size: int, fields: bool = False
+    ) -> dict[str, Any]:
         """BM25 over the raw and the lemmatized text and over the speaker's name, function
-        words left out of the query (unless nothing else is left)."""
+        words left out of the query (unless nothing else is left); with ``fields``, each hit
+        with its ``DOC_FIELDS``."""
         raw = without_stopwords(text) or text
         lemmas = without_stopwords(self.lemmatizer.lemmatize(text)) or self.lemmatizer.lemmatize(
             text
@@ -212,24 +250,21 @@ class Searcher:
             should.append({"match": {"text_lemmatized": {"query": lemmas}}})
         return {
             "size": size,
-            "_source": False,
+            "_source": {"includes": list(DOC_FIELDS)} if fields else False,
             "query": {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}},
         }
 
-    def _entity_candidates(self, query: SearchQuery, candidates: Candidates) -> None:
-        """Memories linked to the query's entities, weighted 1/log2(2 + links): an entity linked
-        to everything (the user's own name, say) says little about any one memory. A hub (more
-        links than ``entity_links_per_entity``) only boosts what kNN or BM25 found: its links
-        in stored order are not a ranking, so they would be arbitrary extra candidates."""
-        found = self.entities.extract([query.query])[0]
-        names = list(dict.fromkeys(normalize_entity(e.text) for e in found))
-        if not names:
-            return
+    def _entity_candidates(self, candidates: Candidates, links: list[list[str]]) -> None:
+        """Memories linked to the query's entities (``links``: one list per entity), weighted
+        1/log2(2 + links): an entity linked to everything (the user's own name, say) says
+        little about any one memory. A hub (more links than ``entity_links_per_entity``) only
+        boosts what kNN or BM25 found: its links in stored order are not a ranking, so they
+        would be arbitrary extra candidates."""
         pool = candidates.semantic.keys() | candidates.bm25.keys()
-        for links in self._entity_links(query.scope, names):
-            weight = 1.0 / math.log2(2 + len(links))
-            hub = len(links) > self.config.entity_links_per_entity
-            for memory in pool.intersection(links) if hub else links:
+        for linked in links:
+            weight = 1.0 / math.log2(2 + len(linked))
+            hub = len(linked) > self.config.entity_links_per_entity
+            for memory in pool.intersection(linked) if hub else linked:
                 candidates.entity[memory] = candidates.entity.get(memory, 0.0) + weight
         ordered = sorted(candidates.entity, key=lambda m: -candidates.entity[m])
         candidates.rank_entity.update({m: i + 1 for i, m in enumerate(ordered)})
@@ -237,83 +272,127 @@ class Searcher:
         for memory in candidates.entity:
             candidates.entity[memory] /= max(top, 1.0)
 
-    def _entity_links(self, scope: Scope, names: list[str]) -> list[list[str]]:
-        """For each query entity: the linked memories of the scope's matching entity, if any."""
-        by_name = self.store.entities_by_name(scope, names)
-        missing = [n for n in names if n not in by_name]
+    def _entity_links(
+        self,
+        queries: Sequence[SearchQuery],
+        names: list[list[str]],
+        answered: Mapping[Key, dict[str, Any]],
+    ) -> list[list[list[str]]]:
+        """Per query, the linked memories of each scope entity its names match: by name
+        (answered in round 1), else the nearest entity at least ``entity_similarity`` alike
+        (every query's missing names embedded in one call, looked for in one round trip)."""
+        matched: list[dict[str, tuple[str, list[str]]]] = []  # name -> (entity, its links)
+        for i, wanted in enumerate(names):
+            hits = hits_of(answered[(i, "entities")]) if wanted else []
+            matched.append({h["_source"]["normalized"]: entity_of(h) for h in hits})
+        missing = [(i, n) for i, wanted in enumerate(names) for n in wanted if n not in matched[i]]
         if missing:
-            vectors = self.embedder.embed(missing)
-            for name, near in zip(
-                missing, self.store.nearest_entities(scope, vectors), strict=True
-            ):
-                if near is not None and near[1] >= self.entity_similarity:
-                    by_name[name] = near[0]
-        ids = list(set(by_name.values()))
-        return [links for links in self.store.entity_links(scope, ids).values()]
+            near = Round()
+            vectors = self.embedder.embed([name for _, name in missing])
+            for k, ((i, _), vector) in enumerate(zip(missing, vectors, strict=True)):
+                clauses = scope_filter(queries[i].scope)
+                body = nearest_entity_body(vector, clauses, links=True)
+                near.add((k, "near"), "entities", queries[i].scope, body)
+            nearest = near.run(self.store, "search similar entities")
+            for k, (i, name) in enumerate(missing):
+                hits = hits_of(nearest[(k, "near")])
+                if hits and cosine_from_score(hits[0]["_score"]) >= self.entity_similarity:
+                    matched[i][name] = entity_of(hits[0])
+        return [list(dict(m.values()).values()) for m in matched]
 
     # -- round 2: every candidate scored on every signal --------------------------------------
 
     def _second_round(
         self,
-        queries: Sequence[SearchQuery],
+        batch: Batch,
         found: list[Candidates],
-        filters: list[list[dict[str, Any]]],
+        docs: list[Docs],
         hops: Sequence[HopPlan | None],
-        shards: list[Shards],
-    ) -> tuple[list[dict[str, dict[str, Any]]], list[dict[str, float]]]:
-        """Per query, three searches: every candidate's fields (filters re-applied); the
-        vectors of the candidates the kNN list did not score (and, for a question about the
-        present, of the kNN list's best: see ``_newer_first``); the BM25 score of those the BM25
-        list did not score (an ids-restricted query gives the same scores as the full one).
-        A query's hop adds its search after all of these (see ``pipeline.multihop``)."""
-        searches: list[dict[str, Any]] = []
-        for query, candidates, clauses in zip(queries, found, filters, strict=True):
-            ids = candidates.ids()
-            unscored = [i for i in ids if i not in candidates.semantic]
-            unscored += self._rival_vectors(query, candidates)
-            no_bm25 = [i for i in ids if i not in candidates.bm25]
-            bm25 = self._bm25_body(
-                query.query, [*clauses, {"ids": {"values": no_bm25}}], len(no_bm25) or 1
+    ) -> tuple[list[dict[str, float]], list[Replies | None]]:
+        """One round trip for what round 1 did not say of every query's candidates: the
+        fields of those only the entities found (filters re-applied); the vectors of those the
+        kNN list did not score (and, for a question about the present, of the kNN list's best:
+        see ``_newer_first``); the BM25 score of those the BM25 list did not score (an
+        ids-restricted query gives the same scores as the full one); the replies to those that
+        are a conversation's turns (see ``_with_replies``); and the query's hop (see
+        ``pipeline.multihop``). Fills ``docs``; returns the BM25 scores and the replies."""
+        second, queries = Round(), batch.queries
+        turns = [
+            self._reply_keys(d, c, self.config.reply_prefetch_rank) if self._wants_reply(q) else []
+            for q, d, c in zip(queries, docs, found, strict=True)
+        ]
+        for i, (query, candidates, clauses) in enumerate(
+            zip(queries, found, batch.filters, strict=True)
+        ):
+            scoring = self._scoring(
+                query, candidates, docs[i], clauses, hop=hops[i], turns=turns[i]
             )
-            searches += [docs_body(ids, clauses), vectors_body(unscored, clauses), bm25]
-        for hop, clauses in zip(hops, filters, strict=True):
-            searches += [hop.search(clauses)] if hop else []
-        named = any(hops)  # a hop reads the question's BM25 score of its matches
-        scopes = [q.scope for q in queries for _ in range(3)]
-        scopes += [q.scope for q, hop in zip(queries, hops, strict=True) if hop]
-        responses = self.store.search_memories(
-            searches, "hybrid search (scoring)", named=named, scopes=scopes
-        )
-        hop_responses = iter(responses[3 * len(found) :])
-        docs, bm25_scores = [], []
+            for kind, body in scoring:
+                second.add((i, kind), "memories", query.scope, body)
+        answered = second.run(self.store, "hybrid search (scoring)", named=any(hops))
+        bm25_scores: list[dict[str, float]] = []
+        replies: list[Replies | None] = []
         for i, (candidates, hop) in enumerate(zip(found, hops, strict=True)):
-            for response in responses[3 * i : 3 * i + 3]:
-                shards[i] = shards[i].worst(Shards.of(response))
-            fields, vectors, scored = (hits_of(responses[3 * i + k]) for k in range(3))
-            embeddings = {h["_id"]: h["_source"].get("embedding") for h in vectors}
-            docs.append(
-                {h["_id"]: {**h["_source"], "embedding": embeddings.get(h["_id"])} for h in fields}
-            )
-            bm25_scores.append(
-                {**candidates.bm25, **{h["_id"]: float(h["_score"]) for h in scored}}
-            )
+            got = {kind: response for (at, kind), response in answered.items() if at == i}
+            for response in got.values():
+                batch.shards[i] = batch.shards[i].worst(Shards.of(response))
+            hits = {kind: hits_of(response) for kind, response in got.items()}
+            docs[i].update({h["_id"]: dict(h["_source"]) for h in hits.get("docs", [])})
+            for h in hits.get("vectors", []):
+                if h["_id"] in docs[i]:
+                    docs[i][h["_id"]]["embedding"] = h["_source"].get("embedding")
+            scored = {h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])}
+            bm25_scores.append({**candidates.bm25, **scored})
+            asked = got.get("replies")
+            replies.append(Replies.read(asked, turns[i]) if asked else None)
             if hop:
-                hop_response = next(hop_responses)
-                shards[i] = shards[i].worst(Shards.of(hop_response))
-                reached = read_hop(hits_of(hop_response))
-                docs[-1].update(reached.docs)
+                reached = read_hop(hits.get("hop", []))
+                docs[i].update(reached.docs)
                 bm25_scores[-1].update(reached.bm25)
                 candidates.hop.update(
-                    {m: float(said_by(d.get("actor_id"), hop.people)) for m, d in docs[-1].items()}
+                    {m: float(said_by(d.get("actor_id"), hop.people)) for m, d in docs[i].items()}
                 )
-        return docs, bm25_scores
+        return bm25_scores, replies
 
-    def _hop_plan(self, query: SearchQuery, candidates: Candidates) -> HopPlan | None:
+    def _scoring(
+        self,
+        query: SearchQuery,
+        candidates: Candidates,
+        docs: Docs,
+        clauses: list[dict[str, Any]],
+        *,
+        hop: HopPlan | None,
+        turns: list[Turn],
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The searches of round 2 for one query (see ``_second_round``), by kind; a kind with
+        nothing to ask is left out."""
+        ids = candidates.ids()
+        unread = [i for i in ids if i not in docs]
+        unscored = [i for i in ids if i not in candidates.semantic]
+        unscored += self._rival_vectors(query, candidates)
+        no_bm25 = [i for i in ids if i not in candidates.bm25]
+        searches: list[tuple[str, dict[str, Any]]] = []
+        if unread:
+            searches.append(("docs", docs_body(unread, clauses)))
+        if unscored:
+            searches.append(("vectors", vectors_body(unscored, clauses)))
+        if no_bm25:
+            restricted = [*clauses, {"ids": {"values": no_bm25}}]
+            searches.append(("bm25", self._bm25_body(query.query, restricted, len(no_bm25))))
+        if turns:
+            searches.append(("replies", replies_body(turns, clauses, size=len(turns) + 1)))
+        if hop:
+            searches.append(("hop", hop.search(clauses)))
+        return searches
+
+    def _hop_plan(
+        self, query: SearchQuery, entities: list[str], candidates: Candidates
+    ) -> HopPlan | None:
         """The query's second hop (pipeline.multihop), or None when it is off."""
         if not query.hop or self.config.weight_hop <= 0:
             return None
         return plan_hop(
-            [e.text for e in self.entities.extract([query.query])[0]],
+            entities,
             self._bm25_body(query.query, [], 1)["query"]["bool"],
             candidates.ids(),
             people=self.config.hop_people,
@@ -360,10 +439,16 @@ class Searcher:
         return hits
 
     def _cut(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
-        """The ranked hits at or above ``threshold``, at most ``top_k``, explained if asked."""
+        """The best ``top_k`` ranked hits, scored on the similarity scale (``SearchHit``;
+        reranked ones keep the reranker's score, in [0, 1] too), those below ``threshold``
+        left out (scores never rise down the list: the best ones stay), explained if asked."""
+        hits = hits[: query.top_k]
+        if query.rerank:
+            with_ranks(hits)
+        else:
+            on_similarity_scale(hits)
         if query.threshold is not None:
             hits = [h for h in hits if h.score >= query.threshold]
-        hits = hits[: query.top_k]
         return hits if query.explain else [h.model_copy(update={"explain": None}) for h in hits]
 
     # -- the newer statement first --------------------------------------------------------------
@@ -402,39 +487,52 @@ class Searcher:
 
     # -- the reply to the best hit --------------------------------------------------------------
 
+    def _wants_reply(self, query: SearchQuery) -> bool:
+        # top_k 1 keeps only the best hit: the reply would be fetched to be cut off
+        return query.reply and self.config.reply and query.top_k > 1
+
+    @staticmethod
+    def _reply_keys(docs: Docs, candidates: Candidates, depth: int) -> list[Turn]:
+        """The turns that reply to the candidates likely to rank first (among the best
+        ``depth`` of the kNN or the BM25 list), once each: a best hit outside them has its
+        reply read after ranking, in one more round trip."""
+        likely = [
+            m
+            for m in docs
+            if candidates.rank_semantic.get(m, depth + 1) <= depth
+            or candidates.rank_bm25.get(m, depth + 1) <= depth
+        ]
+        return list(dict.fromkeys(k for k in (reply_key(docs[m]) for m in likely) if k))
+
     def _with_replies(
         self,
-        queries: Sequence[SearchQuery],
+        batch: Batch,
         ranked: list[list[SearchHit]],
-        docs: list[dict[str, dict[str, Any]]],
-        filters: list[list[dict[str, Any]]],
-        shards: list[Shards],
+        docs: list[Docs],
+        replies: Sequence[Replies | None],
     ) -> list[list[SearchHit]]:
-        """Each query's best hit followed by its reply (``pipeline.replies``): one more round
-        trip, for the queries whose best hit is a verbatim message, when the reply is on."""
-        asked: list[tuple[int, dict[str, Any]]] = []
-        for i, (query, hits) in enumerate(zip(queries, ranked, strict=True)):
-            # top_k 1 keeps only the best hit: the reply would be fetched to be cut off
-            if not (query.reply and self.config.reply and hits and query.top_k > 1):
+        """Each query's best hit followed by its reply (``pipeline.replies``), when the best
+        hit is a verbatim message and the reply is on: read in round 2 with the replies to
+        every candidate round 1 read, or, for a best hit found later, in one more round trip."""
+        ranked = list(ranked)
+        late = Round()
+        for i, (query, hits) in enumerate(zip(batch.queries, ranked, strict=True)):
+            if not (self._wants_reply(query) and hits):
                 continue
             key = reply_key(docs[i].get(hits[0].id, {}))
-            if key is not None:
-                asked.append((i, reply_body(key, filters[i])))
-        if not asked:
-            return ranked
-        responses = self.store.search_memories(
-            [body for _, body in asked],
-            "hybrid search (reply)",
-            scopes=[queries[i].scope for i, _ in asked],
-        )
-        ranked = list(ranked)
-        for (i, _), response in zip(asked, responses, strict=True):
-            shards[i] = shards[i].worst(Shards.of(response))
+            known = replies[i]
+            if key is not None and known is not None and known.answers(key):
+                reply = known.found.get(key)
+                if reply is not None:
+                    ranked[i] = followed_by_reply(hits, *reply, explain=True)
+            elif key is not None:
+                late.add((i, "reply"), "memories", query.scope, reply_body(key, batch.filters[i]))
+        for (i, _), response in late.run(self.store, "hybrid search (reply)").items():
+            batch.shards[i] = batch.shards[i].worst(Shards.of(response))
             found = hits_of(response)
             if found:
-                ranked[i] = followed_by_reply(
-                    ranked[i], found[0]["_id"], found[0]["_source"], queries[i].explain
-                )
+                reply = (found[0]["_id"], found[0]["_source"])
+                ranked[i] = followed_by_reply(ranked[i], *reply, explain=True)
         return ranked
 
     def _hit(

@@ -74,10 +74,17 @@ class Explain(BaseModel):
     rank_entity: int | None = None
     reply_to: str | None = None  # placed after this hit as its reply (pipeline.replies)
     below: str | None = None  # placed below this newer statement (pipeline.currency)
+    rank: int | None = None  # the hit's place in the search's ranking, 1 first (by ``fused``)
 
 
 class SearchHit(MemoryView):
-    """A memory found by a search, with its fused ``score`` (and, when asked, its ``explain``)."""
+    """A memory found by a search, with its ``score`` (and, when asked, its ``explain``).
+
+    ``score`` is on the scale of cosine similarity, in [0, 1], so that a threshold means
+    what it means in mem0: the hit's similarity to the query (a reply: the higher of its own
+    and that of the hit it answers), raised to the best similarity of the hits ranked below
+    it, so that scores never rise down the list. The hits are ranked by ``explain.fused``, the
+    fused score (``explain.rank``: the place by it)."""
 
     score: float
     explain: Explain | None = None

@@ -17,7 +17,7 @@ process, mem0 through mem0_compare's in-process OpenAI-compatible endpoint; the 
 includes its embedding. Needs the stack (Elasticsearch); writes docs/img/search_latency.png.
 
     .venv/bin/python ops/bench/search_latency.py [--sizes 1000,10000,100000] [--keep]
-        [--without-hop] [--without-reply]
+        [--without-hop] [--without-reply] [--without-newer-first]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -474,6 +474,7 @@ class Bench:
     memory: Any = None
     without_hop: bool = False
     without_reply: bool = False
+    without_newer_first: bool = False
     template: dict[str, Any] = field(default_factory=dict)
 
     def grow(self, start: int, stop: int) -> None:
@@ -503,6 +504,10 @@ class Bench:
             searches["memq, no hop"] = memq_search(self.runtime.searcher, hop=False)
         if self.without_reply:  # the same searcher, each query asking for no reply
             searches["memq, no reply"] = memq_search(self.runtime.searcher, reply=False)
+        if self.without_newer_first:  # the rule off as its setting turns it off (ratio 1)
+            searcher = self.runtime.searcher
+            config = searcher.config.model_copy(update={"rival_score_ratio": 1.0})
+            searches["memq, no newer-first"] = memq_search(replace(searcher, config=config))
         return searches
 
 
@@ -560,12 +565,15 @@ def run(
     sizes: list[int],
     keep: bool,
     workdir: Path,
+    *,
     without_hop: bool = False,
     without_reply: bool = False,
+    without_newer_first: bool = False,
 ) -> Results:
     rng = random.Random(SEED)
     bench = prepare(rng, max(sizes))
     bench.without_hop, bench.without_reply = without_hop, without_reply
+    bench.without_newer_first = without_newer_first
     asked = questions(rng, QUESTIONS)
     results: Results = {}
     with opened(bench, Endpoints(bench.embedder, turns=0), workdir, keep):
@@ -601,6 +609,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also time memq with each query asking for no reply to its best hit (reply=false)",
     )
+    parser.add_argument(
+        "--without-newer-first",
+        action="store_true",
+        help="also time memq with the newer-first rule off (MEMQ_SEARCH_RIVAL_SCORE_RATIO=1)",
+    )
     return parser.parse_args(argv)
 
 
@@ -611,7 +624,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mem0bench-") as workdir:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
         os.environ["MEM0_DIR"] = workdir
-        results = run(sizes, args.keep, Path(workdir), args.without_hop, args.without_reply)
+        results = run(
+            sizes,
+            args.keep,
+            Path(workdir),
+            without_hop=args.without_hop,
+            without_reply=args.without_reply,
+            without_newer_first=args.without_newer_first,
+        )
     print(f"\n{QUESTIONS} questions, top {TOP_K}, one scope, interleaved per question")
     print(table(results))
     plot(results, args.plot)

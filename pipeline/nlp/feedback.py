@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 from pipeline.nlp.stopwords import without_stopwords
 
@@ -19,6 +20,13 @@ from pipeline.nlp.stopwords import without_stopwords
 def content_terms(lemmatized: str) -> list[str]:
     """The content words of a lemmatized text, lower-cased, once each, in order."""
     return list(dict.fromkeys(without_stopwords(lemmatized).casefold().split()))
+
+
+@lru_cache(maxsize=8192)
+def _term_set(lemmatized: str) -> frozenset[str]:
+    """``content_terms`` as a set, kept per process: a scope's memories come back search
+    after search, and each search reads the terms of every candidate."""
+    return frozenset(content_terms(lemmatized))
 
 
 def expansion_terms(seeds: Sequence[str], query: str, count: int) -> list[str]:
@@ -36,4 +44,4 @@ def feedback(lemmatized: str, terms: Sequence[str]) -> float:
     """The share of ``terms`` that the lemmatized text mentions, in [0, 1] (0 without terms)."""
     if not terms:
         return 0.0
-    return len(set(content_terms(lemmatized)).intersection(terms)) / len(terms)
+    return len(_term_set(lemmatized).intersection(terms)) / len(terms)

@@ -30,11 +30,12 @@ from pipeline.store.protocol import (
     EntityLink,
     HistoryDoc,
     MemoryDoc,
+    SearchIndex,
     SessionMessages,
     StoredHash,
     WriteOutcome,
 )
-from pipeline.store.queries import still_valid
+from pipeline.store.queries import entities_named_body, nearest_entity_body, still_valid
 from pipeline.store.routing import (
     history_routing,
     scope_routing,
@@ -411,19 +412,7 @@ class ElasticStore:
         searches: list[dict[str, Any]] = []
         for scope, vector in queries:
             searches.append(self._header(self.names.entities, scope))
-            searches.append(
-                {
-                    "knn": {
-                        "field": "embedding",
-                        "query_vector": list(vector),
-                        "k": 1,
-                        "num_candidates": 50,
-                        "filter": scope_filter(scope),
-                    },
-                    "size": 1,
-                    "_source": False,
-                }
-            )
+            searches.append(nearest_entity_body(vector, scope_filter(scope)))
         return [
             (hits[0]["_id"], cosine_from_score(hits[0]["_score"])) if hits else None
             for hits in self._msearch(searches, "search similar entities")
@@ -474,19 +463,9 @@ class ElasticStore:
         """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
         if not names:
             return {}
-        with es_errors("look up entities by name"):
-            body = self.client.search(
-                index=self.names.entities,
-                routing=search_routing(scope),
-                query={
-                    "bool": {
-                        "filter": [*scope_filter(scope), {"terms": {"normalized": list(names)}}]
-                    }
-                },
-                size=len(names),
-                source_includes=["normalized"],
-            ).body
-        return {h["_source"]["normalized"]: h["_id"] for h in body["hits"]["hits"]}
+        body = entities_named_body(names, scope_filter(scope))
+        [response] = self.search_indices([("entities", scope, body)], "look up entities by name")
+        return {h["_source"]["normalized"]: h["_id"] for h in response["hits"]["hits"]}
 
     def entity_links(self, scope: Scope, entity_ids: Sequence[str]) -> dict[str, list[str]]:
         """Entity id -> the ids of the memories it is linked to, for entities of ``scope``
@@ -786,9 +765,26 @@ class ElasticStore:
         body, in order. ``scopes`` (one per body) route each to its scope's shard when the
         scope names it. ``named``: hits carry the score of each named query they matched. A
         failed search fails the call (``TransientError``)."""
+        return self.search_indices(
+            [
+                ("memories", scope, body)
+                for body, scope in zip(bodies, scopes or [None] * len(bodies), strict=True)
+            ],
+            what,
+            named,
+        )
+
+    def search_indices(
+        self,
+        searches_by_index: Sequence[tuple[SearchIndex, Scope | None, dict[str, Any]]],
+        what: str,
+        named: bool = False,
+    ) -> list[dict[str, Any]]:
+        """``search_memories`` over any of the indices: (index, scope, body) each, one full
+        response per search in one msearch, in order."""
         searches: list[dict[str, Any]] = []
-        for body, scope in zip(bodies, scopes or [None] * len(bodies), strict=True):
-            searches += [self._header(self.names.memories, scope), body]
+        for kind, scope, body in searches_by_index:
+            searches += [self._header(self.names.alias(Kind(kind)), scope), body]
         with es_errors(what):
             responses: list[dict[str, Any]] = self.client.msearch(
                 searches=searches, include_named_queries_score=named or None

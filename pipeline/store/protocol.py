@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pipeline.filters import metadata_pairs, with_substrings
 from pipeline.jobs import JobRecord
@@ -288,6 +288,10 @@ class Store(Protocol):
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord | None]: ...
 
 
+SearchIndex = Literal["memories", "entities"]
+"""The indices search reads (``pipeline.store.indices.Kind`` values)."""
+
+
 @runtime_checkable
 class ServingStore(Store, Protocol):
     """What reading and editing memories needs on top of ``Store``: crud, listing, search and
@@ -304,6 +308,16 @@ class ServingStore(Store, Protocol):
         """One full search response per body over the memories, in one round trip (``named``:
         with the score of each named query a hit matched; ``scopes``: the scope each body
         reads, so it visits only that scope's shard when it can)."""
+        ...
+
+    def search_indices(
+        self,
+        searches_by_index: Sequence[tuple[SearchIndex, Scope | None, dict[str, Any]]],
+        what: str,
+        named: bool = False,
+    ) -> list[dict[str, Any]]:
+        """As ``search_memories``, each search over the index it names (memories or
+        entities); searches that do not wait on one another share one round trip."""
         ...
 
     def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:

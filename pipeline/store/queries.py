@@ -61,10 +61,17 @@ def validity(as_of: datetime | None, include_replaced: bool) -> list[dict[str, A
     return clauses
 
 
-def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) -> dict[str, Any]:
+DOC_FIELDS = (*VIEW_SOURCE_FIELDS, "text_lemmatized", "job_id", "turn")
+"""The fields search reads of a candidate: what a hit shows, what feedback and the reply need."""
+
+
+def knn_body(
+    vector: Sequence[float], clauses: list[dict[str, Any]], size: int, fields: bool = False
+) -> dict[str, Any]:
+    """The ``size`` nearest memories; with ``fields``, each with its ``DOC_FIELDS``."""
     return {
         "size": size,
-        "_source": False,
+        "_source": {"includes": list(DOC_FIELDS)} if fields else False,
         "knn": {
             "field": "embedding",
             "query_vector": list(vector),
@@ -78,7 +85,7 @@ def knn_body(vector: Sequence[float], clauses: list[dict[str, Any]], size: int) 
 def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "size": len(ids) or 1,
-        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized", "job_id", "turn"]},
+        "_source": {"includes": list(DOC_FIELDS)},
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
 
@@ -125,11 +132,53 @@ def read_hits(
 
 def reply_body(key: tuple[str, int], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     """The memory of turn ``key`` within the caller's scope and filters (at most one)."""
-    job_id, turn = key
+    return replies_body([key], clauses, size=1)
+
+
+def replies_body(
+    keys: Sequence[tuple[str, int]], clauses: list[dict[str, Any]], size: int | None = None
+) -> dict[str, Any]:
+    """The memories of the turns ``keys`` (job id, turn) within the caller's scope and
+    filters: up to ``size`` (one per key when omitted)."""
+    turns = [
+        {"bool": {"filter": [{"term": {"job_id": job_id}}, {"term": {"turn": turn}}]}}
+        for job_id, turn in keys
+    ]
+    which = (
+        turns[0]["bool"]["filter"]
+        if len(turns) == 1
+        else [{"bool": {"should": turns, "minimum_should_match": 1}}]
+    )
     return {
-        "size": 1,
-        "_source": {"includes": list(VIEW_SOURCE_FIELDS)},
-        "query": {
-            "bool": {"filter": [*clauses, {"term": {"job_id": job_id}}, {"term": {"turn": turn}}]}
+        "size": len(keys) if size is None else size,
+        "_source": {"includes": list(DOC_FIELDS)},
+        "query": {"bool": {"filter": [*clauses, *which]}},
+    }
+
+
+def entities_named_body(names: Sequence[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The entities (within ``clauses``: a scope's) whose normalized text is one of
+    ``names``, each with its name and linked memories."""
+    return {
+        "size": len(names),
+        "_source": {"includes": ["normalized", "linked_memory_ids"]},
+        "query": {"bool": {"filter": [*clauses, {"terms": {"normalized": list(names)}}]}},
+    }
+
+
+def nearest_entity_body(
+    vector: Sequence[float], clauses: list[dict[str, Any]], links: bool = False
+) -> dict[str, Any]:
+    """The one entity (within ``clauses``) nearest ``vector``; with ``links``, its linked
+    memories."""
+    return {
+        "knn": {
+            "field": "embedding",
+            "query_vector": list(vector),
+            "k": 1,
+            "num_candidates": 50,
+            "filter": clauses,
         },
+        "size": 1,
+        "_source": {"includes": ["linked_memory_ids"]} if links else False,
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -107,6 +108,18 @@ def test_the_setting_turns_it_off(
     assert [h.memory for h in search(off, scope)] == [
         h.memory for h in search(searcher, scope, reply=False)
     ]
+
+
+def test_a_reply_read_after_ranking_is_the_one_read_beside_the_scoring(
+    celery_app: MemqCelery, store: ElasticStore, scope: Scope
+) -> None:
+    chat(celery_app, store, scope)
+    searcher = celery_app.runtime.searcher
+    config = searcher.config.model_copy(update={"reply_prefetch_rank": 0})
+    late = replace(searcher, config=config)  # every reply in a round trip of its own
+    hits, late_hits = search(searcher, scope), search(late, scope)
+    assert [h.memory for h in late_hits[:2]] == [ASKED, ANSWER]
+    assert [h.model_dump() for h in late_hits] == [h.model_dump() for h in hits]
 
 
 def test_extracted_facts_have_no_turn_and_no_reply(

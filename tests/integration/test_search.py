@@ -194,8 +194,12 @@ def test_explain_matches_the_ranking(runtime: Runtime, searcher: Searcher, scope
             )
         if e.hop is not None:  # then the second hop's, the same way
             expected = (expected + config.weight_hop * e.hop) / (1 + config.weight_hop)
-        assert abs(e.fused - expected) < 1e-4 and hit.score == e.fused
+        assert abs(e.fused - expected) < 1e-4
         assert 0 <= e.semantic <= 1 and 0 <= e.bm25 <= 1
+    assert [h.explain.rank for h in hits if h.explain] == list(range(1, len(hits) + 1))
+    assert [h.explain.fused for h in hits if h.explain] == sorted(
+        (h.explain.fused for h in hits if h.explain), reverse=True
+    )
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert (
         searcher.search(SearchQuery(query="What business did Jon start?", scope=scope))[0].explain
@@ -203,9 +207,7 @@ def test_explain_matches_the_ranking(runtime: Runtime, searcher: Searcher, scope
     )
 
 
-def test_threshold_applies_to_the_fused_score(
-    runtime: Runtime, searcher: Searcher, scope: Scope
-) -> None:
+def test_threshold_applies_to_the_score(runtime: Runtime, searcher: Searcher, scope: Scope) -> None:
     put(runtime, scope, "Nate plays chess every Sunday", "The weather was rainy")
     everything = searcher.search(SearchQuery(query="chess", scope=scope))
     cut = (everything[0].score + everything[-1].score) / 2
