@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -423,6 +424,8 @@ def mem0_run(sets: dict[str, Dataset]) -> dict[str, dict[str, Tally]]:
     m0.drop_mem0(es)
     results: dict[str, dict[str, Tally]] = {}
     with tempfile.TemporaryDirectory() as workdir:
+        os.environ["MEM0_TELEMETRY"] = "False"  # read when mem0 is first imported, in make_mem0
+        os.environ["MEM0_DIR"] = workdir
         config = m0.mem0_config(settings.es.url, server.server_address[1], Path(workdir))
         memory = m0.make_mem0(config, es)
         try:
