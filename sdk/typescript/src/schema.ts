@@ -977,6 +977,8 @@ export interface components {
             reply_to?: string | null;
             /** Below */
             below?: string | null;
+            /** Rank */
+            rank?: number | null;
         };
         /** Health */
         Health: {
@@ -1592,7 +1594,13 @@ export interface components {
         };
         /**
          * SearchHit
-         * @description A memory found by a search, with its fused ``score`` (and, when asked, its ``explain``).
+         * @description A memory found by a search, with its ``score`` (and, when asked, its ``explain``).
+         *
+         *     ``score`` is on the scale of cosine similarity, in [0, 1], so that a threshold means
+         *     what it means in mem0: the hit's similarity to the query (a reply: the higher of its own
+         *     and that of the hit it answers), raised to the best similarity of the hits ranked below
+         *     it, so that scores never rise down the list. The hits are ranked by ``explain.fused``, the
+         *     fused score (``explain.rank``: the place by it).
          */
         SearchHit: {
             /** Id */
