@@ -5,10 +5,12 @@ node's search threads are shared by every tenant: a tenant within its searches p
 still keep every thread busy with costly ones, and every other tenant's searches queued behind
 them. So each tenant has ``MEMQ_API_SEARCH_SLOTS_PER_TENANT`` slots (0: no limit), and a search
 takes as many as it weighs (``pipeline.filters.search_slots``: 1 for a plain search, up to 4 for
-the costliest filter allowed). A search that finds too few free waits for them, polling, up to
-``MEMQ_API_SEARCH_SLOT_WAIT_S`` (a burst of one tenant's searches queues behind its own
-running ones, as it would in Elasticsearch's queue, but never ahead of another tenant's), and
-is then answered with 429 and a ``Retry-After`` that says why. The wait is bounded because a
+the costliest filter allowed). A plain search that finds its slot taken waits for it,
+polling, up to ``MEMQ_API_SEARCH_SLOT_WAIT_S`` (a burst of one tenant's searches queues behind
+its own running ones, as it would in Elasticsearch's queue, but never ahead of another
+tenant's), and is then answered with 429 and a ``Retry-After`` that says why; a heavier search
+is answered so at once (a flood of costly searches then leaves gaps other tenants use, where
+waiting would keep one of them always running). The wait is bounded because a
 waiting request holds an API thread. A search heavier than all the slots runs when nothing else
 of its tenant runs.
 
@@ -68,7 +70,10 @@ class SearchSlots:
             yield
             return
         member = f"{uuid.uuid4().hex}:{slots}"
-        deadline = time.monotonic() + self.wait_s
+        # a plain search queues behind its tenant's own; a heavier one does not wait: refused
+        # while its tenant's slots are taken, a flood of costly searches leaves gaps that other
+        # tenants' searches use, instead of keeping one always running
+        deadline = time.monotonic() + (self.wait_s if slots == 1 else 0.0)
         pause_s = 0.005
         while True:
             try:
