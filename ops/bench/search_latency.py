@@ -17,7 +17,13 @@ process, mem0 through mem0_compare's in-process OpenAI-compatible endpoint; the 
 includes its embedding. Needs the stack (Elasticsearch); writes docs/img/search_latency.png.
 
     .venv/bin/python ops/bench/search_latency.py [--sizes 1000,10000,100000] [--keep]
-        [--without-hop] [--without-reply] [--without-newer-first]
+        [--without-hop] [--without-reply] [--without-newer-first] [--concurrency 8,32]
+
+With ``--concurrency``, each size is also measured under load: for each level N, each system in
+turn (the order rotated per level) is asked the questions by N threads at once, every question
+twice, and the latency of each search and the searches per second are reported. All three run in
+this one process, so their Python work shares one interpreter lock, as it does for mem0 in an
+application; memq's API spreads the same work over its server processes instead.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -404,9 +411,67 @@ def measure(searches: dict[str, Search], asked: list[str]) -> dict[str, list[flo
     return latencies
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """One system under N concurrent searchers: each search's ms and the searches per second."""
+
+    latencies: list[float]
+    per_second: float
+
+
+def timed(search: Search, query: str) -> float:
+    started = time.perf_counter()
+    search(query)
+    return (time.perf_counter() - started) * 1000
+
+
+def loaded(search: Search, asked: list[str], threads: int) -> Loaded:
+    """``asked`` twice over, by ``threads`` searchers at once."""
+    queries = asked * 2
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(lambda q: timed(search, q), asked[: threads * 2]))  # warm each thread
+        started = time.perf_counter()
+        latencies = list(pool.map(lambda q: timed(search, q), queries))
+        elapsed = time.perf_counter() - started
+    return Loaded(latencies, len(queries) / elapsed)
+
+
+def under_load(
+    searches: dict[str, Search], asked: list[str], levels: Sequence[int]
+) -> dict[int, dict[str, Loaded]]:
+    """For each level, every system under that many searchers, one after another, the order
+    rotated from level to level."""
+    systems = list(searches)
+    found: dict[int, dict[str, Loaded]] = {}
+    for i, level in enumerate(levels):
+        shift = i % len(systems)
+        order = systems[shift:] + systems[:shift]
+        found[level] = {s: loaded(searches[s], asked, level) for s in order}
+    return found
+
+
 # --- report ----------------------------------------------------------------------------------
 
 Results = dict[int, dict[str, list[float]]]
+LoadResults = dict[int, dict[int, dict[str, Loaded]]]
+
+
+def load_table(results: LoadResults) -> str:
+    lines = [
+        "| memories | searchers | system | p50 ms | p95 ms | searches/s | p95 / mem0 p95 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size, by_level in results.items():
+        for level, by_system in by_level.items():
+            mem0_p95 = percentile(by_system["mem0"].latencies, 95)
+            for system in sorted(by_system):
+                got = by_system[system]
+                p50, p95 = (percentile(got.latencies, p) for p in (50, 95))
+                lines.append(
+                    f"| {size:,} | {level} | {system} | {p50:.1f} | {p95:.1f} "
+                    f"| {got.per_second:.1f} | {p95 / mem0_p95:.2f} |"
+                )
+    return "\n".join(lines)
 
 
 def table(results: Results) -> str:
@@ -569,6 +634,8 @@ def run(
     without_hop: bool = False,
     without_reply: bool = False,
     without_newer_first: bool = False,
+    levels: Sequence[int] = (),
+    loads: LoadResults | None = None,
 ) -> Results:
     rng = random.Random(SEED)
     bench = prepare(rng, max(sizes))
@@ -582,6 +649,9 @@ def run(
             bench.grow(previous, size)
             results[size] = sample(bench.searches(), asked)
             print(table({size: results[size]}), flush=True)
+            if levels and loads is not None:
+                loads[size] = under_load(bench.searches(), asked, levels)
+                print(load_table({size: loads[size]}), flush=True)
             previous = size
     return results
 
@@ -614,12 +684,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also time memq with the newer-first rule off (MEMQ_SEARCH_RIVAL_SCORE_RATIO=1)",
     )
+    parser.add_argument(
+        "--concurrency",
+        default="",
+        help="also measure each size under this many concurrent searchers, comma-separated",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    levels = [int(n) for n in args.concurrency.split(",") if n]
+    loads: LoadResults = {}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mem0bench-") as workdir:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
@@ -631,9 +708,14 @@ def main(argv: list[str] | None = None) -> int:
             without_hop=args.without_hop,
             without_reply=args.without_reply,
             without_newer_first=args.without_newer_first,
+            levels=levels,
+            loads=loads,
         )
     print(f"\n{QUESTIONS} questions, top {TOP_K}, one scope, interleaved per question")
     print(table(results))
+    if loads:
+        print("\nunder load: every question twice, by N searchers at once, one system at a time")
+        print(load_table(loads))
     plot(results, args.plot)
     print(f"total {time.perf_counter() - started:.0f} s")
     return 0
