@@ -64,6 +64,8 @@ _MEMORY_FIELDS = (
     "feedback",
     "feedback_reason",
     "feedback_at",
+    "turn",
+    "source_ids",
 )
 
 
@@ -138,6 +140,9 @@ class MemoryLine(_Line):
     feedback: Literal["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"] | None = None
     feedback_reason: str | None = Field(default=None, max_length=2000)
     feedback_at: AwareDatetime | None = None
+    # provenance (``pipeline.provenance``); absent from dumps made before it
+    turn: int | None = Field(default=None, ge=0)
+    source_ids: list[str] = Field(default_factory=list, max_length=100_000)
     entities: list[EntityLine] = Field(default_factory=list, max_length=1000)
     history: list[HistoryLine] | None = None
     embedding: list[float] | None = None
@@ -447,6 +452,7 @@ def retarget(line: MemoryLine, plan: Plan) -> MemoryLine:
             "history": history if line.history is not None else None,
             "replaced_by": [moved(plan.tenant, i) for i in line.replaced_by],
             "replaces": [moved(plan.tenant, i) for i in line.replaces],
+            "source_ids": [moved(plan.tenant, i) for i in line.source_ids],
         }
     )
 
@@ -500,6 +506,8 @@ def memory_source(line: MemoryLine, deps: Deps, vector: list[float]) -> dict[str
         "feedback": line.feedback,
         "feedback_reason": line.feedback_reason,
         "feedback_at": line.feedback_at.isoformat() if line.feedback_at else None,
+        "turn": line.turn,
+        "source_ids": line.source_ids or None,
     }
     return with_substrings(doc | without_none(optional))
 

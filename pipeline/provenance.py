@@ -66,7 +66,8 @@ def provenance_of(store: ServingStore, memory: Mapping[str, Any]) -> Provenance:
     scope's shard, its job record in another. Raises what the store raises."""
     ids = [str(i) for i in memory.get("source_ids") or []]
     found = store.get_messages(ids, source_routing(memory)) if ids else {}
-    sources = [source_message(i, found[i]) for i in ids if i in found]
+    tenant = memory.get("tenant")  # an imported memory's ids never reach another tenant's
+    sources = [source_message(i, found[i]) for i in ids if found.get(i, {}).get("tenant") == tenant]
     return Provenance(
         known=bool(ids),
         job=source_job(store, str(memory.get("job_id") or "")),

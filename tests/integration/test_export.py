@@ -68,6 +68,12 @@ class Tenant:
         assert response.status_code == 200, response.text
         return sorted(item["id"] for item in response.json()["results"])
 
+    def provenance(self, memory_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/memories/{memory_id}", params={"include": "sources"})
+        assert response.status_code == 200, response.text
+        found: dict[str, Any] = response.json()["provenance"]
+        return found
+
     def forget(self, user: str) -> None:
         response = self.http.delete("/v1/memories", params={"user_id": user})
         assert response.status_code == 200, response.text
@@ -148,6 +154,10 @@ def test_export_reset_import_gives_the_same_search_results(
     assert len(edited["embedding"]) == 384
     lisbon = memories[ids["My sister Ana lives in Lisbon"]]
     assert {"ana", "lisbon"} <= {e["normalized"] for e in lisbon["entities"]}
+    sources = tenant.provenance(lisbon["id"])
+    assert [s["content"] for s in sources["sources"]] == ["My sister Ana lives in Lisbon"]
+    assert lisbon["source_ids"] == [s["id"] for s in sources["sources"]]
+    assert lisbon["job_id"] == sources["job"]["id"] and lisbon["turn"] == 0
 
     for user in FACTS:
         tenant.forget(user)
@@ -159,6 +169,7 @@ def test_export_reset_import_gives_the_same_search_results(
     for user, query in QUERIES:
         same_results(before[query], tenant.search(user, query))
     assert {user: tenant.ids(user) for user in FACTS} == listed
+    assert tenant.provenance(lisbon["id"]) == sources  # the messages outlived the memories
 
     again = memq(test_env, "import", str(dump))  # idempotent on the memory ids
     assert again.returncode == 0, again.stderr
