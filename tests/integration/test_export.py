@@ -370,3 +370,41 @@ def test_validity_travels_through_import_and_export_with_its_ids_mapped(
     assert lines["fact number 1"]["valid_until"].startswith("2024-01-01")
     for tenant in (source, target):
         tenant.http.close()
+
+
+def test_sources_travel_with_the_dump_and_come_back_after_an_erasure(
+    es: Elasticsearch,
+    indices: IndexNames,
+    api_process: ApiProcess,
+    test_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    source, target = (new_tenant(es, indices, api_process) for _ in range(2))
+    said = "I brew my own ginger beer"
+    memory_id = source.remember("u9", said)
+    before = source.provenance(memory_id)
+    dump = tmp_path / "sources.jsonl"
+    dump.write_text(source.http.get("/v1/export", params={"sources": "true"}).text)
+    [line] = read_dump(dump)[1:-1]
+    assert [m["content"] for m in line["sources"]] == [said]
+    assert read_dump(dump)[0]["sources"] is True
+
+    erased = source.http.delete("/v1/users/u9")  # the messages go with the memories
+    assert erased.status_code == 200 and erased.json()["erased"]["messages"] >= 1
+    done = memq(test_env, "import", str(dump))
+    assert done.returncode == 0, done.stderr
+    assert "1 source messages" in done.stderr
+    after = source.provenance(memory_id)
+    assert after["sources"] == before["sources"] and after["known"] and after["missing"] == 0
+    assert after["job"] == {"id": before["job"]["id"], "status": None} | {
+        "created_at": None,
+        "finished_at": None,
+    }  # the job's record went with the user: its id is what is left
+
+    done = memq(test_env, "import", str(dump), "--tenant", target.name)
+    assert done.returncode == 0, done.stderr
+    [copied] = target.http.get("/v1/memories", params={"user_id": "u9"}).json()["results"]
+    moved = target.provenance(copied["id"])
+    assert [(m["content"], m["seq"]) for m in moved["sources"]] == [(said, 0)]
+    assert moved["sources"][0]["id"] != before["sources"][0]["id"]
+    assert moved["job"]["id"] == before["job"]["id"] and moved["missing"] == 0
