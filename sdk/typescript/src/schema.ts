@@ -3923,6 +3923,8 @@ export interface operations {
                 history?: boolean;
                 /** @description include vectors and name their model */
                 vectors?: boolean;
+                /** @description include the messages each memory came from (its provenance) */
+                sources?: boolean;
             };
             header?: never;
             path?: never;
