@@ -108,6 +108,12 @@ def seeded(
         OPEN.pop().http.close()
 
 
+@pytest.fixture
+def pair(es: Elasticsearch, indices: IndexNames, api_process: ApiProcess) -> tuple[Tenant, Tenant]:
+    """Two fresh tenants: a dump's source and the one it is imported into."""
+    return new_tenant(es, indices, api_process), new_tenant(es, indices, api_process)
+
+
 def memq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "memq.cli", *args],
@@ -341,13 +347,9 @@ def test_export_refuses_bad_options(test_env: dict[str, str]) -> None:
 
 
 def test_validity_travels_through_import_and_export_with_its_ids_mapped(
-    es: Elasticsearch,
-    indices: IndexNames,
-    api_process: ApiProcess,
-    test_env: dict[str, str],
-    tmp_path: Path,
+    pair: tuple[Tenant, Tenant], test_env: dict[str, str], tmp_path: Path
 ) -> None:
-    source, target = (new_tenant(es, indices, api_process) for _ in range(2))
+    source, target = pair
     old = memory(source.name, 1, observed_at="2023-01-01T00:00:00+00:00")
     new = memory(source.name, 2, observed_at="2024-01-01T00:00:00+00:00")
     old |= {"valid_until": "2024-01-01T00:00:00+00:00", "replaced_by": [new["id"]]}
@@ -373,13 +375,9 @@ def test_validity_travels_through_import_and_export_with_its_ids_mapped(
 
 
 def test_sources_travel_with_the_dump_and_come_back_after_an_erasure(
-    es: Elasticsearch,
-    indices: IndexNames,
-    api_process: ApiProcess,
-    test_env: dict[str, str],
-    tmp_path: Path,
+    pair: tuple[Tenant, Tenant], test_env: dict[str, str], tmp_path: Path
 ) -> None:
-    source, target = (new_tenant(es, indices, api_process) for _ in range(2))
+    source, target = pair
     said = "I brew my own ginger beer"
     memory_id = source.remember("u9", said)
     before = source.provenance(memory_id)
