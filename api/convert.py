@@ -15,8 +15,10 @@ from api.errors import location, most_specific
 from api.schemas import (
     BudgetPublic,
     DayUsagePublic,
+    Include,
     JobPublic,
     MemoryCreate,
+    MemoryDetail,
     MemoryEvent,
     MemoryPublic,
     UsagePublic,
@@ -29,6 +31,8 @@ from pipeline.filters import split_scope
 from pipeline.jobs import JobRecord, public_results
 from pipeline.keys import Principal
 from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.provenance import provenance_of
+from pipeline.store.protocol import ServingStore
 from pipeline.usage import BudgetState, Usage, UsageReport
 
 _MESSAGES = TypeAdapter(list[MessageIn])
@@ -188,6 +192,14 @@ def job_public(record: JobRecord) -> JobPublic:
 def memory_public(item: dict[str, Any]) -> MemoryPublic:
     """``{"id", **source}`` as the API shows a memory."""
     return MemoryPublic.from_source(item["id"], item)
+
+
+def memory_detail(
+    store: ServingStore, item: dict[str, Any], include: Sequence[Include] | None
+) -> MemoryDetail:
+    """A memory read by id, with its provenance when ``include`` names ``sources``."""
+    provenance = provenance_of(store, item) if include and "sources" in include else None
+    return MemoryDetail.from_source(item["id"], item, provenance=provenance)
 
 
 def usage_public(usage: Usage) -> dict[str, int]:

@@ -31,12 +31,12 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.convert import add_request, job_public, memory_public
+from api.convert import add_request, job_public, memory_detail, memory_public
 from api.errors import error
 from api.limits import Path, RateLimitedError
 from api.request_ids import request_id_of
 from api.resources import Resources
-from api.schemas import MemoryCreate
+from api.schemas import Include, MemoryCreate
 from pipeline import crud
 from pipeline.errors import (
     InvalidInputError,
@@ -258,10 +258,24 @@ class MemqTools:
 
         return await self.call(run)
 
-    async def get_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
+    async def get_memory(
+        self,
+        ctx: Context,
+        memory_id: MemoryId,
+        include_sources: Annotated[
+            bool,
+            Field(description="also return its provenance: the messages it came from, its job"),
+        ] = False,
+    ) -> dict[str, Any]:
         tenant = (await self.charged(ctx, "read")).tenant
-        found = await self.call(lambda: crud.get_memory(self.services.store, tenant, memory_id))
-        return memory_public(found).model_dump(mode="json")
+        store = self.services.store
+        include: list[Include] = ["sources"] if include_sources else []
+
+        def run() -> dict[str, Any]:
+            detail = memory_detail(store, crud.get_memory(store, tenant, memory_id), include)
+            return detail.model_dump(mode="json", exclude={"provenance"} if not include else None)
+
+        return await self.call(run)
 
     async def update_memory(
         self,
@@ -365,7 +379,12 @@ TOOLS: list[tuple[str, str, bool, bool]] = [
         True,
         False,
     ),
-    ("get_memory", "Read one memory by its id.", True, False),
+    (
+        "get_memory",
+        "Read one memory by its id (include_sources: with the messages it came from).",
+        True,
+        False,
+    ),
     (
         "update_memory",
         "Change a memory's text and/or metadata; its id stays and its history records the change.",

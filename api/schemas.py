@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from pipeline.models import AwareDatetime, Identifier, MemoryType, MemoryView
+from pipeline.provenance import Provenance
 from pipeline.search import SearchHit, SearchOptions
 
 
@@ -109,6 +110,18 @@ class JobPublic(BaseModel):
 
 MemoryPublic = MemoryView
 """A memory as the API returns it."""
+
+Include = Literal["sources"]
+INCLUDE = (
+    "more to return with the memory: 'sources' adds its provenance (the messages it came "
+    "from and the job that wrote it)"
+)
+
+
+class MemoryDetail(MemoryView):
+    """A memory read by id; ``provenance`` only when asked for (``include=sources``)."""
+
+    provenance: Provenance | None = None
 
 
 class JobPage(BaseModel):

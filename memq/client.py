@@ -478,6 +478,11 @@ class Validity(TypedDict, total=False):
     include_replaced: bool
 
 
+def _get_call(memory_id: str, include_sources: bool) -> _Call:
+    params = {"include": "sources"} if include_sources else {}
+    return _Call("GET", f"/v1/memories/{_segment(memory_id)}", params=params)
+
+
 def _list_call(
     scope: dict[str, Any],
     filters: Any,
@@ -987,9 +992,10 @@ class Client(_Retrying):
         call = _search_many_call(queries)
         return _search_many_hits(self._send(call))
 
-    def get(self, memory_id: str) -> Memory:
-        """One memory; ``NotFoundError`` when it does not exist (or was deleted)."""
-        return _parse(Memory, self._send(_Call("GET", f"/v1/memories/{_segment(memory_id)}")))
+    def get(self, memory_id: str, *, include_sources: bool = False) -> Memory:
+        """One memory; ``NotFoundError`` when it does not exist (or was deleted). With
+        ``include_sources``, its ``provenance``: the messages it came from and its job."""
+        return _parse(Memory, self._send(_get_call(memory_id, include_sources)))
 
     def page(
         self,
@@ -1260,10 +1266,9 @@ class AsyncClient(_Retrying):
         call = _search_many_call(queries)
         return _search_many_hits(await self._send(call))
 
-    async def get(self, memory_id: str) -> Memory:
+    async def get(self, memory_id: str, *, include_sources: bool = False) -> Memory:
         """See ``Client.get``."""
-        call = _Call("GET", f"/v1/memories/{_segment(memory_id)}")
-        return _parse(Memory, await self._send(call))
+        return _parse(Memory, await self._send(_get_call(memory_id, include_sources)))
 
     async def page(
         self,

@@ -34,7 +34,9 @@ def run_export(settings: Settings, args: argparse.Namespace, out: TextIO) -> int
         print(f"memq: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return EXIT_BAD_INPUT
     runtime = Runtime(settings)
-    options = ExportOptions(selector=selector, history=args.history, vectors=args.vectors)
+    options = ExportOptions(
+        selector=selector, history=args.history, vectors=args.vectors, sources=args.sources
+    )
     embedder = settings.embedder
     lines = export_lines(runtime.store, options, embedder.model, embedder.dims, runtime.clock())
     count = write_lines(lines, Path(args.output) if args.output else None, out)
@@ -82,7 +84,8 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
     vectors = "reused" if report.vectors_reused else f"computed with {embedder.model}"
     print(
         f"memq: imported {report.memories} memories into tenant {report.tenant} "
-        f"({report.history} history rows, {report.entities} entity links; vectors {vectors})",
+        f"({report.history} history rows, {report.messages} source messages, "
+        f"{report.entities} entity links; vectors {vectors})",
         file=sys.stderr,
     )
     return 0
@@ -108,6 +111,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     export.add_argument("--history", action="store_true", help="include each memory's history")
     export.add_argument(
         "--vectors", action="store_true", help="include vectors (the model is named)"
+    )
+    export.add_argument(
+        "--sources", action="store_true", help="include the messages each memory came from"
     )
     export.add_argument("--output", "-o", help="a file instead of standard output")
     export.set_defaults(handler=lambda s, a: run_export(s, a, sys.stdout))

@@ -32,10 +32,13 @@ __all__ = [
     "MemoryEvent",
     "MemoryPage",
     "Message",
+    "Provenance",
     "Readiness",
     "SearchHit",
     "SearchHits",
     "Shards",
+    "SourceJob",
+    "SourceMessage",
     "TokenUsage",
 ]
 
@@ -201,6 +204,41 @@ class Memory(MemqModel):
     # a caller's verdict on it (mem0's feedback): recorded and shown, not used by search
     feedback: str | None = None
     feedback_reason: str | None = None
+    # where it came from: only when asked for (``get(..., include_sources=True)``)
+    provenance: Provenance | None = None
+
+
+class SourceMessage(MemqModel):
+    """A message a memory came from, as it was given to memq; ``seq`` is its place in its
+    job's request."""
+
+    id: str
+    role: str
+    name: str | None = None
+    content: str
+    timestamp: datetime | None = None
+    job_id: str
+    seq: int
+
+
+class SourceJob(MemqModel):
+    """The job that wrote a memory (``status`` None when its record is gone)."""
+
+    id: str
+    status: str | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class Provenance(MemqModel):
+    """Where a memory came from: the messages (every message of the conversation it was
+    extracted from, or the one message a raw turn is) and the job. ``known`` is false for a
+    memory stored before memq recorded sources; ``missing`` counts sources no longer stored."""
+
+    known: bool
+    job: SourceJob | None = None
+    sources: list[SourceMessage] = Field(default_factory=list)
+    missing: int = 0
 
 
 class Explain(MemqModel):

@@ -38,6 +38,7 @@ from pipeline.models import NAMESPACE, AwareDatetime, Identifier, Scope, check_m
 from pipeline.store.dump import DumpStore
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import EntityDoc, EntityLink, without_none
+from pipeline.store.routing import scope_routing
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -64,6 +65,8 @@ _MEMORY_FIELDS = (
     "feedback",
     "feedback_reason",
     "feedback_at",
+    "turn",
+    "source_ids",
 )
 
 
@@ -91,6 +94,7 @@ class Header(_Line):
     selector: Selector
     history: bool
     vectors: bool
+    sources: bool = False  # whether memories carry their source messages (absent before)
     embedding_model: str | None = None
     dims: int | None = Field(default=None, ge=1, le=4096)
     exported_at: AwareDatetime
@@ -113,6 +117,18 @@ class HistoryLine(_Line):
     new: str | None = None
     actor: str | None = None
     replaced_by: str | None = None
+
+
+class MessageLine(_Line):
+    """A message a memory came from (``pipeline.provenance``), as the messages index has it."""
+
+    id: str = Field(min_length=1, max_length=128)
+    role: str = Field(max_length=32)
+    name: str | None = Field(default=None, max_length=128)
+    content: str = Field(max_length=200_000)
+    created_at: AwareDatetime
+    job_id: str = Field(min_length=1, max_length=128)
+    seq: int = Field(ge=0)
 
 
 class MemoryLine(_Line):
@@ -138,8 +154,12 @@ class MemoryLine(_Line):
     feedback: Literal["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"] | None = None
     feedback_reason: str | None = Field(default=None, max_length=2000)
     feedback_at: AwareDatetime | None = None
+    # provenance (``pipeline.provenance``); absent from dumps made before it
+    turn: int | None = Field(default=None, ge=0)
+    source_ids: list[str] = Field(default_factory=list, max_length=100_000)
     entities: list[EntityLine] = Field(default_factory=list, max_length=1000)
     history: list[HistoryLine] | None = None
+    sources: list[MessageLine] | None = Field(default=None, max_length=10_000)
     embedding: list[float] | None = None
 
 
@@ -156,6 +176,7 @@ class ExportOptions:
     selector: Selector
     history: bool = False
     vectors: bool = False
+    sources: bool = False
 
 
 def export_lines(
@@ -189,6 +210,7 @@ def header(options: ExportOptions, model: str, dims: int, now: datetime) -> dict
         "selector": options.selector.fields(),
         "history": options.history,
         "vectors": options.vectors,
+        "sources": options.sources,
         "embedding_model": model if options.vectors else None,
         "dims": dims if options.vectors else None,
         "exported_at": now.isoformat(),
@@ -203,11 +225,15 @@ def memory_lines(
     entity_ids = sorted({e for item in page for e in item.get("entity_ids", [])})
     entities = dump.entities(entity_ids, options.vectors)
     history = dump.history([item["id"] for item in page]) if options.history else {}
+    messages = dump.messages(page) if options.sources else {}
     lines = []
     for item in page:
         line = memory_line(item, entities)
         if options.history:
             line["history"] = [history_line(row) for row in history.get(item["id"], [])]
+        if options.sources:
+            found = [i for i in item.get("source_ids", []) if i in messages]
+            line["sources"] = [message_line(i, messages[i]) for i in found]
         if options.vectors:
             line["embedding"] = item.get("embedding")
         lines.append(line)
@@ -237,6 +263,11 @@ def entity_line(entity_id_: str, source: dict[str, Any]) -> dict[str, Any]:
     return line
 
 
+def message_line(message_id: str, source: dict[str, Any]) -> dict[str, Any]:
+    keep = ("role", "name", "content", "created_at", "job_id", "seq")
+    return {"id": message_id} | {k: source[k] for k in keep if source.get(k) is not None}
+
+
 def history_line(row: dict[str, Any]) -> dict[str, Any]:
     keep = ("id", "event", "job_id", "created_at", "old", "new", "actor", "replaced_by")
     return {k: row[k] for k in keep if row.get(k) is not None}
@@ -255,6 +286,7 @@ class ImportReport:
 
     memories: int = 0
     history: int = 0
+    messages: int = 0
     entities: int = 0
     vectors_reused: bool = False
     tenant: str = ""
@@ -415,10 +447,13 @@ def write_batch(
     )
     rows = {row_id: source for line in mapped for row_id, source in history_sources(line)}
     dump.put_history(rows)
+    messages = {i: routed for line in mapped for i, routed in message_sources(line)}
+    dump.put_messages(messages)
     links = entity_links(deps, mapped, plan.reuse_vectors)
     store.link_entities(links)
     report.memories += len(mapped)
     report.history += len(rows)
+    report.messages += len(messages)
     report.entities += len(links)
 
 
@@ -447,6 +482,10 @@ def retarget(line: MemoryLine, plan: Plan) -> MemoryLine:
             "history": history if line.history is not None else None,
             "replaced_by": [moved(plan.tenant, i) for i in line.replaced_by],
             "replaces": [moved(plan.tenant, i) for i in line.replaces],
+            "source_ids": [moved(plan.tenant, i) for i in line.source_ids],
+            "sources": [m.model_copy(update={"id": moved(plan.tenant, m.id)}) for m in line.sources]
+            if line.sources is not None
+            else None,
         }
     )
 
@@ -500,8 +539,29 @@ def memory_source(line: MemoryLine, deps: Deps, vector: list[float]) -> dict[str
         "feedback": line.feedback,
         "feedback_reason": line.feedback_reason,
         "feedback_at": line.feedback_at.isoformat() if line.feedback_at else None,
+        "turn": line.turn,
+        "source_ids": line.source_ids or None,
     }
     return with_substrings(doc | without_none(optional))
+
+
+def message_sources(line: MemoryLine) -> Iterator[tuple[str, tuple[dict[str, Any], str]]]:
+    """The line's source messages as the messages index keeps them, each with its routing
+    (its scope's, as the pipeline writes them)."""
+    routing = scope_routing(line.scope)
+    for message in line.sources or []:
+        source = {
+            **line.scope.fields(),
+            "kind": "message",
+            "session_key": line.scope.key,
+            "job_id": message.job_id,
+            "seq": message.seq,
+            "role": message.role,
+            "name": message.name,
+            "content": message.content,
+            "created_at": message.created_at.isoformat(),
+        }
+        yield message.id, (source, routing)
 
 
 def history_sources(line: MemoryLine) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -51,7 +51,7 @@ from enum import StrEnum
 from typing import Any
 
 from pipeline.errors import InvalidInputError
-from pipeline.store.indices import memory_properties
+from pipeline.store.indices import WHOLE_VALUE_FIELDS, memory_properties
 
 MAX_DEPTH = 8
 """Filter objects nested deeper than this (the top-level object is level 1) are refused."""
@@ -91,7 +91,7 @@ class _Kind(StrEnum):
 METADATA_PAIRS_FIELD = "metadata_kv"
 _MAPPING = memory_properties(dims=1)  # the memories mapping: filterable fields follow it
 # never filtered on by name
-_INTERNAL = frozenset({"tenant", METADATA_PAIRS_FIELD, SUBSTRINGS_FIELD})
+_INTERNAL = WHOLE_VALUE_FIELDS | {METADATA_PAIRS_FIELD, SUBSTRINGS_FIELD}
 _KEYWORD_FIELDS = frozenset(
     name
     for name, spec in _MAPPING.items()
@@ -102,6 +102,7 @@ _FORBIDDEN = {
     "tenant": "the tenant always comes from the caller's key",
     "embedding": "vectors are searched, not filtered",
     "text_lemmatized": "it is internal: filter on 'text'",
+    "source_ids": "provenance is read with the memory (GET /v1/memories/{id}?include=sources)",
 }
 _LOGICAL = {"AND": "AND", "and": "AND", "OR": "OR", "or": "OR", "NOT": "NOT", "not": "NOT"}
 _RANGE_OPS = ("gt", "gte", "lt", "lte")

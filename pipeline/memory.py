@@ -22,6 +22,7 @@ from pipeline.jobs import JobRecord, JobStatus, job_record, mem0_results
 from pipeline.listing import close_cursor, delete_all, list_memories
 from pipeline.models import AddRequest, MemoryType, MemoryView, MessageIn, Role, Scope
 from pipeline.phases import PHASES, run_phase
+from pipeline.provenance import provenance_of
 from pipeline.search import Reranker, Searcher, SearchQuery
 from pipeline.state import JobState
 from pipeline.store.protocol import ServingStore
@@ -134,10 +135,14 @@ class Memory:
             [hit.model_dump(mode="json", exclude_none=True) for hit in found.hits]
         )
 
-    def get(self, memory_id: str) -> dict[str, Any]:
-        """One memory of the tenant; ``NotFoundError`` otherwise."""
-        source = crud.get_memory(self._serving(), self.tenant, memory_id)
-        return view(source)
+    def get(self, memory_id: str, include_sources: bool = False) -> dict[str, Any]:
+        """One memory of the tenant; ``NotFoundError`` otherwise. With ``include_sources``,
+        its ``provenance`` (``pipeline.provenance``)."""
+        store = self._serving()
+        source = crud.get_memory(store, self.tenant, memory_id)
+        if not include_sources:
+            return view(source)
+        return view(source) | {"provenance": provenance_of(store, source).model_dump(mode="json")}
 
     def get_all(
         self,
@@ -272,8 +277,8 @@ class AsyncMemory:
         """See ``Memory.search``."""
         return self.sync.search(query, **kw)
 
-    async def get(self, memory_id: str) -> dict[str, Any]:
-        return self.sync.get(memory_id)
+    async def get(self, memory_id: str, include_sources: bool = False) -> dict[str, Any]:
+        return self.sync.get(memory_id, include_sources)
 
     async def get_all(self, **kw: Any) -> dict[str, Any]:
         """See ``Memory.get_all``."""

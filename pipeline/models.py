@@ -246,6 +246,10 @@ class Fact(_Model):
     # Verbatim memories (infer=false): the message's place among the job's turns, so that a
     # search can bring the reply to a turn with it. None for extracted facts.
     turn: int | None = None
+    # Provenance: the places (``seq``) in the job's request of the messages it came from: the
+    # message itself for a verbatim memory; every message the LLM read as new for an
+    # extracted or procedural one (the earlier context is shown to it, not extracted from).
+    source_seqs: tuple[int, ...] = ()
 
 
 class ExistingMemory(_Model):

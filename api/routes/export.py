@@ -32,12 +32,15 @@ def export(
     run_id: Annotated[Identifier | None, Query(max_length=128)] = None,
     history: Annotated[bool, Query(description="include each memory's history")] = False,
     vectors: Annotated[bool, Query(description="include vectors and name their model")] = False,
+    sources: Annotated[
+        bool, Query(description="include the messages each memory came from (its provenance)")
+    ] = False,
 ) -> StreamingResponse:
     """Every memory of the caller's tenant (narrowed by any ids given) as JSON lines: a header,
     one line per memory, an end line with the count. A dump without its end line was cut
     short. ``memq import`` restores it."""
     selector = Selector(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
-    options = ExportOptions(selector=selector, history=history, vectors=vectors)
+    options = ExportOptions(selector=selector, history=history, vectors=vectors, sources=sources)
     embedder = settings.embedder
     lines = export_lines(store, options, embedder.model, embedder.dims, clock())
     first = next(lines)  # the header; also reaches the store before the status is sent

@@ -11,7 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.body import UnicodeBody
-from api.convert import filters_param, memory_public, scope_from_filters, split_filters
+from api.convert import (
+    filters_param,
+    memory_detail,
+    memory_public,
+    scope_from_filters,
+    split_filters,
+)
 from api.deps import (
     ClockDep,
     IdPath,
@@ -25,7 +31,9 @@ from api.deps import (
 from api.limits import LimitsDep, ReadLimited, SearchLimited, WriteLimited
 from api.routes.memories import accept, wait_for
 from api.schemas import (
+    INCLUDE,
     Deleted,
+    Include,
     Mem0Added,
     Mem0HistoryEntry,
     Mem0Page,
@@ -33,7 +41,7 @@ from api.schemas import (
     Mem0Results,
     Mem0Updated,
     MemoryCreate,
-    MemoryPublic,
+    MemoryDetail,
     Message,
 )
 from pipeline import crud
@@ -211,10 +219,17 @@ def search(
 
 
 @router.get(
-    "/v1/memories/{memory_id}/", response_model=MemoryPublic, response_model_exclude_none=True
+    "/v1/memories/{memory_id}/", response_model=MemoryDetail, response_model_exclude_none=True
 )
-def get(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> dict[str, Any]:
-    return mem0_memory(crud.get_memory(store, principal.tenant, memory_id))
+def get(
+    memory_id: IdPath,
+    store: StoreDep,
+    principal: PrincipalDep,
+    include: Annotated[list[Include] | None, Query(max_length=5, description=INCLUDE)] = None,
+) -> dict[str, Any]:
+    """mem0's read of one memory; ``include=sources`` (memq's) adds its provenance."""
+    item = crud.get_memory(store, principal.tenant, memory_id)
+    return memory_detail(store, item, include).model_dump(mode="json", exclude_none=True)
 
 
 @router.put(

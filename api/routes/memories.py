@@ -15,6 +15,7 @@ from api.convert import (
     add_request,
     filters_param,
     job_public,
+    memory_detail,
     memory_public,
     scope_of,
     split_filters,
@@ -34,13 +35,16 @@ from api.deps import (
 from api.limits import LimitsDep, ReadLimited, SearchLimited, WriteLimited
 from api.request_ids import request_id_of
 from api.schemas import (
+    INCLUDE,
     BatchSearchRequest,
     BatchSearchResults,
     Deleted,
     HistoryEntry,
+    Include,
     JobAccepted,
     JobPublic,
     MemoryCreate,
+    MemoryDetail,
     MemoryPage,
     MemoryPublic,
     MemoryUpdate,
@@ -234,9 +238,15 @@ def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:
     return SearchQuery(scope=scope, filters=filters, **options)
 
 
-@router.get("/memories/{memory_id}", response_model=MemoryPublic)
-def get_memory(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> MemoryPublic:
-    return memory_public(crud.get_memory(store, principal.tenant, memory_id))
+@router.get("/memories/{memory_id}", response_model=MemoryDetail)
+def get_memory(
+    memory_id: IdPath,
+    store: StoreDep,
+    principal: PrincipalDep,
+    include: Annotated[list[Include] | None, Query(max_length=5, description=INCLUDE)] = None,
+) -> MemoryDetail:
+    """One memory; with ``include=sources``, where it came from (``pipeline.provenance``)."""
+    return memory_detail(store, crud.get_memory(store, principal.tenant, memory_id), include)
 
 
 @router.put("/memories/{memory_id}", response_model=MemoryPublic, dependencies=[WriteLimited])

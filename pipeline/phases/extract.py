@@ -35,6 +35,7 @@ class Turn:
     role: Role
     name: str | None
     text: str
+    seq: int = 0  # the message's place in the request (``models.message_id``)
 
 
 def extract_facts(state: JobState, deps: Deps) -> JobState:
@@ -124,7 +125,7 @@ def require_llm(deps: Deps) -> LLM:
 def turns_of(request: AddRequest, deps: Deps, usage: TokenUsage | None = None) -> list[Turn]:
     """Each message as text; image parts become LLM descriptions when vision is on."""
     turns = []
-    for message in request.messages:
+    for seq, message in enumerate(request.messages):
         parts = [message.text()]
         if deps.vision and deps.llm is not None:
             llm, prompt = deps.llm, load_prompt("vision").text
@@ -132,7 +133,7 @@ def turns_of(request: AddRequest, deps: Deps, usage: TokenUsage | None = None) -
             parts += [f"[image] {llm.describe_image(u, prompt, usage)}" for u in urls]
         text = "\n".join(p for p in parts if p.strip()).strip()
         if text:
-            turns.append(Turn(message.role, message.name, text))
+            turns.append(Turn(message.role, message.name, text, seq))
     return turns
 
 
@@ -158,6 +159,7 @@ def verbatim_facts(request: AddRequest, turns: list[Turn]) -> list[Fact]:
             role=turn.role.value,
             actor_id=turn.name or request.actor_id,
             turn=place,
+            source_seqs=(turn.seq,),
         )
         for place, turn in enumerate(said)
     ]
@@ -189,7 +191,7 @@ def inferred_facts(
         usage=usage,
     )
     parsed = parse_facts(raw, len(state.existing))
-    return facts_from(parsed, state.existing, request)
+    return facts_from(parsed, state.existing, request, seqs_of(turns))
 
 
 def procedural_facts(
@@ -211,8 +213,15 @@ def procedural_facts(
             attributed_to="assistant",
             role="assistant",
             actor_id=request.actor_id,
+            source_seqs=seqs_of(turns),
         )
     ]
+
+
+def seqs_of(turns: Sequence[Turn]) -> tuple[int, ...]:
+    """The request places of the messages given to the LLM as new: a fact extracted from a
+    conversation is known to come from these, not from which one of them."""
+    return tuple(turn.seq for turn in turns)
 
 
 def fill(prompt: str, state: JobState, existing: list[ExistingMemory]) -> str:
@@ -229,10 +238,13 @@ def render(context: list[ContextMessage], turns: list[Turn]) -> str:
 
 
 def facts_from(
-    parsed: ParsedFacts, existing: list[ExistingMemory], request: AddRequest
+    parsed: ParsedFacts,
+    existing: list[ExistingMemory],
+    request: AddRequest,
+    source_seqs: tuple[int, ...] = (),
 ) -> list[Fact]:
     """Map the LLM's small integers (``related``, ``replaces``) back to real memory ids;
-    unknown ones are logged, dropped."""
+    unknown ones are logged, dropped. Every fact names ``source_seqs`` as its sources."""
     if parsed.unknown_ids:
         log.warning("LLM referred to unknown memory numbers %s; ignored", parsed.unknown_ids)
     return [
@@ -243,6 +255,7 @@ def facts_from(
             replaces_ids=tuple(existing[i].id for i in fact.replaces),
             role="assistant" if fact.attributed_to == "assistant" else "user",
             actor_id=request.actor_id,
+            source_seqs=source_seqs,
         )
         for fact in parsed.facts
     ]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pipeline.batch import shared, single
 from pipeline.deps import Deps
 from pipeline.jobs import ReplacedMemory, StoredMemory
-from pipeline.models import fallback_memory_id, history_id, memory_id
+from pipeline.models import fallback_memory_id, history_id, memory_id, message_id
 from pipeline.nlp.speaker import speaker_of
 from pipeline.phases.link import linked, planned_links, targets_of
 from pipeline.state import ItemError, JobState, Phase
@@ -246,6 +246,7 @@ def memory_doc(state: JobState, index: int, doc_id: str | None = None) -> Memory
         metadata=dict(request.metadata),
         expiration_date=request.expiration_date,
         turn=fact.turn,
+        source_ids=tuple(message_id(state.job_id, seq) for seq in fact.source_seqs),
         entity_ids=targets_of(state, index),
     )
 

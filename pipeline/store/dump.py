@@ -121,6 +121,20 @@ class DumpStore:
             found |= {h["_id"]: h["_source"] for h in hits}
         return found
 
+    def messages(self, memories: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Message id -> its source, for the ``source_ids`` of ``memories`` (each read on its
+        memory's shard, ``PAGE_SIZE`` a request); a message no longer stored is left out."""
+        wanted = {i: source_routing(m) for m in memories for i in m.get("source_ids", [])}
+        docs = [{"_id": i, "routing": routing} for i, routing in wanted.items()]
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(docs), PAGE_SIZE):
+            with es_errors("read messages"):
+                chunk = self.client.mget(
+                    index=self.names.messages, docs=docs[start : start + PAGE_SIZE]
+                ).body["docs"]
+            found |= {d["_id"]: d["_source"] for d in chunk if d.get("found")}
+        return found
+
     def history(self, memory_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """Memory id -> its history rows (``{"id", **source}``), oldest first, every row read
         however many there are (paged by ``search_after``)."""
@@ -175,6 +189,10 @@ class DumpStore:
     def put_memories(self, sources: Mapping[str, dict[str, Any]]) -> None:
         routed = {i: (s, source_routing(s)) for i, s in sources.items()}
         self._index_all(self.names.memories, routed, "restore memories")
+
+    def put_messages(self, routed: Mapping[str, tuple[dict[str, Any], str]]) -> None:
+        """Index messages (id -> (source, routing)) under their ids."""
+        self._index_all(self.names.messages, routed, "restore messages")
 
     def put_history(self, sources: Mapping[str, dict[str, Any]]) -> None:
         routed = {i: (s, history_routing(s.get("memory_id", ""), i)) for i, s in sources.items()}

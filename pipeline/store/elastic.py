@@ -198,6 +198,17 @@ class ElasticStore:
             ).body["docs"]
         return [d["_source"].get("window", []) if d.get("found") else [] for d in docs]
 
+    def get_messages(self, ids: Sequence[str], routing: str) -> dict[str, dict[str, Any]]:
+        """The stored messages among ``ids`` (all on the shard of ``routing``, their scope's):
+        id -> source, in one realtime mget; an id with no message (erased) is left out."""
+        if not ids:
+            return {}
+        with es_errors("read messages"):
+            docs = self.client.mget(index=self.names.messages, ids=list(ids), routing=routing).body[
+                "docs"
+            ]
+        return {d["_id"]: d["_source"] for d in docs if d.get("found")}
+
     def similar_memories(
         self, scope: Scope, vector: Sequence[float], k: int
     ) -> list[ExistingMemory]:

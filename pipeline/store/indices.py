@@ -27,6 +27,9 @@ SCHEMA_VERSION = 2
 _KEYWORD: dict[str, Any] = {"type": "keyword"}
 _DATE: dict[str, Any] = {"type": "date"}
 _STORED_ONLY: dict[str, Any] = {"type": "object", "enabled": False}
+# keyword fields of memories read whole, never filtered on by callers: no substrings
+# (a memory's ``source_ids`` can be many uuids, each would add 36 suffixes)
+WHOLE_VALUE_FIELDS = frozenset({"tenant", "source_ids"})
 _SCOPE: dict[str, Any] = {
     "tenant": _KEYWORD,
     "user_id": _KEYWORD,
@@ -108,7 +111,11 @@ def _substrings(properties: dict[str, Any]) -> dict[str, Any]:
     keyword per keyword field but ``tenant``, and one for the metadata's values. A prefix query
     there is a seek in the term dictionary, where a ``*x*`` wildcard walked all of it."""
     suffixes = {"type": "keyword", "doc_values": False}
-    names = [n for n, spec in properties.items() if spec.get("type") == "keyword" and n != "tenant"]
+    names = [
+        n
+        for n, spec in properties.items()
+        if spec.get("type") == "keyword" and n not in WHOLE_VALUE_FIELDS
+    ]
     return {"type": "object", "properties": {n: suffixes for n in [*names, "metadata"]}}
 
 
@@ -126,6 +133,8 @@ def _memory_fields(dims: int) -> dict[str, Any]:
         "attributed_to": _KEYWORD,
         "job_id": _KEYWORD,
         "turn": {"type": "integer"},  # its message's place in the job (added in place to v1)
+        # provenance: the ids of the messages it came from (added in place to v1)
+        "source_ids": _KEYWORD,
         "language": _KEYWORD,
         "metadata": {"type": "flattened", "depth_limit": 20, "ignore_above": 1024},
         "metadata_kv": {"type": "keyword", "ignore_above": 1024},

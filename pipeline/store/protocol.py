@@ -62,6 +62,7 @@ class MemoryDoc:
     expiration_date: datetime | None = None
     entity_ids: tuple[str, ...] = ()
     turn: int | None = None  # its message's place in the job (verbatim memories only)
+    source_ids: tuple[str, ...] = ()  # the messages it came from (``models.message_id``)
 
     def source(self) -> dict[str, Any]:
         """The Elasticsearch ``_source`` of this memory."""
@@ -88,6 +89,7 @@ class MemoryDoc:
             "memory_type": self.memory_type,
             "expiration_date": self.expiration_date.isoformat() if self.expiration_date else None,
             "turn": self.turn,
+            "source_ids": list(self.source_ids) or None,
         }
         return with_substrings(doc | without_none(optional))
 
@@ -338,6 +340,11 @@ class ServingStore(Store, Protocol):
 
     def get_memory(self, memory_id: str) -> dict[str, Any] | None:
         """A memory's source without its vector, or None (its scope unknown: every shard)."""
+        ...
+
+    def get_messages(self, ids: Sequence[str], routing: str) -> dict[str, dict[str, Any]]:
+        """The stored messages among ``ids``, which live on the shard of ``routing``: id ->
+        source; ids with no message are left out."""
         ...
 
     def update_memory(self, memory_id: str, fields: dict[str, Any], scope: Scope) -> None:

@@ -68,6 +68,12 @@ class Tenant:
         assert response.status_code == 200, response.text
         return sorted(item["id"] for item in response.json()["results"])
 
+    def provenance(self, memory_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/memories/{memory_id}", params={"include": "sources"})
+        assert response.status_code == 200, response.text
+        found: dict[str, Any] = response.json()["provenance"]
+        return found
+
     def forget(self, user: str) -> None:
         response = self.http.delete("/v1/memories", params={"user_id": user})
         assert response.status_code == 200, response.text
@@ -100,6 +106,12 @@ def seeded(
     yield tenant, ids
     while OPEN:
         OPEN.pop().http.close()
+
+
+@pytest.fixture
+def pair(es: Elasticsearch, indices: IndexNames, api_process: ApiProcess) -> tuple[Tenant, Tenant]:
+    """Two fresh tenants: a dump's source and the one it is imported into."""
+    return new_tenant(es, indices, api_process), new_tenant(es, indices, api_process)
 
 
 def memq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -148,6 +160,10 @@ def test_export_reset_import_gives_the_same_search_results(
     assert len(edited["embedding"]) == 384
     lisbon = memories[ids["My sister Ana lives in Lisbon"]]
     assert {"ana", "lisbon"} <= {e["normalized"] for e in lisbon["entities"]}
+    sources = tenant.provenance(lisbon["id"])
+    assert [s["content"] for s in sources["sources"]] == ["My sister Ana lives in Lisbon"]
+    assert lisbon["source_ids"] == [s["id"] for s in sources["sources"]]
+    assert lisbon["job_id"] == sources["job"]["id"] and lisbon["turn"] == 0
 
     for user in FACTS:
         tenant.forget(user)
@@ -159,6 +175,7 @@ def test_export_reset_import_gives_the_same_search_results(
     for user, query in QUERIES:
         same_results(before[query], tenant.search(user, query))
     assert {user: tenant.ids(user) for user in FACTS} == listed
+    assert tenant.provenance(lisbon["id"]) == sources  # the messages outlived the memories
 
     again = memq(test_env, "import", str(dump))  # idempotent on the memory ids
     assert again.returncode == 0, again.stderr
@@ -330,13 +347,9 @@ def test_export_refuses_bad_options(test_env: dict[str, str]) -> None:
 
 
 def test_validity_travels_through_import_and_export_with_its_ids_mapped(
-    es: Elasticsearch,
-    indices: IndexNames,
-    api_process: ApiProcess,
-    test_env: dict[str, str],
-    tmp_path: Path,
+    pair: tuple[Tenant, Tenant], test_env: dict[str, str], tmp_path: Path
 ) -> None:
-    source, target = (new_tenant(es, indices, api_process) for _ in range(2))
+    source, target = pair
     old = memory(source.name, 1, observed_at="2023-01-01T00:00:00+00:00")
     new = memory(source.name, 2, observed_at="2024-01-01T00:00:00+00:00")
     old |= {"valid_until": "2024-01-01T00:00:00+00:00", "replaced_by": [new["id"]]}
@@ -359,3 +372,37 @@ def test_validity_travels_through_import_and_export_with_its_ids_mapped(
     assert lines["fact number 1"]["valid_until"].startswith("2024-01-01")
     for tenant in (source, target):
         tenant.http.close()
+
+
+def test_sources_travel_with_the_dump_and_come_back_after_an_erasure(
+    pair: tuple[Tenant, Tenant], test_env: dict[str, str], tmp_path: Path
+) -> None:
+    source, target = pair
+    said = "I brew my own ginger beer"
+    memory_id = source.remember("u9", said)
+    before = source.provenance(memory_id)
+    dump = tmp_path / "sources.jsonl"
+    dump.write_text(source.http.get("/v1/export", params={"sources": "true"}).text)
+    [line] = read_dump(dump)[1:-1]
+    assert [m["content"] for m in line["sources"]] == [said]
+    assert read_dump(dump)[0]["sources"] is True
+
+    erased = source.http.delete("/v1/users/u9")  # the messages go with the memories
+    assert erased.status_code == 200 and erased.json()["erased"]["messages"] >= 1
+    done = memq(test_env, "import", str(dump))
+    assert done.returncode == 0, done.stderr
+    assert "1 source messages" in done.stderr
+    after = source.provenance(memory_id)
+    assert after["sources"] == before["sources"] and after["known"] and after["missing"] == 0
+    assert after["job"] == {"id": before["job"]["id"], "status": None} | {
+        "created_at": None,
+        "finished_at": None,
+    }  # the job's record went with the user: its id is what is left
+
+    done = memq(test_env, "import", str(dump), "--tenant", target.name)
+    assert done.returncode == 0, done.stderr
+    [copied] = target.http.get("/v1/memories", params={"user_id": "u9"}).json()["results"]
+    moved = target.provenance(copied["id"])
+    assert [(m["content"], m["seq"]) for m in moved["sources"]] == [(said, 0)]
+    assert moved["sources"][0]["id"] != before["sources"][0]["id"]
+    assert moved["job"]["id"] == before["job"]["id"] and moved["missing"] == 0

@@ -180,7 +180,15 @@ def test_add_search_read_update_delete(
             )
             assert len(rest["results"]) == 1 and rest["next_cursor"] is None
             one = payload(await client.call_tool("get_memory", {"memory_id": stored["id"]}))
-            assert one["metadata"] == {"topic": "health"}
+            assert one["metadata"] == {"topic": "health"} and "provenance" not in one
+            sourced = payload(
+                await client.call_tool(
+                    "get_memory", {"memory_id": stored["id"], "include_sources": True}
+                )
+            )
+            [source] = sourced["provenance"]["sources"]
+            assert (source["content"], source["role"]) == ("I am allergic to peanuts", "user")
+            assert sourced["provenance"]["job"]["id"] == source["job_id"]
             updated = payload(
                 await client.call_tool(
                     "update_memory",

@@ -49,6 +49,9 @@ def test_added_memories_are_searchable_and_readable_at_once(memory: Memory) -> N
     found = memory.search("which board game does she play", user_id="alice", limit=2)
     assert found["results"][0]["id"] == chess and found["results"][0]["score"] > 0
     assert memory.get(porto)["memory"] == "My sister lives in Porto"
+    assert "provenance" not in memory.get(porto)
+    [source] = memory.get(porto, include_sources=True)["provenance"]["sources"]
+    assert (source["content"], source["seq"]) == ("My sister lives in Porto", 1)
     listed = memory.get_all(user_id="alice")["results"]
     assert {m["id"] for m in listed} == {chess, porto}
     assert memory.get_all(user_id="bob")["results"] == []

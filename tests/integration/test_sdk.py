@@ -170,6 +170,26 @@ def test_get_update_history_and_delete(client: Client, user: str) -> None:
     assert [row["event"] for row in client.history(memory_id)] == ["ADD", "UPDATE", "DELETE"]
 
 
+def test_get_with_sources_names_the_message_and_the_job(
+    api_url: str, tenant_key: dict[str, Any], client: Client, user: str
+) -> None:
+    job = add_and_wait(client, "I keep bees on the roof", user)
+    memory_id = job["results"][0]["id"]
+    assert client.get(memory_id).provenance is None
+    memory = client.get(memory_id, include_sources=True)
+    assert memory.provenance is not None and memory.provenance.known
+    [source] = memory.provenance.sources
+    assert (source.content, source.role, source.seq) == ("I keep bees on the roof", "user", 0)
+    assert source.job_id == job["job_id"] and source.timestamp is not None
+    assert memory.provenance.job is not None and memory.provenance.job.id == job["job_id"]
+
+    async def read() -> Any:
+        async with AsyncClient(api_url, tenant_key["key"]) as sdk:
+            return await sdk.get(memory_id, include_sources=True)
+
+    assert asyncio.run(read()).provenance == memory.provenance
+
+
 def test_get_all_follows_every_page_without_duplicates(client: Client, user: str) -> None:
     accepted = [
         client.add(f"fact number {n} about gardening", user_id=user, infer=False) for n in range(5)

@@ -12,7 +12,15 @@ from pipeline.errors import PermanentError, TransientError
 from pipeline.jobs import JobStatus
 from pipeline.llm.parse import FactsReply
 from pipeline.memory import Memory
-from pipeline.models import AddRequest, MemoryType, MessageIn, Scope, md5_hex, memory_id
+from pipeline.models import (
+    AddRequest,
+    MemoryType,
+    MessageIn,
+    Scope,
+    md5_hex,
+    memory_id,
+    message_id,
+)
 from pipeline.nlp.entities import RuleEntityExtractor
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.phases import PHASES, run_job, run_phase
@@ -469,3 +477,28 @@ def test_an_image_url_inside_the_deployment_never_reaches_the_llm(inside: str) -
     with pytest.raises(PermanentError, match="image URL refused"):
         turns_of(request, deps)
     assert llm.images == []
+
+
+def test_a_raw_turn_names_its_own_message_counted_in_the_whole_request() -> None:
+    deps = make_deps(llm=None)
+    request = conversation(
+        ("system", "be nice"), ("user", "I like jazz"), ("assistant", "Noted!"), infer=False
+    )
+    job = Memory(deps).add(request)["job_id"]
+    sources = {m["text"]: m["source_ids"] for m in store_of(deps).memories.values()}
+    assert sources == {"I like jazz": [message_id(job, 1)], "Noted!": [message_id(job, 2)]}
+    assert {m["turn"] for m in store_of(deps).memories.values()} == {0, 1}  # turn skips system
+
+
+def test_an_extracted_fact_names_the_messages_the_llm_was_given_as_new() -> None:
+    image_only = [{"type": "image_url", "image_url": {"url": "https://example.org/a.jpg"}}]
+    messages = [
+        MessageIn(role="user", content="I moved to Lisbon"),  # type: ignore[arg-type]
+        MessageIn.model_validate({"role": "user", "content": image_only}),
+        MessageIn(role="assistant", content="Nice city!"),  # type: ignore[arg-type]
+    ]
+    deps = make_deps(ScriptedLLM(facts_reply("Alice lives in Lisbon", "Alice likes cities")))
+    job = Memory(deps).add(AddRequest(scope=ALICE, messages=messages))["job_id"]
+    # the image was not shown to the model (vision off): not a source
+    expected = [message_id(job, 0), message_id(job, 2)]
+    assert [m["source_ids"] for m in store_of(deps).memories.values()] == [expected, expected]

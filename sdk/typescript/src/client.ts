@@ -41,6 +41,7 @@ import {
   type KeyCreated,
   type ListParams,
   type Memory,
+  type MemoryDetail,
   type MemoryPage,
   type MemoryUpdate,
   type Messages,
@@ -98,6 +99,11 @@ export interface RequestOptions {
   signal?: AbortSignal;
   /** The `X-Request-ID` to send (default: a new id per call, kept across its retries). */
   requestId?: string;
+}
+
+/** `get`'s options: the request's, and whether to include the memory's provenance. */
+export interface GetOptions extends RequestOptions {
+  includeSources?: boolean;
 }
 
 /** One HTTP request, before any client sends it. */
@@ -280,9 +286,12 @@ export class MemqClient {
     return this.#send(call, options);
   }
 
-  /** One memory; a `NotFoundError` when it does not exist (or was deleted). */
-  get(memoryId: string, options?: RequestOptions): Promise<Memory> {
-    return this.#send({ method: "GET", path: `/v1/memories/${segment(memoryId)}` }, options);
+  /** One memory; a `NotFoundError` when it does not exist (or was deleted). With
+   * `includeSources`, its `provenance`: the messages it came from and the job that wrote it. */
+  get(memoryId: string, options: GetOptions = {}): Promise<MemoryDetail> {
+    const { includeSources, ...request } = options;
+    const query = includeSources ? { include: "sources" } : undefined;
+    return this.#send({ method: "GET", path: `/v1/memories/${segment(memoryId)}`, query }, request);
   }
 
   /** One page of the scope's memories, oldest first (`GET /v1/memories`); pass the page's

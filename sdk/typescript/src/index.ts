@@ -8,6 +8,7 @@ export {
   Pager,
   VERSION,
   type ClientOptions,
+  type GetOptions,
   type RequestOptions,
 } from "./client.js";
 export {

@@ -169,7 +169,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get Memory */
+        /**
+         * Get Memory
+         * @description One memory; with ``include=sources``, where it came from (``pipeline.provenance``).
+         */
         get: operations["get_memory"];
         /**
          * Update Memory
@@ -600,7 +603,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get */
+        /**
+         * Get
+         * @description mem0's read of one memory; ``include=sources`` (memq's) adds its provenance.
+         */
         get: operations["mem0_get"];
         /** Update */
         put: operations["mem0_update"];
@@ -1485,6 +1491,55 @@ export interface components {
             /** Actor Id */
             actor_id?: string | null;
         };
+        /**
+         * MemoryDetail
+         * @description A memory read by id; ``provenance`` only when asked for (``include=sources``).
+         */
+        MemoryDetail: {
+            /** Id */
+            id: string;
+            /** Memory */
+            memory: string;
+            /** User Id */
+            user_id?: string | null;
+            /** Agent Id */
+            agent_id?: string | null;
+            /** Run Id */
+            run_id?: string | null;
+            /** Actor Id */
+            actor_id?: string | null;
+            /** Role */
+            role?: string | null;
+            /** Memory Type */
+            memory_type?: string | null;
+            /** Attributed To */
+            attributed_to?: string | null;
+            /** Hash */
+            hash?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** Created At */
+            created_at?: string | null;
+            /** Updated At */
+            updated_at?: string | null;
+            /** Observed At */
+            observed_at?: string | null;
+            /** Expiration Date */
+            expiration_date?: string | null;
+            /** Valid Until */
+            valid_until?: string | null;
+            /** Replaced By */
+            replaced_by?: string[] | null;
+            /** Replaces */
+            replaces?: string[] | null;
+            /** Feedback */
+            feedback?: string | null;
+            /** Feedback Reason */
+            feedback_reason?: string | null;
+            provenance?: components["schemas"]["Provenance"] | null;
+        };
         /** MemoryEvent */
         MemoryEvent: {
             /** Id */
@@ -1572,6 +1627,23 @@ export interface components {
         Message: {
             /** Message */
             message: string;
+        };
+        /**
+         * Provenance
+         * @description Where a memory came from. ``known`` is false for a memory stored before memq recorded
+         *     sources (then ``sources`` is empty); ``missing`` counts sources no longer stored.
+         */
+        Provenance: {
+            /** Known */
+            known: boolean;
+            job?: components["schemas"]["SourceJob"] | null;
+            /** Sources */
+            sources?: components["schemas"]["SourceMessage"][];
+            /**
+             * Missing
+             * @default 0
+             */
+            missing?: number;
         };
         /** Readiness */
         Readiness: {
@@ -1782,6 +1854,46 @@ export interface components {
         SlackChallenge: {
             /** Challenge */
             challenge: string;
+        };
+        /**
+         * SourceJob
+         * @description The job that wrote the memory (``status`` None when its record is gone).
+         */
+        SourceJob: {
+            /** Id */
+            id: string;
+            /** Status */
+            status?: string | null;
+            /** Created At */
+            created_at?: string | null;
+            /** Finished At */
+            finished_at?: string | null;
+        };
+        /**
+         * SourceMessage
+         * @description A message a memory came from, as it was given to memq (text parts only).
+         */
+        SourceMessage: {
+            /** Id */
+            id: string;
+            /** Role */
+            role: string;
+            /** Name */
+            name?: string | null;
+            /** Content */
+            content: string;
+            /**
+             * Timestamp
+             * @description when it was said
+             */
+            timestamp?: string | null;
+            /** Job Id */
+            job_id: string;
+            /**
+             * Seq
+             * @description its place in its job's request
+             */
+            seq: number;
         };
         /**
          * UsagePublic
@@ -2248,7 +2360,10 @@ export interface operations {
     };
     get_memory: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description more to return with the memory: 'sources' adds its provenance (the messages it came from and the job that wrote it) */
+                include?: "sources"[] | null;
+            };
             header?: never;
             path: {
                 /** @description an id: 1-128 characters, no spaces, no control or format characters */
@@ -2264,7 +2379,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryView"];
+                    "application/json": components["schemas"]["MemoryDetail"];
                 };
             };
             /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
@@ -3286,7 +3401,10 @@ export interface operations {
     };
     mem0_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description more to return with the memory: 'sources' adds its provenance (the messages it came from and the job that wrote it) */
+                include?: "sources"[] | null;
+            };
             header?: never;
             path: {
                 /** @description an id: 1-128 characters, no spaces, no control or format characters */
@@ -3302,7 +3420,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryView"];
+                    "application/json": components["schemas"]["MemoryDetail"];
                 };
             };
             /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
@@ -3805,6 +3923,8 @@ export interface operations {
                 history?: boolean;
                 /** @description include vectors and name their model */
                 vectors?: boolean;
+                /** @description include the messages each memory came from (its provenance) */
+                sources?: boolean;
             };
             header?: never;
             path?: never;

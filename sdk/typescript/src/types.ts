@@ -24,6 +24,13 @@ type QueryOf<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] exte
 
 /** A memory: its text (`memory`), scope ids, metadata, times, validity and provenance. */
 export type Memory = Schemas["MemoryView"];
+/** A memory read by id: with `provenance` when asked for (`get(id, { includeSources: true })`). */
+export type MemoryDetail = Schemas["MemoryDetail"];
+/** Where a memory came from: its source messages and the job that wrote it (`known` is false
+ * for a memory stored before memq recorded sources; `missing` counts sources since erased). */
+export type Provenance = Schemas["Provenance"];
+/** A message a memory came from, as it was given to memq. */
+export type SourceMessage = Schemas["SourceMessage"];
 /** A search hit: a memory with its fused `score` and, when asked, `explain`. */
 export type SearchHit = Schemas["SearchHit"];
 /** A search's answer: hits best first; `partial` when a shard did not answer. */

@@ -109,6 +109,17 @@ describe("a memory's life", () => {
     assert.ok(all.some((m) => m.id === memoryId));
   });
 
+  test("get with includeSources names the message it is and the job", async () => {
+    assert.equal((await client.get(memoryId)).provenance, null);
+    const { provenance } = await client.get(memoryId, { includeSources: true });
+    assert.ok(provenance?.known);
+    assert.equal(provenance.job?.id, jobId);
+    assert.deepEqual(
+      (provenance.sources ?? []).map((s) => [s.content, s.role, s.job_id, s.seq]),
+      [[text, "user", jobId, 0]],
+    );
+  });
+
   test("jobs lists the add", async () => {
     // A listing is a search: the jobs index shows a new record within its refresh (1 s).
     const listed = async (): Promise<boolean> => {
