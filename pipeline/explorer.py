@@ -24,6 +24,7 @@ from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
 from pipeline.jobs import JobRecord
 from pipeline.models import VIEW_SOURCE_FIELDS, Scope
+from pipeline.provenance import Provenance, provenance_of
 from pipeline.store.elastic import scope_filter
 from pipeline.store.protocol import ServingStore
 
@@ -171,14 +172,16 @@ def decode_after(cursor: str) -> list[Any]:
 
 @dataclass(frozen=True)
 class MemoryDetail:
-    """A memory with its history, the job that wrote it, that job's conversation and the
-    memory's entities."""
+    """A memory with its history, the job that wrote it, that job's conversation (each
+    message marked ``source`` when the memory came from it), the memory's entities and its
+    provenance (``pipeline.provenance``)."""
 
     memory: dict[str, Any]
     history: list[dict[str, Any]]
     job: JobRecord | None
     conversation: list[dict[str, Any]]
     entities: list[dict[str, Any]]
+    provenance: Provenance
 
 
 def memory_detail(store: ServingStore, tenant: str, memory_id: str) -> MemoryDetail:
@@ -188,9 +191,14 @@ def memory_detail(store: ServingStore, tenant: str, memory_id: str) -> MemoryDet
     job = store.get_job(memory["job_id"]) if memory.get("job_id") else None
     if job is not None and job.tenant != tenant:
         job = None
-    conversation = [message_view(m) for m in (job.request.get("messages", []) if job else [])]
+    provenance = provenance_of(store, memory)
+    sources = {m.seq for m in provenance.sources if job is not None and m.job_id == job.job_id}
+    conversation = [
+        message_view(m) | {"source": seq in sources}
+        for seq, m in enumerate(job.request.get("messages", []) if job else [])
+    ]
     entities = store.entities_of(crud.scope_of(memory), memory.get("entity_ids") or [])
-    return MemoryDetail(memory, history, job, conversation, entities)
+    return MemoryDetail(memory, history, job, conversation, entities, provenance)
 
 
 def message_view(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -171,6 +171,10 @@ def test_a_memory_its_conversation_and_history_after_an_edit(
     conversation = page.locator("section", has_text="The conversation it came from")
     expect(conversation.locator(".msg")).to_have_count(3)
     expect(conversation).to_contain_text("Which trails?")
+    # a raw turn came from its own message: that one is marked, the others are not
+    expect(conversation.locator(".msg.source")).to_have_count(1)
+    expect(conversation.locator(".msg.source")).to_contain_text("Haute Route")
+    expect(conversation).to_contain_text("Marked: the 1 message it came from")
 
     page.fill("textarea[name=text]", "Mostly the Haute Route and the Tour du Mont Blanc.")
     page.click("text=Save")
@@ -206,10 +210,12 @@ def test_a_search_and_its_explain(browser: Browser, api_url: str, seeded: dict[s
     rows = page.locator("table.explain tbody tr")
     expect(rows.first).to_contain_text("Alps")
     top = rows.first.locator("td").all_inner_texts()
-    score, semantic, bm25 = (float(top[i].split()[0]) for i in (2, 3, 4))
-    assert 0 < score <= 1.5 and 0 < semantic <= 1 and 0 < bm25 <= 1, top
+    score, fused, semantic, bm25 = (float(top[i].split()[0]) for i in (2, 3, 4, 5))
+    assert 0 < score <= 1 and 0 < fused and 0 < semantic <= 1 and 0 < bm25 <= 1, top
+    scores = [float(r.split("\t")[2]) for r in rows.all_inner_texts()]
+    assert scores == sorted(scores, reverse=True), scores  # never rising down the list
     headers = page.locator("table.explain thead th").all_inner_texts()
-    for signal in ("SEMANTIC", "BM25", "ENTITY", "TIME", "HOP", "REPLY TO"):
+    for signal in ("FUSED", "SEMANTIC", "BM25", "ENTITY", "TIME", "HOP", "REPLY TO"):
         assert signal in [h.upper() for h in headers], headers
     shot(page, "search")
 
