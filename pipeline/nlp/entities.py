@@ -76,6 +76,10 @@ _SENTENCE_STARTERS = _word_set(
 _GERUND_MIN_LENGTH = 6
 _ADVERB_SUFFIXES = ("ally", "fully", "ately", "ently", "antly", "ously", "ively", "ckily", "pily")
 _ADVERB_MIN_LENGTH = 7
+# Endings no common given name has ("Mostly", "Lastly", "Mainly", "Partly", "Exactly"), so
+# they need no more than six letters; "-ly" alone would take "Emily", "Kelly" and "Carly".
+_SHORT_ADVERB_SUFFIXES = ("stly", "rtly", "ctly", "inly", "ghtly")
+_SHORT_ADVERB_MIN_LENGTH = 6
 
 # Lower-case words allowed between two capitalised words ("Bank of America", "Johnson & Johnson").
 _CONNECTOR_WORDS = _word_set("of the de la del da di du van von der den le y &")
@@ -229,6 +233,8 @@ def _is_common_word(lower: str) -> bool:
     if lower in _SENTENCE_STARTERS or lower in _NEVER_NAMES:
         return True
     if len(lower) >= _GERUND_MIN_LENGTH and lower.endswith("ing"):
+        return True
+    if len(lower) >= _SHORT_ADVERB_MIN_LENGTH and lower.endswith(_SHORT_ADVERB_SUFFIXES):
         return True
     return len(lower) >= _ADVERB_MIN_LENGTH and lower.endswith(_ADVERB_SUFFIXES)
 

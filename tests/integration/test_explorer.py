@@ -211,7 +211,7 @@ def test_a_search_and_its_explain(browser: Browser, api_url: str, seeded: dict[s
     expect(rows.first).to_contain_text("Alps")
     top = rows.first.locator("td").all_inner_texts()
     score, fused, semantic, bm25 = (float(top[i].split()[0]) for i in (2, 3, 4, 5))
-    assert 0 < score <= 1 and 0 < fused and 0 < semantic <= 1 and 0 < bm25 <= 1, top
+    assert 0 < score <= 1 and fused > 0 and 0 < semantic <= 1 and 0 < bm25 <= 1, top
     scores = [float(r.split("\t")[2]) for r in rows.all_inner_texts()]
     assert scores == sorted(scores, reverse=True), scores  # never rising down the list
     headers = page.locator("table.explain thead th").all_inner_texts()

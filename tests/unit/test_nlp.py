@@ -263,6 +263,16 @@ def test_sentence_initial_name_is_kept_but_common_words_are_not() -> None:
     assert _pairs(text) == [("Caroline", "name"), ("Melanie", "name"), ("Emily", "name")]
 
 
+def test_sentence_initial_short_adverbs_are_not_names() -> None:
+    text = "Mostly the Haute Route. Lastly, Kelly came. Mainly with Carly. Exactly, said Emily."
+    assert _pairs(text) == [
+        ("Haute Route", "name"),
+        ("Kelly", "name"),
+        ("Carly", "name"),
+        ("Emily", "name"),
+    ]
+
+
 def test_capitalised_common_word_mid_sentence_is_part_of_a_title() -> None:
     assert _pairs("We watched Good Will Hunting again") == [("Good Will Hunting", "name")]
 
