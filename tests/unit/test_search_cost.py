@@ -15,14 +15,15 @@ SCANS = {"OR": [{f: {"icontains": "abc"}} for f in ("agent_id", "run_id", "actor
 def lists(values: int) -> list[dict[str, Any]]:
     per_list = min(values, 1024)
     return [
-        {"hash": {"nin": [f"h{i}-{n}" for i in range(per_list)]}}
-        for n in range(values // per_list)
+        {"hash": {"nin": [f"h{i}-{n}" for i in range(per_list)]}} for n in range(values // per_list)
     ]
 
 
 def test_a_plain_search_costs_nothing() -> None:
     assert search_cost(SearchOptions(query="tea"), rerank_candidates=50) == 0
-    plain = {"AND": [{"role": {"in": ["user", "assistant"]}}, {"created_at": {"gte": "2024-01-01"}}]}
+    plain = {
+        "AND": [{"role": {"in": ["user", "assistant"]}}, {"created_at": {"gte": "2024-01-01"}}]
+    }
     assert filter_cost(plain) == 0  # short lists
     assert filter_cost({"AND": lists(511)}) == 0
     assert filter_cost({"role": "user", "text": {"contains": "tea"}}) == 0  # a phrase match
