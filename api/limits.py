@@ -117,8 +117,7 @@ class TenantLimits:
         left_ms: int = self.client.pttl(self._debt(tenant, path))
         if left_ms > 0:
             raise RateLimitedError(
-                f"a request costing more than one window's {REASONS[path]} is still being "
-                "paid for",
+                f"a request costing more than one window's {REASONS[path]} is still being paid for",
                 math.ceil(left_ms / 1000),
             )
 

@@ -31,7 +31,5 @@ def search_cost(query: SearchOptions, rerank_candidates: int) -> int:
     ``rerank_candidates`` is how many fused hits a reranked search builds at least."""
     hits = max(query.top_k, rerank_candidates) if query.rerank else query.top_k
     return (
-        filter_cost(query.filters)
-        + (1 if query.rerank else 0)
-        + max(0, hits - 1) // HITS_PER_UNIT
+        filter_cost(query.filters) + (1 if query.rerank else 0) + max(0, hits - 1) // HITS_PER_UNIT
     )
