@@ -8,6 +8,10 @@
   charged once per request by the routers that serve them.
 - A batch costs its items (``POST /v1/batches``, mem0's batch update and delete); a batch
   above one window's allowance closes the windows it spans (``charge``).
+- Units of costly search work per second (``MEMQ_API_SEARCH_COST_PER_S``): what a search
+  asks beyond a plain one (``pipeline.search_cost``), charged by the searcher every surface
+  uses (``api/search_slots.py``), so a tenant's costly searches per second are bounded
+  whatever its searches per second.
 - Open listing cursors: each cursor holds an Elasticsearch point in time, and a node keeps only
   so many (``search.max_open_pit_context``), so one tenant may hold at most
   ``MEMQ_API_OPEN_CURSORS_PER_TENANT`` at once. A cursor counts until its listing reaches the
@@ -34,7 +38,18 @@ from pipeline.errors import InvalidInputError, MemqError, TransientError
 from pipeline.listing import PIT_KEEP_ALIVE_S, Page
 from pipeline.redis_errors import redis_errors
 
-Path = Literal["write", "search", "read"]
+Path = Literal["write", "search", "read", "search_cost"]
+
+REASONS: dict[Path, str] = {
+    "write": "write requests",
+    "search": "search requests",
+    "read": "read requests",
+    "search_cost": (
+        "units of costly search work (substring conditions, in/nin values, rerank, many "
+        "hits: docs/ARCHITECTURE.md, Security)"
+    ),
+}
+"""What each path counts, as a refusal names it."""
 
 
 class RateLimitedError(MemqError):
@@ -58,6 +73,7 @@ class TenantLimits:
             "write": per_window(config.rate_write_per_s, config.rate_window_s),
             "search": per_window(config.rate_search_per_s, config.rate_window_s),
             "read": per_window(config.rate_read_per_s, config.rate_window_s),
+            "search_cost": per_window(config.search_cost_per_s, config.rate_window_s),
         }
         self.open_cursors = config.open_cursors_per_tenant
 
@@ -84,7 +100,7 @@ class TenantLimits:
                 return
             left_s = self.local.get_window_stats(item, *names).reset_time - time.time()
         raise RateLimitedError(
-            f"over {item.amount} {path} requests in {item.multiples} s for this tenant",
+            f"over {item.amount} {REASONS[path]} in {item.multiples} s for this tenant",
             math.ceil(left_s),
         )
 
@@ -101,7 +117,7 @@ class TenantLimits:
         left_ms: int = self.client.pttl(self._debt(tenant, path))
         if left_ms > 0:
             raise RateLimitedError(
-                f"a batch larger than one window's {path} requests is still being paid for",
+                f"a request costing more than one window's {REASONS[path]} is still being paid for",
                 math.ceil(left_ms / 1000),
             )
 

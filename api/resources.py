@@ -91,10 +91,12 @@ class Resources:
 
     @cached_property
     def searcher(self) -> FairSearcher:
-        """The searcher every surface uses: each search inside one of its tenant's slots."""
+        """The searcher every surface uses: each search inside its tenant's slots, charged its
+        costly search work."""
         from api.search_slots import FairSearcher, SearchSlots
 
         per_tenant = self.settings.api.search_slots_per_tenant
         wait_s = self.settings.api.search_slot_wait_s
         slots = SearchSlots(self.redis, self.settings.es.index_prefix, per_tenant, wait_s)
-        return FairSearcher(self.services.searcher, slots)
+        candidates = self.settings.search.rerank_candidates
+        return FairSearcher(self.services.searcher, slots, self.limits, candidates)

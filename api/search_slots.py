@@ -23,6 +23,14 @@ the limit still holds per process.
 
 A batch search takes the slots of its heaviest query: its queries run in the same two
 Elasticsearch round trips, and the searches-per-second limit already charges each of them.
+
+Slots bound how much of a tenant's searching runs at once, not how often: a tenant whose
+costly searches each take all its slots still ran one after the other, back to back, and took
+that share of the CPU every tenant shares. So ``FairSearcher`` also charges each search's
+units of costly search work (``pipeline.search_cost``: 0 for a plain search) against its
+tenant's budget per second (``MEMQ_API_SEARCH_COST_PER_S``, ``api/limits.py``), once it holds
+its slots (a search refused for its slots spends none); a batch search charges the sum of its
+queries'.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.resources import files
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -41,7 +50,11 @@ from pipeline.errors import TransientError
 from pipeline.filters import search_slots
 from pipeline.redis_errors import redis_errors
 from pipeline.search import Searcher
+from pipeline.search_cost import search_cost
 from pipeline.search_models import SearchQuery, SearchResult
+
+if TYPE_CHECKING:  # api.limits declares route dependencies on api.deps, which imports us
+    from api.limits import TenantLimits
 
 SLOT_LAPSE_S = 60.0
 """How long slots are held at most: a search that long is over (Elasticsearch's own timeout
@@ -138,21 +151,39 @@ class SearchSlots:
 
 
 class FairSearcher:
-    """The API's searcher: ``Searcher``'s reported searches, each holding its tenant's slots.
-    Every surface (REST, mem0's routes, MCP, the explorer) searches through it."""
+    """The API's searcher: ``Searcher``'s reported searches, each holding its tenant's slots
+    and charged its units of costly search work to ``limits``. Every surface (REST, mem0's
+    routes, MCP, the explorer) searches through it."""
 
-    def __init__(self, searcher: Searcher, slots: SearchSlots) -> None:
+    def __init__(
+        self,
+        searcher: Searcher,
+        slots: SearchSlots,
+        limits: TenantLimits,
+        rerank_candidates: int,
+    ) -> None:
         self.searcher = searcher
         self.slots = slots
+        self.limits = limits
+        self.rerank_candidates = rerank_candidates
 
     def search_reported(self, query: SearchQuery) -> SearchResult:
         with self.slots.holding(query.scope.tenant, search_slots(query.filters)):
+            self._charge(query.scope.tenant, [query])
             return self.searcher.search_reported(query)
 
     def search_many_reported(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
         tenants = {q.scope.tenant for q in queries}
         if len(tenants) != 1:  # one request is one tenant's; an empty batch searches nothing
             return self.searcher.search_many_reported(queries)
+        tenant = tenants.pop()
         heaviest = max(search_slots(q.filters) for q in queries)
-        with self.slots.holding(tenants.pop(), heaviest):
+        with self.slots.holding(tenant, heaviest):
+            self._charge(tenant, queries)
             return self.searcher.search_many_reported(queries)
+
+    def _charge(self, tenant: str, queries: Sequence[SearchQuery]) -> None:
+        """``RateLimitedError`` (429) when ``tenant`` has spent its costly search work."""
+        cost = sum(search_cost(q, self.rerank_candidates) for q in queries)
+        if cost:
+            self.limits.charge(tenant, "search_cost", cost)

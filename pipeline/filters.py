@@ -63,6 +63,8 @@ MAX_LIST_VALUES = 2048
 """Values allowed in all the ``in`` / ``nin`` lists of one filter together: each value is a
 term looked up on every segment, for the kNN filter and the BM25 query alike, so 60 lists of
 ``MAX_LIST_ITEMS`` made one search cost hundreds of milliseconds."""
+LIST_VALUES_PER_UNIT = 512
+"""In/nin list values that cost one unit of costly search work (``filter_cost``)."""
 MAX_TERM_SCANS = 4
 """``contains`` / ``icontains`` conditions on keyword and metadata fields allowed in one filter
 (a ``*value*`` wildcard once walked the field's whole term dictionary, so a filter of hundreds
@@ -198,12 +200,34 @@ def search_slots(filters: Mapping[str, Any] | None) -> int:
     (``api/search_slots.py``): 1, plus 1 when it holds substring conditions on keyword or
     metadata fields, plus 1 per whole ``MAX_LIST_ITEMS`` values of its in/nin lists; so 4 for
     the costliest filter allowed. A filter that is refused takes 1 (the search refuses it)."""
+    budget = _counted(filters)
+    if budget is None:
+        return 1
+    return 1 + (1 if budget.scans else 0) + budget.values // MAX_LIST_ITEMS
+
+
+def filter_cost(filters: Mapping[str, Any] | None) -> int:
+    """The work ``filters`` add to a search, in units of costly search work
+    (``pipeline.search_cost``): 1 per substring condition on a keyword or metadata field (a
+    seek that expands to every matching term of a dictionary all tenants share), plus 1 per
+    whole ``LIST_VALUES_PER_UNIT`` values of the in/nin lists (each value a term looked up on
+    every segment, and carried as JSON through the API and into each query); so 8 for the
+    costliest filter allowed, 0 for one without either (or with short lists). A refused filter
+    costs 0 (the search refuses it)."""
+    budget = _counted(filters)
+    if budget is None:
+        return 0
+    return budget.scans + budget.values // LIST_VALUES_PER_UNIT
+
+
+def _counted(filters: Mapping[str, Any] | None) -> _Budget | None:
+    """The conditions of ``filters`` counted; None when they are refused."""
     budget = _Budget()
     try:
         _clauses(filters or {}, "", 1, budget)
     except InvalidInputError:
-        return 1
-    return 1 + (1 if budget.scans else 0) + budget.values // MAX_LIST_ITEMS
+        return None
+    return budget
 
 
 def _clauses(node: object, path: str, depth: int, budget: _Budget) -> list[Clause]:

@@ -19,11 +19,14 @@ answered and refused searches, and whether the goal was met.
 
     .venv/bin/python ops/bench/noisy_neighbour.py [--a-memories 23000] [--b-memories 1000]
         [--seconds 60] [--flood-threads 8] [--heavy-leaves 60] [--port 8790] [--keep]
-        [--reuse] [--search-slots N]
+        [--reuse] [--search-slots N] [--price N]
 
 ``--keep`` leaves the seeded indices, which ``--reuse`` then serves without seeding again;
 ``--search-slots`` sets ``MEMQ_API_SEARCH_SLOTS_PER_TENANT`` for the run (the setting's
-default otherwise).
+default otherwise). ``--price N`` runs no flood: it times N rounds of A's searches alone, one
+at a time, interleaved per round (a plain one, the costliest filter, its substring conditions
+alone, its lists alone), with the cost budget and the rate limit off, and prints each kind's
+p50 and p95: what the filter costs beside a plain search.
 
 Both tenants go through one API process, as on a small deployment: its CPU (query embedding,
 JSON) is shared too, so the ratio measures the whole path, not Elasticsearch alone.
@@ -39,7 +42,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -181,6 +184,31 @@ def timed_searches(url: str, key: str, seconds: float) -> list[float]:
     return latencies
 
 
+def priced(url: str, key: str, rounds: int, heavy_leaves: int) -> dict[str, list[float]]:
+    """``rounds`` searches of each kind, interleaved: each one's latency in ms."""
+    rng = random.Random(11)
+    kinds: dict[str, Callable[[], dict[str, Any]]] = {
+        "plain": lambda: {},
+        "costliest": lambda: costliest_filters(rng, heavy_leaves),
+        "substrings alone": lambda: costliest_filters(rng, 0)["AND"][0],
+        "lists alone": lambda: {"AND": costliest_filters(rng, heavy_leaves)["AND"][1:]},
+    }
+    latencies: dict[str, list[float]] = {kind: [] for kind in kinds}
+    with httpx.Client(base_url=url, headers=auth(key), timeout=60) as http:
+        for _ in range(rounds):
+            for kind, make in kinds.items():
+                body: dict[str, Any] = {
+                    "query": rng.choice(QUESTIONS),
+                    "user_id": f"user-{rng.randrange(50)}",
+                    "filters": make() or None,
+                }
+                started = time.perf_counter()
+                answer = http.post("/v1/memories/search", json=body)
+                latencies[kind].append((time.perf_counter() - started) * 1000)
+                answer.raise_for_status()
+    return latencies
+
+
 def auth(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
 
@@ -208,16 +236,24 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--search-slots", type=int, default=None)
+    parser.add_argument("--price", type=int, default=0, metavar="ROUNDS")
     args = parser.parse_args()
     log_dir = Path("/tmp/memq-bench-noisy")
     env = {}
     if args.search_slots is not None:
         env["MEMQ_API_SEARCH_SLOTS_PER_TENANT"] = str(args.search_slots)
+    if args.price:
+        env |= {"MEMQ_API_SEARCH_COST_PER_S": "0", "MEMQ_API_RATE_SEARCH_PER_S": "0"}
     with running_stack(PREFIX, args.port, log_dir, args.keep, args.reuse, env=env) as stack:
         if not args.reuse:
             seed(stack, "tenant-a", args.a_memories)
             seed(stack, "tenant-b", args.b_memories)
         key_a, key_b = tenant_key(stack, "tenant-a"), tenant_key(stack, "tenant-b")
+        if args.price:
+            priced(stack.url, key_a, 10, args.heavy_leaves)  # warm-up
+            for kind, times in priced(stack.url, key_a, args.price, args.heavy_leaves).items():
+                print(f"{kind}: p50={statistics.median(times):.1f} ms p95={p95(times):.1f} ms")
+            return 0
         timed_searches(stack.url, key_b, 5)  # warm-up: models loaded, caches filled
         quiet = timed_searches(stack.url, key_b, args.seconds)
         state = Flood()

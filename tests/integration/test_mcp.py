@@ -486,6 +486,32 @@ def test_tools_count_against_the_tenants_limits(
     run(body)
 
 
+def test_the_search_tool_is_charged_its_costly_search_work(
+    test_env: dict[str, str], es: Elasticsearch, indices: IndexNames
+) -> None:
+    """The same budget of costly search work as the routes: 10 units per 5 s, so the third
+    search with four substring conditions (4 units each) is a tool error that says why, and
+    a plain search still runs."""
+    store = counted(es, indices)
+    key = store.create(f"mcp-cost-{uuid.uuid4().hex[:6]}", "cost", datetime.now(UTC))[1]
+    limited = {**test_env, "MEMQ_API_SEARCH_COST_PER_S": "2", "MEMQ_API_RATE_WINDOW_S": "5"}
+    scans = {
+        "OR": [{f: {"icontains": "abc"}} for f in ("agent_id", "run_id", "actor_id", "job_id")]
+    }
+
+    async def body() -> None:
+        async with stdio_session(limited)(key) as client:
+            costly = {"query": "bees", "user_id": "u1", "filters": scans}
+            results = [await client.call_tool("search_memories", costly) for _ in range(3)]
+            assert [r.is_error for r in results] == [False, False, True]
+            assert "over 10 units of costly search work" in text_of(results[2])
+            assert "try again in" in text_of(results[2])
+            plain = await client.call_tool("search_memories", {"query": "bees", "user_id": "u1"})
+            assert not plain.is_error, text_of(plain)
+
+    run(body)
+
+
 def test_search_and_listing_answer_the_present_and_ask_for_the_past(
     connect: Callable[[str], Client], keys: dict[str, str], fake_llm: FakeLLMServer
 ) -> None:
