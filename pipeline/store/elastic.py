@@ -792,7 +792,10 @@ class ElasticStore:
             ).body["responses"]
         for response in responses:
             if "error" in response:
-                raise TransientError(f"{what}: {error_reason(response['error'])}")
+                reason = f"{what}: {error_reason(response['error'])}"
+                if other_dims(response["error"]):  # the index moved to another embedder
+                    raise EmbedderChangedError(reason)
+                raise TransientError(reason)
         return responses
 
     def open_memories_cursor(self, keep_alive: str, scope: Scope | None = None) -> str:
