@@ -16,7 +16,7 @@ import time
 
 from pipeline.config import Settings
 from pipeline.embedding.versioned import EmbedderSpec, settings_models
-from pipeline.errors import InvalidInputError, MemqError
+from pipeline.errors import InvalidInputError, MemqError, TransientError
 
 EXIT_BAD_INPUT = 2
 
@@ -74,8 +74,11 @@ def reembed_now(settings: Settings, spec: EmbedderSpec, args: argparse.Namespace
     except InvalidInputError as exc:
         say(exc.reason)
         return EXIT_BAD_INPUT
-    except MemqError as exc:
+    except TransientError as exc:
         say(f"stopped, run it again to resume: {exc.reason}")
+        return 1
+    except MemqError as exc:
+        say(f"stopped: {exc.reason}")
         return 1
     embedded = sum(s.embedded for s in done.synced.values())
     elapsed = time.monotonic() - started

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from elasticsearch import ApiError, Elasticsearch
 
+from memq.cli import main
 from pipeline.config import Settings
 from pipeline.jobs import JobStatus
 from pipeline.store.indices import IndexNames, drop_indices
@@ -286,3 +287,21 @@ def test_a_killed_reprocess_resumes_where_it_was(stack: Stack, es: Elasticsearch
     assert re_embedded < SEEDED + entities  # the resumed run skipped what the first built
     for text, memory_id in list(seeded.items())[:5]:
         assert top_hit(stack.tenant, text) == memory_id
+    again = ReprocessProcess(stack.env, stack.logs / "again.log", reembed_options(stack))
+    again.start()
+    assert again.wait() == 2  # the version in use is of that embedder already
+    assert "already hold vectors of" in again.tail()
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        ([], "name a mode (--reembed)"),
+        (["--reembed", "--embedder-dims", "4"], "--embedder-dims must be 8..4096"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_touched(
+    settings: Settings, capsys: pytest.CaptureFixture[str], argv: list[str], complaint: str
+) -> None:
+    assert main(["reprocess", *argv]) == 2
+    assert complaint in capsys.readouterr().err
