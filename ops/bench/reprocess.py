@@ -30,6 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
 
+from explorer_latency import sentence  # noqa: E402
+
 from pipeline.config import Settings  # noqa: E402
 from pipeline.embedding.versioned import EmbedderSpec, settings_models  # noqa: E402
 from pipeline.models import Scope, history_id, md5_hex, memory_id  # noqa: E402
@@ -46,20 +48,6 @@ from tests.fakellm import FakeLLMServer  # noqa: E402
 PREFIX = "memqbench-reprocess"
 TENANT = "reprocess-bench"
 OLD_DIMS = 64
-WORDS = [
-    "tea",
-    "coffee",
-    "hiking",
-    "Lyon",
-    "garden",
-    "bees",
-    "honey",
-    "piano",
-    "chess",
-    "Tokyo",
-    "marathon",
-    "sister",
-]
 NEW = EmbedderSpec(kind="local", model="all-MiniLM-L6-v2", dims=384)
 
 
@@ -69,7 +57,7 @@ def seed(store: ElasticStore, count: int, users: int) -> list[str]:
     at, texts, batch = datetime(2025, 1, 1, tzinfo=UTC), [], []
     for n in range(count):
         scope = Scope(tenant=TENANT, user_id=f"u{n % users}")
-        text = f"I like {rng.choice(WORDS)} and {rng.choice(WORDS)} (note {n})"
+        text = f"{sentence(rng)} (note {n})"
         vector = vectors.standard_normal(OLD_DIMS)
         text_hash = md5_hex(text.lower())
         doc = MemoryDoc(
