@@ -153,6 +153,12 @@ class _Names:
         return self.owner.models().names.embed(texts)
 
 
+def spec_in_use(settings: EmbedderConfig, meta: Mapping[str, Any] | None) -> EmbedderSpec:
+    """The embedder of the version in use: the one its ``_meta.embedder`` (``meta``) names,
+    else the settings' (what a dump's header names, and what an import compares with)."""
+    return EmbedderSpec.model_validate(meta) if meta else EmbedderSpec.of(settings)
+
+
 def refresh_embedder(embedder: Embedder) -> None:
     """Have ``embedder`` read its index's embedder again, if it follows one."""
     if isinstance(embedder, IndexEmbedder):
