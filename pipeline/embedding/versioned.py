@@ -159,6 +159,16 @@ def spec_in_use(settings: EmbedderConfig, meta: Mapping[str, Any] | None) -> Emb
     return EmbedderSpec.model_validate(meta) if meta else EmbedderSpec.of(settings)
 
 
+def model_key(embedder: Embedder, default: str) -> str:
+    """What names ``embedder``'s vectors in a cache shared between processes (the turns
+    embedded ahead): the spec it follows now, else ``default``; the settings' spec gives the
+    same key as ``default`` does (``workers.runtime.Runtime.vectors_kept_as``)."""
+    if not isinstance(embedder, IndexEmbedder):
+        return default
+    spec = embedder.spec
+    return f"{spec.kind}:{spec.base_url or ''}:{spec.model}:{spec.dims}"
+
+
 def refresh_embedder(embedder: Embedder) -> None:
     """Have ``embedder`` read its index's embedder again, if it follows one."""
     if isinstance(embedder, IndexEmbedder):
