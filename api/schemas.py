@@ -490,3 +490,32 @@ class BudgetSet(_In):
     monthly_tokens: int = Field(
         ge=1, le=10**15, description="LLM tokens (prompt + completion) the tenant may use a month"
     )
+
+
+class EmbedderPublic(BaseModel):
+    """An embedder, as an index version records it: vectors of two embedders do not compare."""
+
+    kind: str
+    model: str
+    dims: int
+    base_url: str | None = None
+
+
+class IndexVersionPublic(BaseModel):
+    """One index version of a vector kind: ``in use`` (behind the alias), ``building`` (a
+    ``memq reprocess`` of the one in use: ``documents`` against the one in use is its progress)
+    or ``old`` (left by a reprocess until ``--drop-old``)."""
+
+    kind: str
+    index: str
+    state: Literal["in use", "building", "old"]
+    documents: int
+    embedder: EmbedderPublic
+
+
+class ReprocessStatusPublic(BaseModel):
+    """The embedder searches and new memories use now, and every version of the memories and
+    entities (``memq reprocess``)."""
+
+    embedder: EmbedderPublic
+    versions: list[IndexVersionPublic]

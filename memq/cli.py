@@ -377,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memq.reindex import add_commands as add_reindex_commands
 
     add_reindex_commands(sub)  # memq reindex
+    from memq.reprocess import add_commands as add_reprocess_commands
+
+    add_reprocess_commands(sub)  # memq reprocess
     from memq.jobs import add_commands as add_jobs_commands
 
     add_jobs_commands(sub)  # memq jobs

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pipeline.config import Settings
+from pipeline.embedding.versioned import spec_in_use
 from pipeline.errors import InvalidInputError
 from pipeline.export import ExportOptions, Selector, export_lines, restore
 
@@ -37,7 +38,7 @@ def run_export(settings: Settings, args: argparse.Namespace, out: TextIO) -> int
     options = ExportOptions(
         selector=selector, history=args.history, vectors=args.vectors, sources=args.sources
     )
-    embedder = settings.embedder
+    embedder = spec_in_use(settings.embedder, runtime.store.embedder_meta())
     lines = export_lines(runtime.store, options, embedder.model, embedder.dims, runtime.clock())
     count = write_lines(lines, Path(args.output) if args.output else None, out)
     print(f"memq: exported {count} memories of {selector.fields()}", file=sys.stderr)
@@ -68,7 +69,7 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
         print(f"memq: no such file: {path}", file=sys.stderr)
         return EXIT_BAD_INPUT
     runtime = Runtime(settings)
-    embedder = settings.embedder
+    embedder = spec_in_use(settings.embedder, runtime.store.embedder_meta())
     try:
         report = restore(
             runtime.store,

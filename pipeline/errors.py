@@ -38,6 +38,12 @@ class UnreachableError(TransientError):
     minutes costs a wait, not the job."""
 
 
+class EmbedderChangedError(TransientError):
+    """A vector of another size than the index holds: the index moved to a new embedder
+    (``memq reprocess --reembed``) since this process embedded. The caller asks its embedder
+    to read the index's again and embeds anew (``pipeline.embedding.versioned``)."""
+
+
 class PermanentError(MemqError):
     """A failure that will not pass by retrying: fail the job with ``reason``."""
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import EmbedderChangedError
 from pipeline.nlp.timeexpr import Period, closeness, mentions_time
 from pipeline.search_models import SearchHit
 from pipeline.validity import as_time
@@ -62,8 +63,12 @@ def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:
 
 
 def cosines(vector: Sequence[float], others: Sequence[Sequence[float] | None]) -> list[float]:
-    """Cosine of ``vector`` with each of ``others`` (0 where a vector is missing), clipped at 0."""
+    """Cosine of ``vector`` with each of ``others`` (0 where a vector is missing), clipped at 0.
+    A vector of another size was read across a switch of embedder (``memq reprocess``):
+    ``EmbedderChangedError``, which the searcher meets by searching again."""
     query = np.asarray(vector, dtype=np.float32)
+    if any(other and len(other) != len(query) for other in others):
+        raise EmbedderChangedError(f"vectors of {len(query)} dims compared with another size")
     query = query / max(float(np.linalg.norm(query)), 1e-12)
     result = []
     for other in others:

@@ -35,7 +35,8 @@ from pipeline.currency import (
     newer_first,
     past_asked_since,
 )
-from pipeline.errors import InvalidInputError
+from pipeline.embedding.versioned import refresh_embedder
+from pipeline.errors import EmbedderChangedError, InvalidInputError
 from pipeline.filters import translate_filters
 from pipeline.fusion import (
     Candidates,
@@ -141,9 +142,18 @@ class Searcher:
     def search_many_reported(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
         """``search_many``, each with what the shards said: a shard that failed or a search
         that timed out makes its result ``partial`` (its hits are the best of what answered),
-        which callers pass on instead of hiding."""
+        which callers pass on instead of hiding. A search that meets an index of another
+        vector size (the indices moved to another embedder a moment ago) is made again with
+        the embedder the index names now."""
         for query in queries:
             self._check(query)
+        try:
+            return self._search_many(queries)
+        except EmbedderChangedError:
+            refresh_embedder(self.embedder)
+            return self._search_many(queries)
+
+    def _search_many(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
         vectors = self.embedder.embed([q.query for q in queries])
         batch = Batch(queries, [self._filter(q) for q in queries], [Shards() for _ in queries])
         named = self.entities.extract([q.query for q in queries])

@@ -18,8 +18,7 @@ import redis
 
 from pipeline.config import Settings
 from pipeline.deps import Deps, Limits
-from pipeline.embedding import make_embedder
-from pipeline.embedding.cache import CachedEmbedder
+from pipeline.embedding.versioned import EmbedderSpec, IndexEmbedder, settings_models
 from pipeline.keys import KeyStore, RedisKeyCreations
 from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
 from pipeline.models import utcnow
@@ -106,12 +105,11 @@ def build_deps(
         if settings.llm_configured()
         else None
     )
-    embedder = make_embedder(settings)
-    cache = settings.embedder.name_cache
+    embedder = index_embedder(settings, store)
     return Deps(
         store=store,
         embedder=embedder,
-        names=CachedEmbedder(embedder, cache) if cache else None,
+        names=embedder.names,
         lemmatizer=SimplemmaLemmatizer(),
         entities=RuleEntityExtractor(),
         llm=llm,
@@ -120,6 +118,17 @@ def build_deps(
         clock=clock,
         webhooks=webhook_sender(settings),
     )
+
+
+def index_embedder(settings: Settings, store: ElasticStore) -> IndexEmbedder:
+    """The embedder of the index version in use (``pipeline.embedding.versioned``): the
+    settings' until an index names another."""
+
+    def read_spec() -> EmbedderSpec | None:
+        meta = store.embedder_meta()
+        return EmbedderSpec.model_validate(meta) if meta else None
+
+    return IndexEmbedder(EmbedderSpec.of(settings.embedder), read_spec, settings_models(settings))
 
 
 def webhook_sender(settings: Settings) -> WebhookSender:

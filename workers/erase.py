@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pipeline.embedding.shared import drop_vectors
+from pipeline.embedding.versioned import model_key
 from pipeline.erase import erase_user
 from pipeline.jobs import ACTIVE_STATUSES
 from pipeline.phases.retrieve import query_texts
@@ -38,7 +39,8 @@ def erase_user_everywhere(
     in_flight = [state.job_id for state in unfinished]
     turns = [text for _, text in query_texts(unfinished)]
     with redis_errors("drop the vectors of erased jobs' turns"):
-        drop_vectors(runtime.redis, *runtime.vectors_kept_as(), turns)
+        prefix, model = runtime.vectors_kept_as()
+        drop_vectors(runtime.redis, prefix, model_key(runtime.deps.embedder, model), turns)
     for job in erasure.jobs:
         if job.session_key:
             states.leave_line(job.session_key, job.job_id)

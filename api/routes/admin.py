@@ -1,4 +1,5 @@
-"""Admin routes: API keys (create, list, revoke), and each tenant's usage and token budget."""
+"""Admin routes: API keys (create, list, revoke), each tenant's usage and token budget, and
+the index versions of ``memq reprocess``."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, status
 
 from api.convert import budget_public, report_public
-from api.deps import AdminDep, ClockDep, IdPath, KeysDep, UsageDep
+from api.deps import AdminDep, ClockDep, ElasticStoreDep, IdPath, KeysDep, SettingsDep, UsageDep
 from api.schemas import (
     BudgetPublic,
     BudgetSet,
+    EmbedderPublic,
+    IndexVersionPublic,
     KeyCreate,
     KeyCreated,
     KeyPublic,
     Message,
+    ReprocessStatusPublic,
     UsageReportPublic,
 )
+from pipeline.embedding.versioned import EmbedderSpec
 from pipeline.models import Identifier
 from pipeline.usage import month_of, usage_report, utc_day
 
@@ -85,3 +90,27 @@ def remove_budget(tenant: IdPath, usage: UsageDep, _admin: AdminDep) -> dict[str
     """Remove a tenant's monthly token budget: its extraction is no longer capped."""
     usage.set_budget(tenant, None)
     return {"message": f"tenant {tenant} has no token budget"}
+
+
+@router.get("/reprocess", response_model=ReprocessStatusPublic)
+def reprocess_status(
+    store: ElasticStoreDep, settings: SettingsDep, _admin: AdminDep
+) -> ReprocessStatusPublic:
+    """The embedder in use and each version of the memories and entities: a rebuild's
+    progress is its ``documents`` against those of the version in use."""
+    default = EmbedderSpec.of(settings.embedder).meta()
+    in_use = store.embedder_meta() or default
+    return ReprocessStatusPublic(
+        embedder=EmbedderPublic.model_validate(in_use),
+        versions=[
+            IndexVersionPublic(
+                kind=kind.value,
+                index=version.index,
+                state=version.state,  # type: ignore[arg-type]
+                documents=version.documents,
+                embedder=EmbedderPublic.model_validate(version.embedder or default),
+            )
+            for kind, versions in store.index_versions().items()
+            for version in versions
+        ],
+    )

@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import ClockDep, ElasticStoreDep, PrincipalDep, SettingsDep
 from api.limits import ReadLimited
+from pipeline.embedding.versioned import spec_in_use
 from pipeline.export import ExportOptions, Selector, export_lines
 from pipeline.models import Identifier
 
@@ -41,7 +42,7 @@ def export(
     short. ``memq import`` restores it."""
     selector = Selector(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
     options = ExportOptions(selector=selector, history=history, vectors=vectors, sources=sources)
-    embedder = settings.embedder
+    embedder = spec_in_use(settings.embedder, store.embedder_meta())
     lines = export_lines(store, options, embedder.model, embedder.dims, clock())
     first = next(lines)  # the header; also reaches the store before the status is sent
     filename = f"memq-{principal.tenant}.jsonl"

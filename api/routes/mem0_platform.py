@@ -27,6 +27,7 @@ from api.schemas import (
     Mem0FeedbackIn,
     Mem0FeedbackOut,
 )
+from pipeline.embedding.versioned import spec_in_use
 from pipeline.errors import InvalidInputError, NotServedError
 from pipeline.export import Selector
 from pipeline.export_read import export_id, read_export, selector_of
@@ -110,7 +111,7 @@ def get_memory_export(
         raise InvalidInputError("memory_export_id must be a string", field="memory_export_id")
     tenant = principal.tenant
     selector = selector_of(tenant, given) if given else export_selector(tenant, body)
-    embedder = settings.embedder
+    embedder = spec_in_use(settings.embedder, store.embedder_meta())
     return read_export(store, selector, embedder.model, embedder.dims, clock())
 
 

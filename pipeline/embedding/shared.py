@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
+from pipeline.embedding.versioned import model_key
 from pipeline.protocols import Embedder
 
 log = logging.getLogger("memq.embedding")
@@ -59,7 +60,9 @@ class SharedVectors:
         return self.embedder.dims
 
     def key(self, text: str) -> str:
-        return vector_key(self.prefix, self.model, text)
+        """The text's key under the embedder in use: vectors kept before a switch of
+        embedder (``memq reprocess``) are not taken after it."""
+        return vector_key(self.prefix, model_key(self.embedder, self.model), text)
 
     def held(self, texts: Sequence[str], *, take: bool = False) -> dict[str, list[float]]:
         """The vectors kept for ``texts`` (none when Redis cannot be read); with ``take``

@@ -35,6 +35,7 @@ from pipeline.jobs import ReplacedMemory, StoredMemory
 from pipeline.models import fallback_memory_id, history_id, memory_id, message_id
 from pipeline.nlp.speaker import speaker_of
 from pipeline.phases.link import linked, planned_links, targets_of
+from pipeline.phases.revector import current_vectors
 from pipeline.state import ItemError, JobState, Phase
 from pipeline.store.protocol import HistoryDoc, MemoryDoc, WriteOutcome
 from pipeline.validity import REPLACED_EVENT, Closure, Replacement
@@ -53,6 +54,7 @@ class Written:
 
 def persist_memories_of(states: Sequence[JobState], deps: Deps) -> list[JobState]:
     """Fill each job's ``stored`` with exactly the memories that are in the store for it."""
+    states = [current_vectors(s, deps) for s in states]
     docs = {s.job_id: [memory_doc(s, i) for i, kept in enumerate(s.keep) if kept] for s in states}
     everything = [doc for s in states for doc in docs[s.job_id]]
     rows = [history_row(s, doc) for s in states for doc in docs[s.job_id]]

@@ -11,7 +11,12 @@ from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError, Elasticsearch
 
 from pipeline.config import ElasticsearchConfig
-from pipeline.errors import ConfigurationError, PermanentError, TransientError
+from pipeline.errors import (
+    ConfigurationError,
+    EmbedderChangedError,
+    PermanentError,
+    TransientError,
+)
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -66,6 +71,8 @@ def item_error(action: str, status: int | None, error: Any) -> TransientError | 
     """Classify one failed item of a multi-request (msearch) by its own status: a refusal
     that will not pass (a closed or missing index, a bad query) is permanent."""
     reason = f"{action}: {error_reason(error)}"
+    if other_dims(error):
+        return EmbedderChangedError(reason)
     permanent = status is not None and status < 500 and status not in _RETRYABLE_STATUS
     return PermanentError(reason) if permanent else TransientError(reason)
 
@@ -77,6 +84,8 @@ def translate(action: str, exc: Exception) -> TransientError | PermanentError:
     if isinstance(exc, ApiError):
         status = exc.meta.status
         reason = f"{action}: HTTP {status} {error_reason(exc.body)}"
+        if other_dims(exc.body):
+            return EmbedderChangedError(reason)
         if status in _RETRYABLE_STATUS or _blocked(exc.body):
             return TransientError(reason)
         return PermanentError(reason)
@@ -90,6 +99,12 @@ def _blocked(body: Any) -> bool:
     write it refused is retried, not failed."""
     error = body.get("error") if isinstance(body, dict) else None
     return isinstance(error, dict) and error.get("type") == "cluster_block_exception"
+
+
+def other_dims(body: Any) -> bool:
+    """A vector written or searched with another size than the index's (the index moved to
+    another embedder meanwhile): Elasticsearch says "different number of dimensions"."""
+    return "different number of dimensions" in str(body)
 
 
 @contextmanager

@@ -18,13 +18,13 @@ from typing import Any
 from elasticsearch import Elasticsearch, NotFoundError
 
 from pipeline.config import ElasticsearchConfig
-from pipeline.errors import TransientError
+from pipeline.errors import EmbedderChangedError, TransientError
 from pipeline.filters import with_substrings
 from pipeline.health import elasticsearch_health
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import NAMESPACE, ContextMessage, ExistingMemory, Scope, message_id
-from pipeline.store.client import error_reason, es_errors, item_error
-from pipeline.store.indices import IndexNames, Kind, ensure_indices
+from pipeline.store.client import error_reason, es_errors, item_error, other_dims
+from pipeline.store.indices import IndexNames, Kind, ensure_indices, stored_embedder
 from pipeline.store.protocol import (
     EntityDoc,
     EntityLink,
@@ -36,6 +36,7 @@ from pipeline.store.protocol import (
     WriteOutcome,
 )
 from pipeline.store.queries import entities_named_body, nearest_entity_body, still_valid
+from pipeline.store.reprocess import Version, versions_of
 from pipeline.store.routing import (
     history_routing,
     scope_routing,
@@ -802,7 +803,10 @@ class ElasticStore:
             ).body["responses"]
         for response in responses:
             if "error" in response:
-                raise TransientError(f"{what}: {error_reason(response['error'])}")
+                reason = f"{what}: {error_reason(response['error'])}"
+                if other_dims(response["error"]):  # the index moved to another embedder
+                    raise EmbedderChangedError(reason)
+                raise TransientError(reason)
         return responses
 
     def open_memories_cursor(self, keep_alive: str, scope: Scope | None = None) -> str:
@@ -925,6 +929,14 @@ class ElasticStore:
     def key_ids(self) -> list[str]:
         return self.matching_ids(self.names.keys, {"match_all": {}})
 
+    def embedder_meta(self) -> dict[str, Any] | None:
+        """The embedder the memories index in use names (``_meta.embedder``), or None."""
+        return stored_embedder(self.client, self.names.memories)
+
+    def index_versions(self) -> dict[Kind, list[Version]]:
+        """Every index version of the memories and entities (``pipeline.store.reprocess``)."""
+        return versions_of(self.client, self.names)
+
     def reset(self, config: ElasticsearchConfig, dims: int) -> None:
         """Delete every index but the keys', and create them again, empty."""
         with es_errors("reset indices"):
@@ -951,6 +963,8 @@ class ElasticStore:
                 error = next(iter(item.values())).get("error") or {}
                 if isinstance(error, dict) and error.get("type") == "cluster_block_exception":
                     raise TransientError(f"bulk write: {error_reason(error)}")
+                if other_dims(error):  # the index moved to another embedder meanwhile
+                    raise EmbedderChangedError(f"bulk write: {error_reason(error)}")
         return body
 
     def _create_all(

@@ -235,8 +235,16 @@ def key_properties() -> dict[str, Any]:
     }
 
 
-def mappings(kind: Kind, dims: int) -> dict[str, Any]:
-    """The explicit mapping of ``kind``; ``dims`` sizes the vector fields."""
+# the kinds that hold vectors: an index version of them is of one embedder (its ``_meta``)
+VECTOR_KINDS = frozenset({Kind.MEMORIES, Kind.ENTITIES})
+
+Meta = dict[str, Any]
+
+
+def mappings(kind: Kind, dims: int, embedder: Meta | None = None) -> dict[str, Any]:
+    """The explicit mapping of ``kind``; ``dims`` sizes the vector fields, and ``embedder``
+    (``pipeline.embedding.versioned.EmbedderSpec``), when given, names the embedder whose
+    vectors a vector kind holds."""
     properties = {
         Kind.MEMORIES: lambda: memory_properties(dims),
         Kind.ENTITIES: lambda: entity_properties(dims),
@@ -250,12 +258,20 @@ def mappings(kind: Kind, dims: int) -> dict[str, Any]:
         "_meta": {"memq_schema": SCHEMA_VERSION, "kind": kind.value, "dims": dims},
         "properties": properties,
     }
+    if embedder is not None and kind in VECTOR_KINDS:
+        mapping["_meta"]["embedder"] = embedder
     if kind in ROUTED:
         mapping["_routing"] = {"required": True}
     return mapping
 
 
-def template_body(names: IndexNames, kind: Kind, config: ElasticsearchConfig, dims: int) -> Any:
+def template_body(
+    names: IndexNames,
+    kind: Kind,
+    config: ElasticsearchConfig,
+    dims: int,
+    embedder: Meta | None = None,
+) -> Any:
     return {
         "index_patterns": [f"{names.alias(kind)}-v*"],
         "priority": 500,
@@ -267,7 +283,7 @@ def template_body(names: IndexNames, kind: Kind, config: ElasticsearchConfig, di
                 "number_of_replicas": config.replicas,
                 "index.mapping.total_fields.limit": 200,
             },
-            "mappings": mappings(kind, dims),
+            "mappings": mappings(kind, dims, embedder),
         },
     }
 
@@ -275,17 +291,22 @@ def template_body(names: IndexNames, kind: Kind, config: ElasticsearchConfig, di
 def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int) -> IndexNames:
     """Put every template and create every index with its alias, if missing. Safe to repeat.
 
+    ``dims`` is the size of the settings' embedder; an index version that names its own
+    embedder (built by ``memq reprocess --reembed``) keeps its size and its embedder, which the
+    process follows (``pipeline.embedding.versioned``).
+
     Raises ``ConfigurationError`` when an existing index was built for another vector size, and
     ``TransientError`` when Elasticsearch cannot be reached.
     """
     names = IndexNames(config.index_prefix)
+    dims, embedder = vectors_in_use(client, names, dims)
     for kind in Kind:
         _check_dims(client, names, kind, dims)
         _check_routing(client, names, kind)
-    put_templates(client, config, dims)
+    put_templates(client, config, dims, embedder)
     for kind in Kind:
         _ensure_index(client, names, kind)
-        _add_new_fields(client, names, kind, dims)
+        _add_new_fields(client, names, kind, dims, embedder)
     # imported here: pipeline.filters reads the memories mapping from this module
     from pipeline.store.substrings import fill_substrings
 
@@ -293,20 +314,45 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
     return names
 
 
-def put_templates(client: Elasticsearch, config: ElasticsearchConfig, dims: int) -> None:
+def put_templates(
+    client: Elasticsearch, config: ElasticsearchConfig, dims: int, embedder: Meta | None = None
+) -> None:
     """Put the index template of every kind (the mapping and settings a new index gets)."""
     names = IndexNames(config.index_prefix)
     for kind in Kind:
         with es_errors(f"put index template {names.template(kind)}"):
             client.indices.put_index_template(
-                name=names.template(kind), **template_body(names, kind, config, dims)
+                name=names.template(kind), **template_body(names, kind, config, dims, embedder)
             )
 
 
-def _add_new_fields(client: Elasticsearch, names: IndexNames, kind: Kind, dims: int) -> None:
+def vectors_in_use(client: Elasticsearch, names: IndexNames, dims: int) -> tuple[int, Meta | None]:
+    """The vector size and embedder of the memories index in use: those its ``_meta`` names,
+    or ``dims`` and None when it names none (or does not exist yet)."""
+    embedder = stored_embedder(client, names.memories)
+    return (int(embedder["dims"]), embedder) if embedder else (dims, None)
+
+
+def stored_embedder(client: Elasticsearch, alias: str) -> Meta | None:
+    """``_meta.embedder`` of the index behind ``alias``, or None."""
+    with es_errors(f"read mapping of {alias}"):
+        try:
+            found = client.indices.get_mapping(index=alias)
+        except NotFoundError:
+            return None
+    for body in found.body.values():
+        embedder = body["mappings"].get("_meta", {}).get("embedder")
+        if isinstance(embedder, dict):
+            return embedder
+    return None
+
+
+def _add_new_fields(
+    client: Elasticsearch, names: IndexNames, kind: Kind, dims: int, embedder: Meta | None
+) -> None:
     """Bring an existing index up to the declared mapping. Adding fields is allowed in place;
     a changed field is a conflict that needs a new versioned index, reported as such."""
-    declared = mappings(kind, dims)
+    declared = mappings(kind, dims, embedder)
     declared.pop("_routing", None)  # fixed when the index is made; checked by _check_routing
     try:
         with es_errors(f"update the mapping of {names.alias(kind)}"):

@@ -36,7 +36,14 @@ from elasticsearch import Elasticsearch
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import ConfigurationError, InvalidInputError, TransientError
 from pipeline.store.client import error_reason, es_errors
-from pipeline.store.indices import ROUTED, SCHEMA_VERSION, IndexNames, Kind, put_templates
+from pipeline.store.indices import (
+    ROUTED,
+    SCHEMA_VERSION,
+    IndexNames,
+    Kind,
+    put_templates,
+    vectors_in_use,
+)
 from pipeline.store.routing import history_routing, source_routing
 
 PAGE_SIZE = 1000
@@ -79,7 +86,7 @@ def reindex(
     alias = names.alias(kind)
     source = single_index(client, alias)
     target = f"{alias}-v{SCHEMA_VERSION}-{time.time_ns() // 1_000_000}"
-    put_templates(client, config, dims)
+    put_templates(client, config, *vectors_in_use(client, names, dims))
     with es_errors(f"create {target}"):
         client.indices.create(
             index=target,
@@ -186,7 +193,9 @@ def delete_gone(client: Elasticsearch, source: str, target: str) -> int:
     return deleted
 
 
-def pages(client: Elasticsearch, index: str, with_source: bool) -> Iterator[list[dict[str, Any]]]:
+def pages(
+    client: Elasticsearch, index: str, with_source: bool, size: int = PAGE_SIZE
+) -> Iterator[list[dict[str, Any]]]:
     """Every document of ``index`` from one point in time, a page at a time, with its version
     and routing (and its whole source, vectors included, when ``with_source``)."""
     with es_errors(f"open a point in time over {index}"):
@@ -195,7 +204,7 @@ def pages(client: Elasticsearch, index: str, with_source: bool) -> Iterator[list
         after: list[Any] | None = None
         while True:
             body: dict[str, Any] = {
-                "size": PAGE_SIZE,
+                "size": size,
                 "query": {"match_all": {}},
                 "sort": [{"_shard_doc": "asc"}],
                 "pit": {"id": pit, "keep_alive": KEEP_ALIVE},

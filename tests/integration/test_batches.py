@@ -271,10 +271,11 @@ def test_a_partly_refused_bulk_of_a_batch_is_read_item_by_item(
     celery_app: MemqCelery, es: Elasticsearch, indices: IndexNames
 ) -> None:
     """One bulk for two jobs' memories and history; Elasticsearch refuses one memory (a vector
-    of the wrong size): the rest is stored, and no history row speaks of the refused one."""
+    of zero magnitude, which cosine similarity cannot take): the rest is stored, and no history
+    row speaks of the refused one."""
     runtime = celery_app.runtime
     first_scope, second_scope = scope(), scope()
-    first = state_with_facts(first_scope, ["Gus paints", "Gus sculpts"], [GOOD, [0.1] * 7])
+    first = state_with_facts(first_scope, ["Gus paints", "Gus sculpts"], [GOOD, [0.0] * len(GOOD)])
     second = state_with_facts(second_scope, ["Hal rows"], [GOOD])
     result = persist_memories_batch([first, second], runtime.deps)
     assert result.failures == {}
@@ -306,7 +307,7 @@ def test_an_entity_refused_in_persist_fails_only_its_job(
     celery_app: MemqCelery, es: Elasticsearch, indices: IndexNames
 ) -> None:
     """Persist writes the batch's memories, then links them on the entities in one bulk; one
-    job's entity is refused (a vector of the wrong size): the phase runs again job by job, the
+    job's entity is refused (a vector of zero magnitude): the phase runs again job by job, the
     other job's memories are stored and linked, and only that job fails, for good, with
     Elasticsearch's reason."""
     runtime = celery_app.runtime
@@ -315,12 +316,12 @@ def test_an_entity_refused_in_persist_fails_only_its_job(
     bad = state_with_facts(bad_scope, ["Jo visited Rome"], [GOOD])
     good = link_entities_batch([good], runtime.deps).states[0]
     bad = link_entities_batch([bad], runtime.deps).states[0]
-    bad = bad.with_(entity_vectors=[[0.1] * 7 for _ in bad.entities])
+    bad = bad.with_(entity_vectors=[[0.0] * len(GOOD) for _ in bad.entities])
     result = persist_memories_batch([good, bad], runtime.deps)
     assert list(result.failures) == [bad.job_id]
     refused = result.failures[bad.job_id]
     assert isinstance(refused, PermanentError), refused  # fails now, not at the retry deadline
-    assert "link entities: HTTP 400" in str(refused) and "dimensions" in str(refused), refused
+    assert "link entities: HTTP 400" in str(refused) and "magnitude" in str(refused), refused
     [stored] = result.states
     assert stored.job_id == good.job_id and stored.counts["entities"] >= 2  # Ida, Paris
     es.indices.refresh(index=[indices.entities, indices.memories])

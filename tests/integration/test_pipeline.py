@@ -348,8 +348,10 @@ def test_a_partly_rejected_bulk_reports_only_what_was_stored(
     indices: IndexNames,
     scope: Scope,
 ) -> None:
-    """Elasticsearch refuses one document of the bulk (a vector of the wrong size): the
-    persist phase reports the others as stored and that one as an error."""
+    """Elasticsearch refuses one document of the bulk (a vector of zero magnitude, which
+    cosine similarity cannot take; a vector of another size would be embedded again, as one
+    made before a switch of embedder: ``pipeline.phases.revector``): the persist phase reports
+    the others as stored and that one as an error."""
     from pipeline.models import Fact
     from pipeline.phases.persist import persist_memories
 
@@ -360,7 +362,7 @@ def test_a_partly_rejected_bulk_reports_only_what_was_stored(
         request=ask(scope, "x"),
         received_at=datetime.now(UTC),
         facts=[Fact(text="kept one"), Fact(text="refused one"), Fact(text="kept two")],
-        embeddings=[good, [0.1] * 7, good],
+        embeddings=[good, [0.0] * 384, good],
         lemmas=["keep one", "refuse one", "keep two"],
         hashes=["h1", "h2", "h3"],
         keep=[True, True, True],

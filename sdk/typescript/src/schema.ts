@@ -456,6 +456,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/reprocess": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Reprocess Status
+         * @description The embedder in use and each version of the memories and entities: a rebuild's
+         *     progress is its ``documents`` against those of the version in use.
+         */
+        get: operations["reprocess_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhooks/slack": {
         parameters: {
             query?: never;
@@ -926,6 +947,20 @@ export interface components {
              */
             deleted: number;
         };
+        /**
+         * EmbedderPublic
+         * @description An embedder, as an index version records it: vectors of two embedders do not compare.
+         */
+        EmbedderPublic: {
+            /** Kind */
+            kind: string;
+            /** Model */
+            model: string;
+            /** Dims */
+            dims: number;
+            /** Base Url */
+            base_url?: string | null;
+        };
         /** ErrorBody */
         ErrorBody: {
             /** Type */
@@ -1023,6 +1058,26 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+        };
+        /**
+         * IndexVersionPublic
+         * @description One index version of a vector kind: ``in use`` (behind the alias), ``building`` (a
+         *     ``memq reprocess`` of the one in use: ``documents`` against the one in use is its progress)
+         *     or ``old`` (left by a reprocess until ``--drop-old``).
+         */
+        IndexVersionPublic: {
+            /** Kind */
+            kind: string;
+            /** Index */
+            index: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "in use" | "building" | "old";
+            /** Documents */
+            documents: number;
+            embedder: components["schemas"]["EmbedderPublic"];
         };
         /**
          * JobAccepted
@@ -1663,6 +1718,16 @@ export interface components {
             id: string;
             /** Memory */
             memory: string;
+        };
+        /**
+         * ReprocessStatusPublic
+         * @description The embedder searches and new memories use now, and every version of the memories and
+         *     entities (``memq reprocess``).
+         */
+        ReprocessStatusPublic: {
+            embedder: components["schemas"]["EmbedderPublic"];
+            /** Versions */
+            versions: components["schemas"]["IndexVersionPublic"][];
         };
         /**
          * SearchHit
@@ -3090,6 +3155,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Message"];
+                };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    reprocess_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReprocessStatusPublic"];
                 };
             };
             /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */

@@ -1,0 +1,307 @@
+"""``memq reprocess --reembed`` on the real stack: a worker and an API process of their own
+(their own index prefix and queues), embedding with one OpenAI-compatible endpoint of 64
+dimensions, moved to another of 128 while a thread adds memories and another searches. Nothing
+added is lost, no search fails, and after the swap the API and the worker embed with the new
+endpoint, though their environment still names the old one. A second test kills the command
+halfway (SIGKILL) and runs it again: the resumed run embeds only what the first left."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from elasticsearch import ApiError, Elasticsearch
+
+from memq.cli import main
+from pipeline.config import Settings
+from pipeline.jobs import JobStatus
+from pipeline.store.indices import IndexNames, drop_indices
+from tests.conftest import admin_key, running
+from tests.fakellm import FakeLLMServer
+from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
+from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
+from workers.app import create_celery
+
+pytestmark = pytest.mark.integration
+
+OLD_DIMS, NEW_DIMS = 64, 128
+SEEDED = 120
+
+
+class ReprocessProcess(MemqProcess):
+    """``memq reprocess`` with the given options."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, options: list[str]) -> None:
+        super().__init__(env, log_path)
+        self.options = options
+
+    def argv(self) -> list[str]:
+        return ["reprocess", *self.options]
+
+    def wait(self, timeout_s: float = 300) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout_s)
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    names: IndexNames
+    tenant: Tenant
+    admin: httpx.Client
+    new: FakeLLMServer
+    logs: Path
+
+
+@pytest.fixture
+def stack(
+    test_env: dict[str, str],
+    settings: Settings,
+    es: Elasticsearch,
+    tmp_path: Path,
+) -> Iterator[Stack]:
+    """A worker and an API over a prefix and queues of their own, embedding with ``old``."""
+    run = uuid.uuid4().hex[:6]
+    with FakeLLMServer(dims=OLD_DIMS) as old, FakeLLMServer(dims=NEW_DIMS) as new:
+        env = {
+            **test_env,
+            "MEMQ_ES_INDEX_PREFIX": f"{test_env['MEMQ_ES_INDEX_PREFIX']}-rp{run}",
+            "MEMQ_QUEUES_IO": f"rp{run}.io",
+            "MEMQ_QUEUES_CPU": f"rp{run}.cpu",
+            "MEMQ_QUEUES_BACKFILL": f"rp{run}.backfill",
+            "MEMQ_EMBEDDER_KIND": "openai",
+            "MEMQ_EMBEDDER_MODEL": "old-embedder",
+            "MEMQ_EMBEDDER_DIMS": str(OLD_DIMS),
+            "MEMQ_EMBEDDER_BASE_URL": old.base_url,
+            "MEMQ_API_PORT": str(free_port()),
+            "MEMQ_API_ADMIN_KEY": admin_key(),
+        }
+        private = settings.model_copy(
+            update={
+                "es": settings.es.model_copy(update={"index_prefix": env["MEMQ_ES_INDEX_PREFIX"]}),
+                "queues": settings.queues.model_copy(
+                    update={"io": env["MEMQ_QUEUES_IO"], "cpu": env["MEMQ_QUEUES_CPU"],
+                            "backfill": env["MEMQ_QUEUES_BACKFILL"]}
+                ),
+            }
+        )  # fmt: skip
+        app = create_celery(private)
+        worker = WorkerProcess(env, tmp_path / "worker.log")
+        api = ApiProcess(env, tmp_path / "api.log")
+        try:
+            with (
+                running(worker, lambda: worker.wait_ready(app)),
+                running(api, api.wait_ready),
+                http_client(api.url, admin_key()) as admin,
+            ):
+                tenant = create_tenant(admin, api.url, "reprocess")
+                yield Stack(env, IndexNames(private.es.index_prefix), tenant, admin, new, tmp_path)
+                tenant.http.close()
+        finally:
+            app.close()
+            drop_indices(es, IndexNames(private.es.index_prefix))
+            for index in es.indices.get(index=f"{private.es.index_prefix}-*").body:
+                es.indices.delete(index=index)
+
+
+def reembed_options(stack: Stack, *extra: str) -> list[str]:
+    return [
+        "--reembed", "--embedder-model", "new-embedder", "--embedder-dims", str(NEW_DIMS),
+        "--embedder-base-url", stack.new.base_url, *extra,
+    ]  # fmt: skip
+
+
+def add(tenant: Tenant, text: str, user_id: str) -> str:
+    """Send one raw turn (a 503 while writes are paused is retried); its status URL."""
+    body = {"messages": text, "user_id": user_id, "infer": False}
+    while True:
+        response = tenant.http.post("/v1/memories", json=body)
+        if response.status_code == 503:
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+            continue
+        assert response.status_code == 202, response.text
+        return str(response.json()["status_url"])
+
+
+def finished(tenant: Tenant, url: str) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        job: dict[str, Any] = tenant.http.get(url).json()
+        terminal = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD)
+        return job if job["status"] in terminal else None
+
+    return wait_until(ended, "a job to end", 120)
+
+
+def seed(tenant: Tenant, count: int) -> dict[str, str]:
+    """``count`` memories of one user: text -> memory id."""
+    urls = {f"Seeded fact {i} about the {uuid.uuid4().hex[:8]} garden": "" for i in range(count)}
+    for text in urls:
+        urls[text] = add(tenant, text, "seeded")
+    ids = {}
+    for text, url in urls.items():
+        job = finished(tenant, url)
+        assert job["status"] == JobStatus.SUCCEEDED, job
+        ids[text] = job["results"][0]["id"]
+    return ids
+
+
+def top_hit(tenant: Tenant, text: str) -> str:
+    body = {"query": text, "user_id": "seeded", "top_k": 1}
+    response = tenant.http.post("/v1/memories/search", json=body)
+    assert response.status_code == 200, response.text
+    return str(response.json()["results"][0]["id"])
+
+
+@dataclass
+class Traffic:
+    """Adds and searches in threads until ``stop``; what each came to."""
+
+    tenant: Tenant
+    stop: threading.Event = field(default_factory=threading.Event)
+    added: dict[str, str] = field(default_factory=dict)  # text -> status URL
+    searches: int = 0
+    failed_searches: list[str] = field(default_factory=list)
+
+    def adding(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            text = f"Live fact {i} about the {uuid.uuid4().hex[:8]} orchard"
+            self.added[text] = add(self.tenant, text, "live")
+            i += 1
+            time.sleep(0.05)
+
+    def searching(self, texts: list[str]) -> None:
+        i = 0
+        while not self.stop.is_set():
+            body = {"query": texts[i % len(texts)], "user_id": "seeded", "top_k": 3}
+            response = self.tenant.http.post("/v1/memories/search", json=body)
+            self.searches += 1
+            if response.status_code != 200:
+                self.failed_searches.append(f"HTTP {response.status_code} {response.text[:200]}")
+            i += 1
+
+
+def test_a_dimension_change_loses_no_add_and_fails_no_search(
+    stack: Stack, es: Elasticsearch
+) -> None:
+    seeded = seed(stack.tenant, SEEDED)
+    traffic = Traffic(stack.tenant)
+    threads = [
+        threading.Thread(target=traffic.adding),
+        threading.Thread(target=traffic.searching, args=(list(seeded),)),
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1)
+    command = ReprocessProcess(stack.env, stack.logs / "reprocess.log",
+                               reembed_options(stack, "--rate", "100"))  # fmt: skip
+    command.start()
+    assert command.wait() == 0, command.tail()
+    time.sleep(3)  # traffic goes on after the swap
+    traffic.stop.set()
+    for thread in threads:
+        thread.join()
+    jobs = {text: finished(stack.tenant, url) for text, url in traffic.added.items()}
+    lost = [text for text, job in jobs.items() if job["status"] != JobStatus.SUCCEEDED]
+    assert lost == [], [jobs[t] for t in lost[:3]]
+    assert traffic.failed_searches == [], traffic.failed_searches[:3]
+    assert len(traffic.added) > 10 and traffic.searches > 10
+    listed = stack.tenant.http.get("/v1/memories", params={"user_id": "live", "page_size": 1000})
+    assert sorted(m["memory"] for m in listed.json()["results"]) == sorted(jobs)
+
+    # the version in use holds vectors of 128 dimensions, and says whose
+    mapping = es.indices.get_mapping(index=stack.names.memories).body
+    (body,) = mapping.values()
+    assert body["mappings"]["properties"]["embedding"]["dims"] == NEW_DIMS
+    status = stack.admin.get("/v1/admin/reprocess").json()
+    assert status["embedder"] == {"kind": "openai", "model": "new-embedder", "dims": NEW_DIMS,
+                                  "base_url": stack.new.base_url}  # fmt: skip
+    states = sorted((v["kind"], v["state"]) for v in status["versions"])
+    assert states == [("entities", "in use"), ("entities", "old"), ("memories", "in use"),
+                      ("memories", "old")]  # fmt: skip
+
+    # searches and new memories are embedded by the new endpoint now
+    stack.new.reset()
+    text, memory_id = next(iter(seeded.items()))
+    assert top_hit(stack.tenant, text) == memory_id
+    job = finished(stack.tenant, add(stack.tenant, "A fact added after the swap", "after"))
+    assert job["status"] == JobStatus.SUCCEEDED, job
+    embedded = [body["input"] for path, body in stack.new.requests if path.endswith("embeddings")]
+    assert [text] in embedded and ["A fact added after the swap"] in embedded
+
+    # each re-embedded memory's history says so, with the embedder
+    history = stack.tenant.http.get(f"/v1/memories/{memory_id}/history").json()
+    events = [(row["event"], row.get("new")) for row in history]
+    assert events[-1][0] == "REPROCESS", events
+
+    # the old version stays until --drop-old
+    dropper = ReprocessProcess(stack.env, stack.logs / "drop.log", ["--drop-old"])
+    dropper.start()
+    assert dropper.wait() == 0, dropper.tail()
+    status = stack.admin.get("/v1/admin/reprocess").json()
+    assert sorted(v["state"] for v in status["versions"]) == ["in use", "in use"]
+
+
+def test_a_killed_reprocess_resumes_where_it_was(stack: Stack, es: Elasticsearch) -> None:
+    seeded = seed(stack.tenant, SEEDED)
+    dry = subprocess.run(
+        ReprocessProcess(stack.env, stack.logs / "dry.log",
+                         reembed_options(stack, "--dry-run")).command(),
+        env=stack.env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert f"{SEEDED} memories" in dry.stderr and "0 LLM calls" in dry.stderr, dry.stderr
+    first = ReprocessProcess(stack.env, stack.logs / "first.log",
+                             reembed_options(stack, "--rate", "30"))  # fmt: skip
+    first.start()
+    target = f"{stack.names.memories}-v2-e"
+
+    def halfway() -> int | None:
+        builds = es.indices.get(index=f"{target}*", ignore_unavailable=True).body
+        if not builds:
+            return None
+        (build,) = builds
+        try:
+            held = int(es.count(index=build)["count"])
+        except ApiError:  # its shards are starting
+            return None
+        return held if held >= 30 else None
+
+    held = wait_until(halfway, "the build to be a quarter done", 60)
+    first.kill()
+    assert held < SEEDED
+    second = ReprocessProcess(stack.env, stack.logs / "second.log", reembed_options(stack))
+    second.start()
+    assert second.wait() == 0, second.tail()
+    log = (stack.logs / "second.log").read_text()
+    assert "memories:" in log
+    re_embedded = int(log.split("re-embedded ")[1].split(" ")[0])
+    entities = int(es.count(index=stack.names.entities)["count"])
+    assert re_embedded < SEEDED + entities  # the resumed run skipped what the first built
+    for text, memory_id in list(seeded.items())[:5]:
+        assert top_hit(stack.tenant, text) == memory_id
+    again = ReprocessProcess(stack.env, stack.logs / "again.log", reembed_options(stack))
+    again.start()
+    assert again.wait() == 2  # the version in use is of that embedder already
+    assert "already hold vectors of" in again.tail()
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        ([], "name a mode (--reembed)"),
+        (["--reembed", "--embedder-dims", "4"], "--embedder-dims must be 8..4096"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_touched(
+    settings: Settings, capsys: pytest.CaptureFixture[str], argv: list[str], complaint: str
+) -> None:
+    assert main(["reprocess", *argv]) == 2
+    assert complaint in capsys.readouterr().err
