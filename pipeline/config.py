@@ -368,9 +368,11 @@ class ApiConfig(_Section):
     search_slot_wait_s: float = Field(default=2.0, ge=0, le=30)
     # Units of costly search work per second, per tenant (pipeline/search_cost.py; 0: no
     # limit): what substring conditions, long in/nin lists, rerank and many hits add to a
-    # search. A plain search costs none; the costliest filter allowed costs 8, so 16 lets a
-    # tenant run it twice a second. Counted over the same windows as the rates above.
-    search_cost_per_s: int = Field(default=16, ge=0, le=1_000_000)
+    # search. A plain search costs none; the costliest filter allowed costs 8, so 8 lets a
+    # tenant run it once a second (twice as much let one tenant's flood of them push another's
+    # p95 to 1.7 times its quiet p95 on two cores: docs/BENCHMARKS.md, "Noisy neighbour").
+    # Counted over the same windows as the rates above.
+    search_cost_per_s: int = Field(default=8, ge=0, le=1_000_000)
     # How many memories mem0's page-number listing may skip to reach a page (it walks to it).
     page_walk_max: int = Field(default=10_000, ge=100, le=1_000_000)
     # How long an API process trusts a tenant key it has read (0: read it on every request).

@@ -236,12 +236,17 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--search-slots", type=int, default=None)
+    parser.add_argument(
+        "--search-cost-per-s", type=int, default=None, help="MEMQ_API_SEARCH_COST_PER_S"
+    )
     parser.add_argument("--price", type=int, default=0, metavar="ROUNDS")
     args = parser.parse_args()
     log_dir = Path("/tmp/memq-bench-noisy")
     env = {}
     if args.search_slots is not None:
         env["MEMQ_API_SEARCH_SLOTS_PER_TENANT"] = str(args.search_slots)
+    if args.search_cost_per_s is not None:
+        env["MEMQ_API_SEARCH_COST_PER_S"] = str(args.search_cost_per_s)
     if args.price:
         env |= {"MEMQ_API_SEARCH_COST_PER_S": "0", "MEMQ_API_RATE_SEARCH_PER_S": "0"}
     with running_stack(PREFIX, args.port, log_dir, args.keep, args.reuse, env=env) as stack:
