@@ -208,10 +208,26 @@ NO_JAVA_HINT="Elasticsearch $ES_VERSION needs Java 21+ and this machine has none
 
 # The local model server the tests run (tests/llamaserver.py): llama-cpp-python, which PyPI has
 # as source only. Its wheel is built once per machine into the cache, CPU only and without the
-# multimodal library, for this CPU (-march=native: the cache is this machine's alone), and reused
-# by every ops/install after that.
-LLAMA_WHEEL_DIR="$MEMQ_CACHE_DIR/wheels"
-LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DGGML_BLAS=OFF"
+# multimodal library, and reused by every ops/install after that.
+#
+# llama_cpu_args -> the instruction sets to build for: on x86-64, those of AVX, AVX2, FMA and
+# F16C that /proc/cpuinfo lists, and nothing beyond. Not -march=native: a virtual machine may list
+# extensions its host does not run (AVX-512 variants, AMX), and the server then dies of an illegal
+# instruction at its first token.
+llama_cpu_args() {
+  local flags args="-DGGML_NATIVE=OFF" feature
+  if [ "$(uname -m)" = x86_64 ]; then
+    flags=" $(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1) "
+    for feature in avx avx2 fma f16c; do
+      [[ "$flags" == *" $feature "* ]] && args+=" -DGGML_${feature^^}=ON"
+    done
+  fi
+  echo "$args"
+}
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DGGML_OPENMP=OFF -DGGML_BLAS=OFF $(llama_cpu_args)"
+# one cache folder per build configuration: a wheel built otherwise (an earlier -march=native
+# one included) is never taken for this one
+LLAMA_WHEEL_DIR="$MEMQ_CACHE_DIR/wheels/$(printf '%s' "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)"
 
 # llama_cpp_version -> the version ops/constraints.txt pins.
 llama_cpp_version() {
@@ -230,9 +246,10 @@ ensure_llama_wheel() {
   mkdir -p "$LLAMA_WHEEL_DIR" "$MEMQ_LOG_DIR"
   tmp="$(mktemp -d "$LLAMA_WHEEL_DIR/.build.XXXXXX")"
   started="$(date +%s)"
-  # the wheel reaches the cache whole or not at all: built beside it, then renamed into it
+  # the wheel reaches the cache whole or not at all: built beside it, then renamed into it; never
+  # from pip's own cache of built wheels, which does not tell one build configuration from another
   if CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-    "$python" -m pip wheel --no-deps --no-binary llama-cpp-python -w "$tmp" \
+    "$python" -m pip wheel --no-deps --no-cache-dir --no-binary llama-cpp-python -w "$tmp" \
     "llama-cpp-python==$version" >"$MEMQ_LOG_DIR/llama-wheel.log" 2>&1; then
     mv "$tmp"/llama_cpp_python-*.whl "$LLAMA_WHEEL_DIR"/
     rm -rf "$tmp"

@@ -13,8 +13,11 @@ Structured outputs: a call with a ``reply_model`` asks for ``response_format`` o
 ``json_schema`` (the pydantic model's JSON schema, strict). A server that refuses it (a 4xx
 naming ``response_format`` or ``json_schema``: older vLLM, llama.cpp builds, some gateways; or
 llama-cpp-python's server, which answers its request validation errors with a 500 naming both) is
-asked again in JSON mode, and the adapter remembers the refusal, so each process pays for the
-discovery once; the parser's repair covers what JSON mode lets through. A JSON reply the server
+asked again in JSON mode with the schema beside it (``{"type": "json_object", "schema": ...}``,
+which llama.cpp's server and llama-cpp-python's turn into a grammar the reply must follow), and,
+should the server refuse that too, in plain JSON mode. The adapter remembers each refusal, so
+each process pays for the discovery once; the parser's repair covers what JSON mode lets
+through. A JSON reply the server
 cut off (``finish_reason`` ``length``: ``config.max_tokens`` or the context window reached) is a
 ``PermanentError`` naming that, not a parse failure: asked again, the model writes the same.
 """
@@ -117,6 +120,8 @@ class OpenAILLM:
         self._observer = observer
         # None: not known yet; False: the server refused json_schema once (never asked again)
         self.structured_outputs: bool | None = None
+        # the same for a schema beside JSON mode, asked only once json_schema was refused
+        self.schema_in_json_mode: bool | None = None
         self.limit = AdaptiveLimit(config.max_concurrency)
         self._client = openai.OpenAI(
             api_key=_resolve_key(config, api_key),
@@ -146,6 +151,17 @@ class OpenAILLM:
             else:
                 self.structured_outputs = True
                 return text
+        if reply_model is not None and self.schema_in_json_mode is not False:
+            constrained = json_mode_format(reply_model)
+            try:
+                text = self._with_retries(lambda: self._create(wire, constrained, usage))
+            except PermanentError as exc:
+                if not refuses_structured_outputs(exc, "schema"):
+                    raise
+                self._remember_schema_refusal(exc)
+            else:
+                self.schema_in_json_mode = True
+                return text
         return self._with_retries(lambda: self._create(wire, JSON_MODE, usage))
 
     def describe_image(self, image_url: str, prompt: str, usage: TokenUsage | None = None) -> str:
@@ -162,6 +178,15 @@ class OpenAILLM:
                 exc.reason,
             )
         self.structured_outputs = False
+
+    def _remember_schema_refusal(self, exc: PermanentError) -> None:
+        if self.schema_in_json_mode is not False:
+            _LOG.warning(
+                "LLM %s refused a schema in JSON mode (%s); using plain JSON mode from now on",
+                self._config.model,
+                exc.reason,
+            )
+        self.schema_in_json_mode = False
 
     def close(self) -> None:
         """Release the HTTP connection pool."""
@@ -253,21 +278,29 @@ def json_schema_format(reply_model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-def refuses_structured_outputs(exc: PermanentError) -> bool:
-    """True when ``exc`` is the server refusing ``json_schema`` itself (see ``_refusal``)."""
+@lru_cache(maxsize=32)
+def json_mode_format(reply_model: type[BaseModel]) -> dict[str, Any]:
+    """JSON mode with ``reply_model``'s schema beside it: llama.cpp's servers constrain the
+    reply to it; a server that ignores the key gives plain JSON mode."""
+    return {"type": "json_object", "schema": reply_model.model_json_schema()}
+
+
+def refuses_structured_outputs(exc: PermanentError, what: str = "json_schema") -> bool:
+    """True when ``exc`` is the server refusing the ``response_format`` asked (``what``: the
+    ``json_schema`` type, or the ``schema`` beside JSON mode; see ``_refusal``)."""
     cause = exc.__cause__
-    return isinstance(cause, openai.APIStatusError) and _refusal(cause)
+    return isinstance(cause, openai.APIStatusError) and _refusal(cause, what)
 
 
-def _refusal(exc: openai.APIStatusError) -> bool:
+def _refusal(exc: openai.APIStatusError, what: str) -> bool:
     """A client error whose message names the parameter (not a bad key, a wrong model, or a
-    prompt too long); or a 500 naming both ``response_format`` and ``json_schema``:
+    prompt too long); or a 500 naming both ``response_format`` and ``what``:
     llama-cpp-python's server reports its request validation errors as 500s, and this one
     will not pass by retrying."""
     text = f"{exc.message} {exc.body}".lower()
     if exc.status_code in _REFUSAL_STATUS:
-        return any(word in text for word in _REFUSAL_WORDS)
-    return exc.status_code == 500 and "response_format" in text and "json_schema" in text
+        return any(word in text for word in (*_REFUSAL_WORDS, what))
+    return exc.status_code == 500 and "response_format" in text and what in text
 
 
 def _tokens(completion: object) -> tuple[int, int]:
@@ -360,7 +393,7 @@ def openai_errors(what: str) -> Iterator[None]:
 def _status_error(what: str, exc: openai.APIStatusError) -> TransientError | PermanentError:
     status = exc.status_code
     reason = f"{what}: HTTP {status}: {_server_message(exc)}"
-    if (status >= 500 or status in _RETRYABLE_STATUS) and not _refusal(exc):
+    if (status >= 500 or status in _RETRYABLE_STATUS) and not _refusal(exc, "schema"):
         return TransientError(reason, retry_after_s=_retry_after(exc), throttled=status == 429)
     return PermanentError(reason)
 

@@ -28,6 +28,7 @@ from pipeline.llm.openai_llm import (
     NO_BACKOFF,
     LLMCall,
     OpenAILLM,
+    json_mode_format,
     json_schema_format,
 )
 from pipeline.llm.parse import FactsReply, parse_json_object
@@ -292,10 +293,35 @@ def test_a_server_refusing_json_schema_falls_back_to_json_mode_once(
     assert (first, later) == (REPLY, ['{"memory": []}'] * 2)
     assert len(server.refused_requests()) == 1  # asked once, remembered afterwards
     served = server.chat_requests()
-    assert [r["response_format"] for r in served] == [{"type": "json_object"}] * 3
-    assert llm.structured_outputs is False
+    # JSON mode, with the schema beside it for servers that constrain to it (llama.cpp's)
+    assert [r["response_format"] for r in served] == [json_mode_format(FactsReply)] * 3
+    assert json_mode_format(FactsReply)["type"] == "json_object"
+    assert llm.structured_outputs is False and llm.schema_in_json_mode is True
     warnings = [r.getMessage() for r in caplog.records if r.name == "memq.llm"]
     assert len(warnings) == 1 and "structured outputs" in warnings[0]
+
+
+def test_a_server_refusing_the_schema_in_json_mode_falls_back_to_plain_json_mode_once(
+    server: FakeLLMServer, make_llm: MakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.script_chat(
+        Fail(400, "response_format: type json_schema is not supported"),
+        Fail(400, "response_format.schema: extra inputs are not permitted"),
+        REPLY,
+        REPLY,
+    )
+    llm = make_llm()
+
+    with caplog.at_level(logging.WARNING, logger="memq.llm"):
+        replies = [llm.complete_json(MESSAGES, reply_model=FactsReply) for _ in range(2)]
+
+    assert replies == [REPLY, REPLY]
+    formats = [r["response_format"] for r in server.chat_requests()]
+    assert [f["type"] for f in formats] == ["json_schema", *["json_object"] * 3]
+    assert "schema" in formats[1] and formats[2:] == [{"type": "json_object"}] * 2
+    assert llm.structured_outputs is False and llm.schema_in_json_mode is False
+    warnings = [r.getMessage() for r in caplog.records if r.name == "memq.llm"]
+    assert len(warnings) == 2 and "schema in JSON mode" in warnings[1], warnings
 
 
 def test_another_client_error_is_not_taken_for_a_refusal(
