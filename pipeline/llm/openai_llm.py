@@ -147,7 +147,9 @@ class OpenAILLM:
             except PermanentError as exc:
                 if not refuses_structured_outputs(exc):
                     raise
-                self._remember_refusal(exc)
+                self.structured_outputs = self._refused(
+                    self.structured_outputs, "structured outputs", "JSON mode", exc
+                )
             else:
                 self.structured_outputs = True
                 return text
@@ -158,7 +160,9 @@ class OpenAILLM:
             except PermanentError as exc:
                 if not refuses_structured_outputs(exc, "schema"):
                     raise
-                self._remember_schema_refusal(exc)
+                self.schema_in_json_mode = self._refused(
+                    self.schema_in_json_mode, "a schema in JSON mode", "plain JSON mode", exc
+                )
             else:
                 self.schema_in_json_mode = True
                 return text
@@ -170,23 +174,20 @@ class OpenAILLM:
         wire = [_to_wire(message)]
         return self._with_retries(lambda: self._create(wire, None, usage))
 
-    def _remember_refusal(self, exc: PermanentError) -> None:
-        if self.structured_outputs is not False:
+    def _refused(
+        self, known: bool | None, refused: str, fallback: str, exc: PermanentError
+    ) -> Literal[False]:
+        """A refusal remembered: the new value of its flag (``known``, the flag's value now:
+        the warning is logged by the first call to meet the refusal only)."""
+        if known is not False:
             _LOG.warning(
-                "LLM %s refused structured outputs (%s); using JSON mode from now on",
+                "LLM %s refused %s (%s); using %s from now on",
                 self._config.model,
+                refused,
                 exc.reason,
+                fallback,
             )
-        self.structured_outputs = False
-
-    def _remember_schema_refusal(self, exc: PermanentError) -> None:
-        if self.schema_in_json_mode is not False:
-            _LOG.warning(
-                "LLM %s refused a schema in JSON mode (%s); using plain JSON mode from now on",
-                self._config.model,
-                exc.reason,
-            )
-        self.schema_in_json_mode = False
+        return False
 
     def close(self) -> None:
         """Release the HTTP connection pool."""
