@@ -52,12 +52,12 @@ from pipeline.store.indices import (
 )
 from pipeline.store.reindex import (
     PAGE_SIZE,
-    address,
     delete_gone,
     pages,
     raise_item_errors,
     single_index,
     versions,
+    write_copies,
 )
 from pipeline.store.routing import history_routing
 
@@ -225,16 +225,15 @@ def write_embedded(
     embedder: Embedder,
     spec: EmbedderSpec,
 ) -> None:
-    """Write ``hits`` into ``target`` with new vectors and their source version (a 409: the
-    build holds a newer one already); a memory's ``REPROCESS`` history row beside it."""
+    """Write ``hits`` into ``target`` with new vectors, as ``memq reindex`` copies them (their
+    source version, routing; a 409: the build holds a newer one already); a memory's
+    ``REPROCESS`` history row beside it."""
     vectors = embedder.embed([text_of(kind, h["_source"]) for h in hits])
-    ops: list[dict[str, Any]] = []
-    for hit, vector in zip(hits, vectors, strict=True):
-        header = address(target, hit) | {"version": hit["_version"], "version_type": "external"}
-        ops += [{"index": header}, {**hit["_source"], "embedding": vector}]
-    with es_errors(f"write into {target}"):
-        body = client.bulk(operations=ops).body
-    raise_item_errors(body, f"write into {target}", allowed=frozenset({409}))
+    embedded = [
+        {**hit, "_source": {**hit["_source"], "embedding": vector}}
+        for hit, vector in zip(hits, vectors, strict=True)
+    ]
+    write_copies(client, kind, target, embedded)
     if kind is Kind.MEMORIES:
         write_history(client, target, hits, spec)
 
