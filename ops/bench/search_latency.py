@@ -51,10 +51,12 @@ from mem0_compare import Endpoints, mem0_config, percentile, serve
 
 from pipeline.config import Settings
 from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.embedding.versioned import IndexEmbedder
 from pipeline.models import Scope, entity_id, md5_hex, memory_id
 from pipeline.nlp.entities import extract_entities
 from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.phases.link import normalize_entity
+from pipeline.protocols import Embedder
 from pipeline.search import Searcher, SearchQuery
 from pipeline.store.client import make_client
 from pipeline.store.elastic import scope_filter
@@ -592,12 +594,20 @@ def fresh_runtime(prefix: str) -> Runtime:
     return runtime
 
 
+def local_minilm(embedder: Embedder) -> MiniLMEmbedder:
+    """The local MiniLM memq embeds with (behind the embedder that follows the index version),
+    for the pool and the floor."""
+    if isinstance(embedder, IndexEmbedder):
+        embedder = embedder.models().embedder
+    if not isinstance(embedder, MiniLMEmbedder):
+        raise SystemExit("search_latency: memq did not build the local MiniLM embedder")
+    return embedder
+
+
 def prepare(rng: random.Random, size: int) -> Bench:
     """memq on empty indices, the pool embedded, and `size` memories drawn (not yet written)."""
     runtime = fresh_runtime(MEMQ_PREFIX)
-    embedder = runtime.deps.embedder
-    if not isinstance(embedder, MiniLMEmbedder):
-        raise SystemExit("search_latency: memq did not build the local MiniLM embedder")
+    embedder = local_minilm(runtime.deps.embedder)
     pool = build_pool(embedder, sentence_pool(rng))
     names = sorted(pool.entity_text)
     entity_vectors = dict(

@@ -48,10 +48,17 @@ from typing import Any
 import httpx
 from api_stack import Stack
 from mem0_compare import percentile
-from search_latency import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, questions
+from search_latency import (
+    MEMQ_PREFIX,
+    SCOPE,
+    SEED,
+    TOP_K,
+    floor_search,
+    local_minilm,
+    questions,
+)
 
 from pipeline.config import Settings
-from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.nlp.timeexpr import periods
 from pipeline.search import Searcher, SearchQuery
 from pipeline.services import Services
@@ -154,8 +161,7 @@ def same_ranking(a: Searcher, b: Searcher, asked: list[str]) -> int:
 
 def floor(services: Services) -> Search:
     """search_latency's floor: embed in process, then one bare kNN request."""
-    embedder = services.searcher.embedder
-    assert isinstance(embedder, MiniLMEmbedder)
+    embedder = local_minilm(services.searcher.embedder)
     return floor_search(services.store.client, embedder, services.store.names.memories)
 
 
