@@ -34,7 +34,15 @@ COLOURED_EXTRAS = ("color_message",)
 # an ANSI escape sequence (CSI, such as a colour, or a two-character one), or a lone ESC
 ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[0-~])?")
 # Client libraries that log every request at INFO: quiet unless the level is DEBUG.
-CHATTY_LOGGERS = ("elastic_transport", "httpx", "httpcore", "urllib3", "openai")
+CHATTY_LOGGERS = (
+    "elastic_transport",
+    "httpx",
+    "httpx2",  # the openai SDK's HTTP client
+    "httpcore",
+    "httpcore2",
+    "urllib3",
+    "openai",
+)
 _CONTEXT: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("memq_log_context")
 
 

@@ -194,10 +194,19 @@ def delete_gone(client: Elasticsearch, source: str, target: str) -> int:
 
 
 def pages(
-    client: Elasticsearch, index: str, with_source: bool, size: int = PAGE_SIZE
+    client: Elasticsearch,
+    index: str,
+    with_source: bool | list[str],
+    size: int = PAGE_SIZE,
+    query: dict[str, Any] | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
-    """Every document of ``index`` from one point in time, a page at a time, with its version
-    and routing (and its whole source, vectors included, when ``with_source``)."""
+    """Every document of ``index`` (matching ``query``: all by default) from one point in
+    time, a page at a time, with its version and routing (and its whole source, vectors
+    included, when ``with_source`` is True; those fields only when it lists some)."""
+    if isinstance(with_source, list):
+        source: Any = with_source
+    else:
+        source = {"exclude_vectors": False} if with_source else False
     with es_errors(f"open a point in time over {index}"):
         pit = client.open_point_in_time(index=index, keep_alive=KEEP_ALIVE)["id"]
     try:
@@ -205,11 +214,11 @@ def pages(
         while True:
             body: dict[str, Any] = {
                 "size": size,
-                "query": {"match_all": {}},
+                "query": query or {"match_all": {}},
                 "sort": [{"_shard_doc": "asc"}],
                 "pit": {"id": pit, "keep_alive": KEEP_ALIVE},
                 "version": True,
-                "_source": {"exclude_vectors": False} if with_source else False,
+                "_source": source,
                 "track_total_hits": False,
             }
             if after is not None:

@@ -169,16 +169,23 @@ def reembed(
 
 
 def prepare_build(
-    client: Elasticsearch, source: str, target: str, kind: Kind, spec: EmbedderSpec
+    client: Elasticsearch,
+    source: str,
+    target: str,
+    kind: Kind,
+    spec: EmbedderSpec,
+    *,
+    reprocess: dict[str, Any] | None = None,
 ) -> None:
     """Make the build of ``kind`` (with the source's shard and replica counts), or keep the
-    one a stopped run left."""
+    one a stopped run left. ``reprocess``: what its ``_meta.reprocess`` says besides its
+    source (default: a re-embedding)."""
     with es_errors(f"look for {target}"):
         if client.indices.exists(index=target):
             return
         settings = client.indices.get_settings(index=source).body[source]["settings"]["index"]
     mapping = mappings(kind, spec.dims, spec.meta())
-    mapping["_meta"]["reprocess"] = {"mode": REEMBED, "source": source}
+    mapping["_meta"]["reprocess"] = (reprocess or {"mode": REEMBED}) | {"source": source}
     with es_errors(f"create {target}"):
         client.indices.create(
             index=target,
@@ -235,7 +242,7 @@ def write_embedded(
     ]
     write_copies(client, kind, target, embedded)
     if kind is Kind.MEMORIES:
-        write_history(client, target, hits, spec)
+        write_history(client, target, hits, f"{REEMBED} with {spec.describe()}")
 
 
 def text_of(kind: Kind, source: dict[str, Any]) -> str:
@@ -245,9 +252,10 @@ def text_of(kind: Kind, source: dict[str, Any]) -> str:
 
 
 def write_history(
-    client: Elasticsearch, target: str, hits: list[dict[str, Any]], spec: EmbedderSpec
+    client: Elasticsearch, target: str, hits: list[dict[str, Any]], note: str
 ) -> None:
-    """One ``REPROCESS`` row per memory and build (created once: a resumed run adds none)."""
+    """One ``REPROCESS`` row per memory and build (created once: a resumed run adds none),
+    ``note`` saying how it was rebuilt."""
     alias = target.split(f"-{Kind.MEMORIES.value}-", maxsplit=1)[0] + f"-{Kind.HISTORY.value}"
     now = utcnow().isoformat()
     ops: list[dict[str, Any]] = []
@@ -266,7 +274,7 @@ def write_history(
                 "job_id": f"reprocess:{target}",
                 "actor": "reprocess",
                 "old": source.get("text"),
-                "new": f"{REEMBED} with {spec.describe()}",
+                "new": note,
                 "created_at": now,
             }
         )

@@ -296,7 +296,7 @@ def test_a_killed_reprocess_resumes_where_it_was(stack: Stack, es: Elasticsearch
 @pytest.mark.parametrize(
     ("argv", "complaint"),
     [
-        ([], "name a mode (--reembed)"),
+        ([], "name a mode (--reembed or --reextract)"),
         (["--reembed", "--embedder-dims", "4"], "--embedder-dims must be 8..4096"),
     ],
 )
