@@ -118,20 +118,6 @@ def count_jobs(client: Elasticsearch, names: IndexNames, tenant: str | None) -> 
     return jobs, messages
 
 
-def messages_of(
-    client: Elasticsearch, names: IndexNames, tenant: str | None
-) -> Iterator[list[dict[str, Any]]]:
-    """The stored messages of ``tenant`` (``content`` only), a page at a time: what a dry
-    run counts the tokens of."""
-    where = [{"term": {"kind": "message"}}, *tenant_filter(tenant)]
-    yield from pages(
-        client,
-        names.messages,
-        with_source=["content"],
-        query={"bool": {"filter": where}},
-    )
-
-
 def messages_before(
     client: Elasticsearch, names: IndexNames, scope: Scope, *, at: datetime, job_id: str, limit: int
 ) -> list[ContextMessage]:
@@ -209,17 +195,6 @@ def memory_jobs(client: Elasticsearch, index: str, tenant: str | None) -> set[st
         after = found.get("after_key")
         if after is None or not found["buckets"]:
             return jobs
-
-
-def jobs_known(client: Elasticsearch, names: IndexNames, job_ids: Sequence[str]) -> set[str]:
-    """Which of ``job_ids`` have a record."""
-    known: set[str] = set()
-    for start in range(0, len(job_ids), PAGE_SIZE):
-        chunk = list(job_ids[start : start + PAGE_SIZE])
-        with es_errors("look up job records"):
-            docs = client.mget(index=names.jobs, ids=chunk, source=False).body["docs"]
-        known.update(d["_id"] for d in docs if d.get("found"))
-    return known
 
 
 def copy_matching(
