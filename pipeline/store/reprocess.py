@@ -38,10 +38,11 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.embedding.versioned import EmbedderSpec
-from pipeline.errors import InvalidInputError
+from pipeline.errors import ConflictError, InvalidInputError
 from pipeline.models import history_id, utcnow
 from pipeline.nlp.speaker import embedding_text
 from pipeline.protocols import Embedder
+from pipeline.store.build_progress import BuildProgress, MetaSink, ProgressWriter, Stage
 from pipeline.store.client import es_errors
 from pipeline.store.indices import (
     SCHEMA_VERSION,
@@ -143,29 +144,72 @@ def reembed(
     names = IndexNames(config.index_prefix)
     pace = Pace(rate_per_s)
     sources = {kind: single_index(client, names.alias(kind)) for kind in KINDS}
-    targets = {kind: f"{names.alias(kind)}-v{SCHEMA_VERSION}-e{spec.digest}" for kind in KINDS}
-    if sources[Kind.MEMORIES] == targets[Kind.MEMORIES]:
-        raise InvalidInputError(f"the indices already hold vectors of {spec.describe()}")
+    targets = check_new(client, names, spec)
     for kind in KINDS:
         prepare_build(client, sources[kind], targets[kind], kind, spec)
-    done = Reembedded(sources, targets)
-    for kind in KINDS:
-        done.synced[kind] = sync(
+    report = ProgressWriter(MetaSink(client, list(targets.values())), REEMBED)
+    try:
+        done = rebuild(
             client,
-            kind,
-            sources[kind],
-            targets[kind],
+            Reembedded(sources, targets),
             embedder=embedder,
             spec=spec,
             pace=pace,
             progress=progress,
+            report=report,
+            names=names,
         )
-    switch(client, names, done, embedder=embedder, spec=spec, progress=progress)
+    except BaseException as exc:
+        report.failed(exc)
+        raise
     put_templates(client, config, spec.dims, spec.meta())
     if drop_old:
         with es_errors("drop the old versions"):
             client.indices.delete(index=",".join(sources.values()))
     return Reembedded(sources, targets, done.synced, drop_old)
+
+
+def build_names(names: IndexNames, spec: EmbedderSpec) -> dict[Kind, str]:
+    """The build of each kind for ``spec``: named by its digest, so a rerun finds it."""
+    return {kind: f"{names.alias(kind)}-v{SCHEMA_VERSION}-e{spec.digest}" for kind in KINDS}
+
+
+def check_new(client: Elasticsearch, names: IndexNames, spec: EmbedderSpec) -> dict[Kind, str]:
+    """The builds a re-embedding with ``spec`` would fill; ``ConflictError`` when the
+    version in use is of ``spec`` already."""
+    targets = build_names(names, spec)
+    if single_index(client, names.memories) == targets[Kind.MEMORIES]:
+        raise ConflictError(f"the indices already hold vectors of {spec.describe()}")
+    return targets
+
+
+def rebuild(
+    client: Elasticsearch,
+    done: Reembedded,
+    *,
+    embedder: Embedder,
+    spec: EmbedderSpec,
+    pace: Pace,
+    progress: Progress,
+    report: ProgressWriter,
+    names: IndexNames,
+) -> Reembedded:
+    """Sync each kind's build, then switch; ``report`` told of each page and stage."""
+    for kind in KINDS:
+        done.synced[kind] = sync(
+            client,
+            kind,
+            done.sources[kind],
+            done.targets[kind],
+            embedder=embedder,
+            spec=spec,
+            pace=pace,
+            progress=progress,
+            report=report,
+        )
+    switch(client, names, done, embedder=embedder, spec=spec, progress=progress, report=report)
+    report.stage(Stage.SWITCHED)
+    return done
 
 
 def prepare_build(
@@ -200,8 +244,10 @@ def sync(
     spec: EmbedderSpec,
     pace: Pace,
     progress: Progress = lambda _: None,
+    report: ProgressWriter | None = None,
 ) -> Synced:
-    """Embed into ``target`` each document of ``source`` it lacks at its version."""
+    """Embed into ``target`` each document of ``source`` it lacks at its version; ``report``
+    told of each page (the catch-up passes none: its stage says enough)."""
     synced = Synced()
     total = count(client, source)
     for hits in pages(client, source, with_source=True, size=pace.page_size()):
@@ -213,6 +259,8 @@ def sync(
         synced.held += len(hits) - len(stale)
         pace.after(len(stale))
         progress(f"{kind.value}: {synced.embedded + synced.held}/{total} in {target}")
+        if report is not None:
+            report.advance(kind.value, synced.embedded + synced.held, total)
     return synced
 
 
@@ -283,6 +331,7 @@ def switch(
     embedder: Embedder,
     spec: EmbedderSpec,
     progress: Progress,
+    report: ProgressWriter | None = None,
 ) -> None:
     """Pause writes to the sources, bring the builds level, move both aliases at once."""
     sources = ",".join(done.sources.values())
@@ -293,6 +342,8 @@ def switch(
         actions: list[dict[str, Any]] = []
         for kind in KINDS:
             source, target = done.sources[kind], done.targets[kind]
+            if report is not None:
+                report.stage(Stage.CATCH_UP, kind.value)
             again = sync(
                 client, kind, source, target, embedder=embedder, spec=spec, pace=Pace(None)
             )
@@ -336,6 +387,7 @@ class Version:
     state: str  # "in use", "building" (a build of the version in use), "old"
     documents: int
     embedder: dict[str, Any] | None  # None: the settings' embedder (made before specs)
+    progress: BuildProgress | None = None  # a reprocess's last word on this version's build
 
 
 def versions_of(client: Elasticsearch, names: IndexNames) -> dict[Kind, list[Version]]:
@@ -354,9 +406,11 @@ def versions_of(client: Elasticsearch, names: IndexNames) -> dict[Kind, list[Ver
 
 
 def version_of(index: str, meta: dict[str, Any], current: str, documents: int) -> Version:
-    building = meta.get("reprocess", {}).get("source") == current
+    reprocess = meta.get("reprocess", {})
+    building = reprocess.get("source") == current
     state = "in use" if index == current else "building" if building else "old"
-    return Version(index, state, documents, meta.get("embedder"))
+    progress = BuildProgress.from_meta(reprocess.get("progress"))
+    return Version(index, state, documents, meta.get("embedder"), progress)
 
 
 def drop_old(client: Elasticsearch, names: IndexNames) -> list[str]:
