@@ -15,8 +15,9 @@ import sys
 import time
 
 from pipeline.config import Settings
-from pipeline.embedding.versioned import EmbedderSpec, settings_models
+from pipeline.embedding.versioned import EmbedderSpec
 from pipeline.errors import InvalidInputError, MemqError, TransientError
+from pipeline.reprocess import ReprocessRun, embedder_spec
 
 EXIT_BAD_INPUT = 2
 
@@ -26,51 +27,65 @@ def say(line: str) -> None:
 
 
 def run_reprocess(settings: Settings, args: argparse.Namespace) -> int:
-    """Re-embed (or plan it, or only drop old versions); one line per step on stderr."""
+    """Re-embed (or plan it, or only drop old versions, or show the status); one line per
+    step on stderr."""
     from pipeline.store.client import make_client
     from pipeline.store.indices import IndexNames
-    from pipeline.store.reprocess import drop_old, plan
+    from pipeline.store.reprocess import drop_old
 
-    client = make_client(settings.es)
-    names = IndexNames(settings.es.index_prefix)
+    if args.status:
+        print_status(settings)
+        return 0
     if not args.reembed:
         if not args.drop_old:
-            say("name a mode (--reembed), or --drop-old alone to delete old versions")
+            say("name a mode (--reembed), --drop-old alone to delete old versions, or --status")
             return EXIT_BAD_INPUT
-        say(f"dropped {', '.join(drop_old(client, names)) or 'nothing'}")
+        names = IndexNames(settings.es.index_prefix)
+        say(f"dropped {', '.join(drop_old(make_client(settings.es), names)) or 'nothing'}")
         return 0
     try:
-        spec = spec_of(settings, args)
+        run = ReprocessRun(spec_of(settings, args), args.rate, args.drop_old)
     except InvalidInputError as exc:
         say(exc.reason)
         return EXIT_BAD_INPUT
     if args.dry_run:
-        cost = plan(client, names, spec.config(settings.embedder).batch_size)
+        from pipeline.reprocess import plan_of
+
+        cost = plan_of(settings, run)
         say(
             f"dry run: {cost.memories} memories and {cost.entities} entities to embed with "
-            f"{spec.describe()}: {cost.embedding_calls} embedding calls, "
+            f"{run.spec.describe()}: {cost.embedding_calls} embedding calls, "
             f"{cost.llm_calls} LLM calls, {cost.llm_tokens} LLM tokens"
         )
         return 0
-    return reembed_now(settings, spec, args)
+    return reembed_now(settings, run)
 
 
-def reembed_now(settings: Settings, spec: EmbedderSpec, args: argparse.Namespace) -> int:
+def print_status(settings: Settings) -> None:
+    """The versions of the memories and entities and each build's progress, on stdout."""
     from pipeline.store.client import make_client
-    from pipeline.store.reprocess import reembed
+    from pipeline.store.indices import IndexNames
+    from pipeline.store.reprocess import versions_of
 
-    embedder = settings_models(settings)(spec).embedder
+    found = versions_of(make_client(settings.es), IndexNames(settings.es.index_prefix))
+    for kind, versions in found.items():
+        for version in versions:
+            line = f"{kind.value:9} {version.state:9} {version.index} {version.documents} docs"
+            if (progress := version.progress) is not None:
+                line += f"; {progress.mode} {progress.stage}"
+                if progress.kind:
+                    line += f" {progress.kind} {progress.done}/{progress.total}"
+                line += f", updated {progress.updated_at}"
+                line += f" ({progress.reason})" if progress.reason else ""
+            print(line)
+
+
+def reembed_now(settings: Settings, run: ReprocessRun) -> int:
+    from pipeline.reprocess import run_reprocess as run_it
+
     started = time.monotonic()
     try:
-        done = reembed(
-            make_client(settings.es),
-            settings.es,
-            spec,
-            embedder,
-            rate_per_s=args.rate,
-            progress=say,
-            drop_old=args.drop_old,
-        )
+        done = run_it(settings, run, progress=say)
     except InvalidInputError as exc:
         say(exc.reason)
         return EXIT_BAD_INPUT
@@ -83,24 +98,19 @@ def reembed_now(settings: Settings, spec: EmbedderSpec, args: argparse.Namespace
     embedded = sum(s.embedded for s in done.synced.values())
     elapsed = time.monotonic() - started
     kept = "" if done.dropped else f"; old versions kept: {', '.join(done.sources.values())}"
-    say(f"re-embedded {embedded} documents in {elapsed:.1f} s with {spec.describe()}{kept}")
+    say(f"re-embedded {embedded} documents in {elapsed:.1f} s with {run.spec.describe()}{kept}")
     return 0
 
 
 def spec_of(settings: Settings, args: argparse.Namespace) -> EmbedderSpec:
     """The embedder asked for: the flags given, the rest from ``MEMQ_EMBEDDER_*``."""
-    base = EmbedderSpec.of(settings.embedder)
-    kind = args.embedder_kind or base.kind
-    if kind not in {"local", "openai"}:
-        raise InvalidInputError("--embedder-kind must be local or openai", field="embedder_kind")
-    dims = args.embedder_dims or base.dims
-    if not 8 <= dims <= 4096:
-        raise InvalidInputError("--embedder-dims must be 8..4096", field="embedder_dims")
-    return EmbedderSpec(
-        kind=kind,
-        model=args.embedder_model or base.model,
-        dims=dims,
-        base_url=args.embedder_base_url or base.base_url,
+    return embedder_spec(
+        settings,
+        args.embedder_kind,
+        args.embedder_model,
+        args.embedder_dims,
+        args.embedder_base_url,
+        label="--embedder-",
     )
 
 
@@ -129,5 +139,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     command.add_argument("--dry-run", action="store_true", help="report the cost, change nothing")
     command.add_argument(
         "--drop-old", action="store_true", help="delete the versions out of the aliases"
+    )
+    command.add_argument(
+        "--status", action="store_true", help="show the versions and each build's progress"
     )
     command.set_defaults(handler=run_reprocess)

@@ -1,0 +1,105 @@
+"""A reprocess as every surface asks for it (``memq reprocess``, ``POST /v1/admin/reprocess``,
+the explorer's admin page, the worker task): the embedder asked for, checked once, the plan
+of a dry run, and the run itself over ``pipeline.store.reprocess``. Nothing here knows who
+runs it or how it is queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.config import Settings
+from pipeline.embedding.versioned import EmbedderSpec, settings_models
+from pipeline.errors import InvalidInputError
+from pipeline.store.client import make_client
+from pipeline.store.indices import IndexNames, Kind
+from pipeline.store.reprocess import REEMBED, Plan, Progress, Reembedded, check_new, plan, reembed
+
+EMBEDDER_KINDS = ("local", "openai")
+MIN_DIMS, MAX_DIMS = 8, 4096
+
+
+def embedder_spec(
+    settings: Settings,
+    kind: str | None = None,
+    model: str | None = None,
+    dims: int | None = None,
+    base_url: str | None = None,
+    *,
+    label: str = "embedder.",
+) -> EmbedderSpec:
+    """The embedder asked for: the fields given, the rest from ``MEMQ_EMBEDDER_*``.
+    ``InvalidInputError`` names a bad field as ``label`` + its name (``--embedder-`` for
+    the command line)."""
+    base = EmbedderSpec.of(settings.embedder)
+    kind = kind or base.kind
+    if kind not in EMBEDDER_KINDS:
+        raise InvalidInputError(f"{label}kind must be local or openai", field="embedder_kind")
+    dims = dims or base.dims
+    if not MIN_DIMS <= dims <= MAX_DIMS:
+        raise InvalidInputError(
+            f"{label}dims must be {MIN_DIMS}..{MAX_DIMS}", field="embedder_dims"
+        )
+    return EmbedderSpec(
+        kind=kind, model=model or base.model, dims=dims, base_url=base_url or base.base_url
+    )
+
+
+@dataclass(frozen=True)
+class ReprocessRun:
+    """One run asked for: its mode, the embedder, documents a second at most (None: as fast
+    as it goes), and whether the replaced version is deleted after the swap. Travels as
+    ``message()`` (plain JSON) to the worker that runs it."""
+
+    spec: EmbedderSpec
+    rate_per_s: float | None = None
+    drop_old: bool = False
+    mode: str = REEMBED
+
+    def message(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "embedder": self.spec.meta(),
+            "rate_per_s": self.rate_per_s,
+            "drop_old": self.drop_old,
+        }
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> ReprocessRun:
+        spec = EmbedderSpec.from_meta(message["embedder"])
+        if spec is None or message.get("mode") != REEMBED:
+            raise InvalidInputError(f"not a reprocess this release runs: {message!r}")
+        return cls(spec, message.get("rate_per_s"), bool(message.get("drop_old")))
+
+
+def builds_of(settings: Settings, run: ReprocessRun) -> dict[Kind, str]:
+    """The builds ``run`` fills; ``ConflictError`` when the version in use is of its
+    embedder already, and ``InvalidInputError`` for a rate of 0 or less."""
+    if run.rate_per_s is not None and run.rate_per_s <= 0:
+        raise InvalidInputError("rate must be above 0 documents a second", field="rate")
+    return check_new(make_client(settings.es), IndexNames(settings.es.index_prefix), run.spec)
+
+
+def plan_of(settings: Settings, run: ReprocessRun) -> Plan:
+    """What ``run`` would cost (a dry run): the texts to embed, the embedding calls."""
+    client = make_client(settings.es)
+    batch_size = run.spec.config(settings.embedder).batch_size
+    return plan(client, IndexNames(settings.es.index_prefix), batch_size)
+
+
+def run_reprocess(
+    settings: Settings, run: ReprocessRun, progress: Progress = lambda _: None
+) -> Reembedded:
+    """Build (or resume) ``run``'s version and switch to it (``pipeline.store.reprocess``);
+    its progress is recorded in the builds as it goes."""
+    embedder = settings_models(settings)(run.spec).embedder
+    return reembed(
+        make_client(settings.es),
+        settings.es,
+        run.spec,
+        embedder,
+        rate_per_s=run.rate_per_s,
+        progress=progress,
+        drop_old=run.drop_old,
+    )
