@@ -50,8 +50,9 @@ def run_reprocess(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if args.dry_run:
         from pipeline.reprocess import plan_of
+        from pipeline.store.client import make_client
 
-        cost = plan_of(settings, run)
+        cost = plan_of(settings, make_client(settings.es), run)
         say(
             f"dry run: {cost.memories} memories and {cost.entities} entities to embed with "
             f"{run.spec.describe()}: {cost.embedding_calls} embedding calls, "

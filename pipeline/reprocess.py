@@ -7,7 +7,9 @@ runs it or how it is queued.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
 from pipeline.embedding.versioned import EmbedderSpec, settings_models
@@ -15,6 +17,9 @@ from pipeline.errors import InvalidInputError
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, Kind
 from pipeline.store.reprocess import REEMBED, Plan, Progress, Reembedded, check_new, plan, reembed
+
+if TYPE_CHECKING:  # pipeline.intake names ReprocessRun
+    from pipeline.intake import Intake
 
 EMBEDDER_KINDS = ("local", "openai")
 MIN_DIMS, MAX_DIMS = 8, 4096
@@ -73,17 +78,20 @@ class ReprocessRun:
         return cls(spec, message.get("rate_per_s"), bool(message.get("drop_old")))
 
 
-def builds_of(settings: Settings, run: ReprocessRun) -> dict[Kind, str]:
-    """The builds ``run`` fills; ``ConflictError`` when the version in use is of its
-    embedder already, and ``InvalidInputError`` for a rate of 0 or less."""
+def start(
+    settings: Settings, client: Elasticsearch, intake: Intake, run: ReprocessRun
+) -> tuple[str, dict[Kind, str]]:
+    """Hand ``run`` to the workers (``Intake.start_reprocess``): its run id and the builds it
+    fills. Refused before anything is sent: ``InvalidInputError`` for a rate of 0 or less,
+    ``ConflictError`` when the version in use is of its embedder already or a run is active."""
     if run.rate_per_s is not None and run.rate_per_s <= 0:
         raise InvalidInputError("rate must be above 0 documents a second", field="rate")
-    return check_new(make_client(settings.es), IndexNames(settings.es.index_prefix), run.spec)
+    builds = check_new(client, IndexNames(settings.es.index_prefix), run.spec)
+    return intake.start_reprocess(run), builds
 
 
-def plan_of(settings: Settings, run: ReprocessRun) -> Plan:
+def plan_of(settings: Settings, client: Elasticsearch, run: ReprocessRun) -> Plan:
     """What ``run`` would cost (a dry run): the texts to embed, the embedding calls."""
-    client = make_client(settings.es)
     batch_size = run.spec.config(settings.embedder).batch_size
     return plan(client, IndexNames(settings.es.index_prefix), batch_size)
 
