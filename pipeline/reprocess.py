@@ -72,7 +72,7 @@ class ReprocessRun:
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> ReprocessRun:
-        spec = EmbedderSpec.from_meta(message["embedder"])
+        spec = EmbedderSpec.from_meta(message)
         if spec is None or message.get("mode") != REEMBED:
             raise InvalidInputError(f"not a reprocess this release runs: {message!r}")
         return cls(spec, message.get("rate_per_s"), bool(message.get("drop_old")))
@@ -86,7 +86,8 @@ def start(
     ``ConflictError`` when the version in use is of its embedder already or a run is active."""
     if run.rate_per_s is not None and run.rate_per_s <= 0:
         raise InvalidInputError("rate must be above 0 documents a second", field="rate")
-    builds = check_new(client, IndexNames(settings.es.index_prefix), run.spec)
+    names, default = IndexNames(settings.es.index_prefix), EmbedderSpec.of(settings.embedder)
+    builds = check_new(client, names, run.spec, default)
     return intake.start_reprocess(run), builds
 
 
@@ -101,9 +102,11 @@ def run_reprocess(
 ) -> Reembedded:
     """Build (or resume) ``run``'s version and switch to it (``pipeline.store.reprocess``);
     its progress is recorded in the builds as it goes."""
+    client, default = make_client(settings.es), EmbedderSpec.of(settings.embedder)
+    check_new(client, IndexNames(settings.es.index_prefix), run.spec, default)
     embedder = settings_models(settings)(run.spec).embedder
     return reembed(
-        make_client(settings.es),
+        client,
         settings.es,
         run.spec,
         embedder,

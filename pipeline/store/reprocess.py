@@ -50,6 +50,7 @@ from pipeline.store.indices import (
     Kind,
     mappings,
     put_templates,
+    stored_embedder,
 )
 from pipeline.store.reindex import (
     PAGE_SIZE,
@@ -174,11 +175,19 @@ def build_names(names: IndexNames, spec: EmbedderSpec) -> dict[Kind, str]:
     return {kind: f"{names.alias(kind)}-v{SCHEMA_VERSION}-e{spec.digest}" for kind in KINDS}
 
 
-def check_new(client: Elasticsearch, names: IndexNames, spec: EmbedderSpec) -> dict[Kind, str]:
+def check_new(
+    client: Elasticsearch,
+    names: IndexNames,
+    spec: EmbedderSpec,
+    default: EmbedderSpec | None = None,
+) -> dict[Kind, str]:
     """The builds a re-embedding with ``spec`` would fill; ``ConflictError`` when the
-    version in use is of ``spec`` already."""
+    version in use is of ``spec`` already: its own build, or a version whose mapping names
+    ``spec`` (one made before specs is of ``default``, the settings' embedder)."""
     targets = build_names(names, spec)
-    if single_index(client, names.memories) == targets[Kind.MEMORIES]:
+    meta = stored_embedder(client, names.memories)
+    in_use = EmbedderSpec.model_validate(meta) if meta is not None else default
+    if in_use == spec or single_index(client, names.memories) == targets[Kind.MEMORIES]:
         raise ConflictError(f"the indices already hold vectors of {spec.describe()}")
     return targets
 

@@ -305,3 +305,72 @@ def test_bad_options_are_refused_before_anything_is_touched(
 ) -> None:
     assert main(["reprocess", *argv]) == 2
     assert complaint in capsys.readouterr().err
+
+
+def reembed_body(stack: Stack, **extra: Any) -> dict[str, Any]:
+    embedder = {"model": "new-embedder", "dims": NEW_DIMS, "base_url": stack.new.base_url}
+    return {"mode": "reembed", "embedder": embedder, **extra}
+
+
+def builds_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["kind"]: v for v in status["versions"] if v["state"] == "building"}
+
+
+def test_a_reembed_started_over_http_runs_on_a_worker_and_reports_its_progress(
+    stack: Stack,
+) -> None:
+    seeded = seed(stack.tenant, 60)
+    url = "/v1/admin/reprocess"
+    refused = stack.tenant.http.post(url, json=reembed_body(stack))
+    assert refused.status_code in {401, 403}, refused.text
+    for bad, where in [
+        ({"embedder": {"dims": 4}}, "embedder.dims"),
+        ({"embedder": {"kind": "word2vec"}}, "embedder.kind"),
+        ({"rate": 0}, "rate"),
+        ({"mode": "reextract"}, "mode"),
+        ({"shards": 3}, "shards"),
+    ]:
+        response = stack.admin.post(url, json={**reembed_body(stack), **bad})
+        assert response.status_code == 422, (bad, response.text)
+        assert response.json()["error"]["field"] == where, response.text
+    same = stack.admin.post(url, json={"mode": "reembed"})  # the settings' embedder: in use
+    assert same.status_code == 409 and "already hold vectors" in same.text, same.text
+
+    dry = stack.admin.post(url, json=reembed_body(stack, dry_run=True))
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["memories"] == 60 and dry.json()["embedder"]["dims"] == NEW_DIMS
+    assert stack.admin.get(url).json()["active"] is False
+
+    started = stack.admin.post(url, json=reembed_body(stack, rate=15))
+    assert started.status_code == 202, started.text
+    answer = started.json()
+    assert answer["status_url"].endswith(url) and len(answer["builds"]) == 2
+    again = stack.admin.post(url, json=reembed_body(stack))
+    assert again.status_code == 409 and "running already" in again.text, again.text
+
+    seen: list[tuple[bool, str, str | None, int]] = []
+
+    def switched() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        memories = next((v for v in status["versions"] if v["index"] in answer["builds"]
+                         and v["kind"] == "memories"), None)  # fmt: skip
+        if memories is None:  # the worker has not made it yet
+            return None
+        if (progress := memories["progress"]) is not None:
+            seen.append((status["active"], progress["stage"], progress["kind"], progress["done"]))
+        return status if memories["state"] == "in use" else None
+
+    status = wait_until(switched, "the build to be switched in", 120)
+    synced = [done for _, stage, kind, done in seen if (stage, kind) == ("sync", "memories")]
+    assert len(set(synced)) >= 2, seen  # the progress moved while it ran
+    assert any(active for active, *_ in seen), seen
+    assert status["embedder"]["model"] == "new-embedder"
+    for version in status["versions"]:
+        if version["state"] == "in use":
+            progress = version["progress"]
+            assert progress["stage"] == "switched" and progress["mode"] == "reembed", version
+            assert progress["updated_at"] >= progress["started_at"]
+    assert wait_until(lambda: stack.admin.get(url).json()["active"] is False or None,
+                      "the lock to be let go", 30)  # fmt: skip
+    text, memory_id = next(iter(seeded.items()))
+    assert top_hit(stack.tenant, text) == memory_id
