@@ -341,7 +341,7 @@ def test_a_reembed_started_over_http_runs_on_a_worker_and_reports_its_progress(
     assert dry.json()["memories"] == 60 and dry.json()["embedder"]["dims"] == NEW_DIMS
     assert stack.admin.get(url).json()["active"] is False
 
-    started = stack.admin.post(url, json=reembed_body(stack, rate=15))
+    started = stack.admin.post(url, json=reembed_body(stack, rate=10))  # pages of 10, 1 s apart
     assert started.status_code == 202, started.text
     answer = started.json()
     assert answer["status_url"].endswith(url) and len(answer["builds"]) == 2
