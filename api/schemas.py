@@ -543,7 +543,7 @@ class ReprocessStatusPublic(BaseModel):
     active: bool = Field(
         default=False,
         description="a run holds the reprocess lock (running, or waiting for a worker); it "
-        "lapses within a minute of a worker's death",
+        "lapses within 15 s of its process's death",
     )
     run_id: str | None = Field(default=None, description="the active run's id")
 

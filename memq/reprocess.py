@@ -82,11 +82,20 @@ def print_status(settings: Settings) -> None:
 
 
 def reembed_now(settings: Settings, run: ReprocessRun) -> int:
-    from pipeline.reprocess import run_reprocess as run_it
+    """Run under the reprocess lock (``workers.reprocess``), as a worker's run does."""
+    import uuid
 
+    import redis
+
+    from pipeline.reprocess import run_reprocess as run_it
+    from workers.reprocess import holding
+    from workers.state_store import RedisStateStore
+
+    states = RedisStateStore(redis.Redis.from_url(settings.redis.url), settings.es.index_prefix)
     started = time.monotonic()
     try:
-        done = run_it(settings, run, progress=say)
+        with holding(states, f"cli-{uuid.uuid4().hex}"):
+            done = run_it(settings, run, progress=say)
     except InvalidInputError as exc:
         say(exc.reason)
         return EXIT_BAD_INPUT

@@ -7,7 +7,8 @@ Glossary:
   the run's task id. Held from the request (``PICKUP_S``: the message may wait behind
   backfill traffic) and, once the task runs, renewed every ``LOCK_TTL_S / 3`` by a thread of
   the task's process for ``LOCK_TTL_S``: a worker killed mid-run lets it lapse within
-  ``LOCK_TTL_S``, and the status says no run is active. One run at a time: two would race on
+  ``LOCK_TTL_S``, and the status says no run is active (and a new run may start: the
+  resumed one). One run at a time: two would race on
   the same builds and the alias swap.
 - **the queue**: the backfill queue. The run embeds every memory and entity again: hours of
   CPU on a large store. Its worker role (``cpu``, prefork) runs model work in processes,
@@ -45,7 +46,7 @@ from workers.state_store import RedisStateStore
 log = logging.getLogger("memq.worker")
 
 REPROCESS_LOCK = "reprocess"
-LOCK_TTL_S = 60.0
+LOCK_TTL_S = 15.0
 PICKUP_S = 900.0
 # the worker's task limits are minutes (a phase); a re-embedding of a large store takes hours
 REPROCESS_TIME_LIMIT_S = 7 * 86_400
@@ -79,15 +80,21 @@ def active_reprocess(app: MemqCelery) -> str | None:
     return app.runtime.states.lock_owner(REPROCESS_LOCK)
 
 
+def take_run(states: RedisStateStore, owner: str) -> None:
+    """The lock held by ``owner`` for ``LOCK_TTL_S`` (kept if it holds it, taken if free);
+    ``ConflictError`` when another run holds it."""
+    mine = states.renew_lock(REPROCESS_LOCK, owner, LOCK_TTL_S)
+    if not mine and not states.take_lock(REPROCESS_LOCK, owner, LOCK_TTL_S):
+        holder = states.lock_owner(REPROCESS_LOCK)
+        raise ConflictError(f"a reprocess is running already (run {holder})")
+
+
 @contextmanager
 def holding(states: RedisStateStore, owner: str) -> Iterator[None]:
-    """The lock renewed while the body runs, by a thread of this process (so it dies with
-    it), and let go after it; raises ``Ignore`` when another run holds it."""
-    if not states.renew_lock(REPROCESS_LOCK, owner, LOCK_TTL_S) and not states.take_lock(
-        REPROCESS_LOCK, owner, LOCK_TTL_S
-    ):
-        log.warning("reprocess %s not run: another run holds the lock", owner)
-        raise Ignore()
+    """The lock taken (``take_run``), renewed while the body runs by a thread of this process
+    (so it dies with it), and let go after it. The task holds it so, and so does ``memq
+    reprocess``: one run at a time, whoever started it."""
+    take_run(states, owner)
     stop = threading.Event()
 
     def renew() -> None:
@@ -125,6 +132,11 @@ def register_reprocess_tasks(app: MemqCelery) -> None:
         """Run ``run`` under the lock; what it did. A failure is recorded in the builds'
         progress and fails the task: an admin starts it again, and it resumes."""
         owner = str(self.request.id)
+        try:
+            take_run(runtime.states, owner)
+        except ConflictError as exc:
+            log.warning("reprocess %s not run: %s", owner, exc.reason)
+            raise Ignore() from exc
         with holding(runtime.states, owner):
             done = run_reprocess(
                 runtime.settings,

@@ -108,7 +108,7 @@ def reprocess_status(
 ) -> ReprocessStatusPublic:
     """The embedder in use, each version of the memories and entities with the progress a
     reprocess recorded in it, and whether a run is active now (it holds the reprocess lock,
-    which lapses within a minute of its worker's death: a ``progress`` whose stage is neither
+    which lapses within 15 s of its process's death: a ``progress`` whose stage is neither
     ``switched`` nor ``failed`` while ``active`` is false is a run that was stopped; start it
     again with the same embedder and it resumes)."""
     return status_public(store, settings, intake)

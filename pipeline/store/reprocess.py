@@ -148,6 +148,7 @@ def reembed(
     targets = check_new(client, names, spec)
     for kind in KINDS:
         prepare_build(client, sources[kind], targets[kind], kind, spec)
+    lift_block(client, ",".join(sources.values()))
     report = ProgressWriter(MetaSink(client, list(targets.values())), REEMBED)
     try:
         done = rebuild(
@@ -378,9 +379,15 @@ def paused(client: Elasticsearch, indices: str) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        with es_errors(f"resume writes to {indices}"):
-            client.indices.put_settings(index=indices, settings={"index.blocks.write": False})
+        lift_block(client, indices)
         raise
+
+
+def lift_block(client: Elasticsearch, indices: str) -> None:
+    """Writes to the versions in use allowed again: a run killed in its catch-up left them
+    blocked, and writes would be refused until the resumed run switched."""
+    with es_errors(f"resume writes to {indices}"):
+        client.indices.put_settings(index=indices, settings={"index.blocks.write": False})
 
 
 def count(client: Elasticsearch, index: str) -> int:

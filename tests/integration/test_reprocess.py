@@ -28,7 +28,7 @@ from tests.conftest import admin_key, running
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
 from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
-from workers.app import create_celery
+from workers.app import MemqCelery, create_celery
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +59,8 @@ class Stack:
     admin: httpx.Client
     new: FakeLLMServer
     logs: Path
+    worker: WorkerProcess
+    app: MemqCelery
 
 
 @pytest.fixture
@@ -103,7 +105,8 @@ def stack(
                 http_client(api.url, admin_key()) as admin,
             ):
                 tenant = create_tenant(admin, api.url, "reprocess")
-                yield Stack(env, IndexNames(private.es.index_prefix), tenant, admin, new, tmp_path)
+                names = IndexNames(private.es.index_prefix)
+                yield Stack(env, names, tenant, admin, new, tmp_path, worker, app)
                 tenant.http.close()
         finally:
             app.close()
@@ -275,8 +278,19 @@ def test_a_killed_reprocess_resumes_where_it_was(stack: Stack, es: Elasticsearch
         return held if held >= 30 else None
 
     held = wait_until(halfway, "the build to be a quarter done", 60)
+    assert stack.admin.get("/v1/admin/reprocess").json()["active"] is True
     first.kill()
     assert held < SEEDED
+
+    def stopped() -> dict[str, Any] | None:  # the lock lapses with the process that held it
+        status: dict[str, Any] = stack.admin.get("/v1/admin/reprocess").json()
+        return None if status["active"] else status
+
+    status = wait_until(stopped, "the killed run's lock to lapse", 40)
+    (build,) = [
+        v for v in status["versions"] if v["state"] == "building" and v["kind"] == "memories"
+    ]
+    assert build["progress"]["stage"] == "sync", build  # where it stopped; updated_at is its last
     second = ReprocessProcess(stack.env, stack.logs / "second.log", reembed_options(stack))
     second.start()
     assert second.wait() == 0, second.tail()
@@ -358,7 +372,10 @@ def test_a_reembed_started_over_http_runs_on_a_worker_and_reports_its_progress(
             return None
         if (progress := memories["progress"]) is not None:
             seen.append((status["active"], progress["stage"], progress["kind"], progress["done"]))
-        return status if memories["state"] == "in use" else None
+        stages = {v["progress"]["stage"] for v in status["versions"]
+                  if v["state"] == "in use" and v["progress"]}  # fmt: skip
+        # the aliases move, then the progress says so (a GET may fall between the two)
+        return status if memories["state"] == "in use" and stages == {"switched"} else None
 
     status = wait_until(switched, "the build to be switched in", 120)
     synced = [done for _, stage, kind, done in seen if (stage, kind) == ("sync", "memories")]
@@ -374,3 +391,52 @@ def test_a_reembed_started_over_http_runs_on_a_worker_and_reports_its_progress(
                       "the lock to be let go", 30)  # fmt: skip
     text, memory_id = next(iter(seeded.items()))
     assert top_hit(stack.tenant, text) == memory_id
+
+
+def test_a_worker_killed_mid_run_leaves_a_stopped_progress_and_a_resumable_build(
+    stack: Stack,
+) -> None:
+    seed(stack.tenant, 60)
+    url = "/v1/admin/reprocess"
+    started = stack.admin.post(url, json=reembed_body(stack, rate=10))
+    assert started.status_code == 202, started.text
+
+    def memories_build() -> dict[str, Any] | None:
+        return builds_of(stack.admin.get(url).json()).get("memories")
+
+    def a_third_done() -> dict[str, Any] | None:
+        build = memories_build()
+        progress = build and build["progress"]
+        return build if progress and progress["done"] >= 20 else None
+
+    wait_until(a_third_done, "the build to be a third done", 60)
+    stack.worker.kill()  # SIGKILL: no warm shutdown, nothing recorded on the way out
+
+    def stopped() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        return None if status["active"] else status
+
+    status = wait_until(stopped, "the dead worker's lock to lapse", 40)
+    build = builds_of(status)["memories"]
+    assert build["progress"]["stage"] == "sync" and build["documents"] < 60, build
+    time.sleep(2.5)  # longer than a running writer's interval: the progress has stopped
+    assert memories_build() == build
+    again = stack.admin.post(url, json=reembed_body(stack))
+    assert again.status_code == 202, again.text  # the lock is free: a new run may start
+
+    stack.new.reset()
+    stack.worker.start()  # the new run waited in the queue for a worker; it resumes the build
+    stack.worker.wait_ready(stack.app)
+
+    def switched() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        in_use = [v for v in status["versions"] if v["state"] == "in use"]
+        done = all(v["progress"] and v["progress"]["stage"] == "switched" for v in in_use)
+        return status if done and not status["active"] else None
+
+    status = wait_until(switched, "the resumed run to switch", 120)
+    assert status["embedder"]["model"] == "new-embedder"
+    documents = sum(v["documents"] for v in status["versions"] if v["state"] == "in use")
+    embedded = sum(len(body["input"]) for path, body in stack.new.requests
+                   if path.endswith("embeddings"))  # fmt: skip
+    assert 0 < embedded <= documents - 20, (embedded, documents)  # what the first run held
