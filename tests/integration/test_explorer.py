@@ -371,6 +371,7 @@ def test_admin_sees_the_index_versions_and_plans_a_re_embed(
 ) -> None:
     page = sign_in(browser, api_url, admin_key())
     section = page.locator("#index-versions")
+    assert page.title().startswith("Admin") and "Index" not in page.title()
     expect(section.locator("h2").first).to_have_text("Index versions")
     status = httpx.get(f"{api_url}/v1/admin/reprocess", timeout=30,
                        headers={"Authorization": f"Bearer {admin_key()}"}).json()  # fmt: skip
