@@ -13,11 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from pipeline.config import Settings
 from pipeline.embedding.versioned import EmbedderSpec
 from pipeline.errors import InvalidInputError, MemqError, TransientError
 from pipeline.reprocess import ReprocessRun, embedder_spec
+
+if TYPE_CHECKING:
+    from workers.state_store import RedisStateStore
 
 EXIT_BAD_INPUT = 2
 
@@ -63,12 +67,18 @@ def run_reprocess(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def print_status(settings: Settings) -> None:
-    """The versions of the memories and entities and each build's progress, on stdout."""
+    """The embedder in use, the active run, and the versions of the memories and entities
+    with each build's progress, on stdout."""
     from pipeline.store.client import make_client
-    from pipeline.store.indices import IndexNames
+    from pipeline.store.indices import IndexNames, stored_embedder
     from pipeline.store.reprocess import versions_of
+    from workers.reprocess import REPROCESS_LOCK
 
-    found = versions_of(make_client(settings.es), IndexNames(settings.es.index_prefix))
+    client, names = make_client(settings.es), IndexNames(settings.es.index_prefix)
+    in_use = stored_embedder(client, names.memories) or EmbedderSpec.of(settings.embedder).meta()
+    print(f"embedder in use: {EmbedderSpec.model_validate(in_use).describe()}")
+    print(f"active run: {states_of(settings).lock_owner(REPROCESS_LOCK) or 'none'}")
+    found = versions_of(client, names)
     for kind, versions in found.items():
         for version in versions:
             line = f"{kind.value:9} {version.state:9} {version.index} {version.documents} docs"
@@ -85,13 +95,10 @@ def reembed_now(settings: Settings, run: ReprocessRun) -> int:
     """Run under the reprocess lock (``workers.reprocess``), as a worker's run does."""
     import uuid
 
-    import redis
-
     from pipeline.reprocess import run_reprocess as run_it
     from workers.reprocess import holding
-    from workers.state_store import RedisStateStore
 
-    states = RedisStateStore(redis.Redis.from_url(settings.redis.url), settings.es.index_prefix)
+    states = states_of(settings)
     started = time.monotonic()
     try:
         with holding(states, f"cli-{uuid.uuid4().hex}"):
@@ -110,6 +117,15 @@ def reembed_now(settings: Settings, run: ReprocessRun) -> int:
     kept = "" if done.dropped else f"; old versions kept: {', '.join(done.sources.values())}"
     say(f"re-embedded {embedded} documents in {elapsed:.1f} s with {run.spec.describe()}{kept}")
     return 0
+
+
+def states_of(settings: Settings) -> RedisStateStore:
+    """Where the reprocess lock is (``workers.reprocess``)."""
+    import redis
+
+    from workers.state_store import RedisStateStore
+
+    return RedisStateStore(redis.Redis.from_url(settings.redis.url), settings.es.index_prefix)
 
 
 def spec_of(settings: Settings, args: argparse.Namespace) -> EmbedderSpec:

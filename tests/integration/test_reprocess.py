@@ -291,6 +291,12 @@ def test_a_killed_reprocess_resumes_where_it_was(stack: Stack, es: Elasticsearch
         v for v in status["versions"] if v["state"] == "building" and v["kind"] == "memories"
     ]
     assert build["progress"]["stage"] == "sync", build  # where it stopped; updated_at is its last
+    shown = subprocess.run(
+        ReprocessProcess(stack.env, stack.logs / "status.log", ["--status"]).command(),
+        env=stack.env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "active run: none" in shown.stdout and f"{build['index']} " in shown.stdout
+    assert "building" in shown.stdout and "reembed sync memories" in shown.stdout, shown.stdout
     second = ReprocessProcess(stack.env, stack.logs / "second.log", reembed_options(stack))
     second.start()
     assert second.wait() == 0, second.tail()
