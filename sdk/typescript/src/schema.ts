@@ -467,7 +467,7 @@ export interface paths {
          * Reprocess Status
          * @description The embedder in use, each version of the memories and entities with the progress a
          *     reprocess recorded in it, and whether a run is active now (it holds the reprocess lock,
-         *     which lapses within a minute of its worker's death: a ``progress`` whose stage is neither
+         *     which lapses within 15 s of its process's death: a ``progress`` whose stage is neither
          *     ``switched`` nor ``failed`` while ``active`` is false is a run that was stopped; start it
          *     again with the same embedder and it resumes).
          */
@@ -1885,7 +1885,7 @@ export interface components {
             versions: components["schemas"]["IndexVersionPublic"][];
             /**
              * Active
-             * @description a run holds the reprocess lock (running, or waiting for a worker); it lapses within a minute of a worker's death
+             * @description a run holds the reprocess lock (running, or waiting for a worker); it lapses within 15 s of its process's death
              * @default false
              */
             active?: boolean;
