@@ -14,6 +14,8 @@ Glossary:
   (external versioning). What the build holds already costs one ids query per page and no
   embedding, so a killed run resumes where it was by syncing again: the build is its own
   checkpoint. Re-embedded memories get a ``REPROCESS`` history row (deterministic id).
+- **progress**: where a run is, recorded in each build's mapping as it goes
+  (``pipeline.store.build_progress``): any process reads it, a failure leaves its reason.
 - **switch**: writes to both sources are paused (an index write block), a last sync brings the
   builds level (what was added or changed during the build, embedded now), what was deleted
   meanwhile is deleted, and one ``update_aliases`` call moves both aliases. The sources stay,
@@ -260,6 +262,8 @@ def sync(
     told of each page (the catch-up passes none: its stage says enough)."""
     synced = Synced()
     total = count(client, source)
+    if report is not None:  # a new kind: written at once
+        report.advance(kind.value, 0, total)
     for hits in pages(client, source, with_source=True, size=pace.page_size()):
         held = versions(client, target, [h["_id"] for h in hits])
         stale = [h for h in hits if held.get(h["_id"]) != h["_version"]]

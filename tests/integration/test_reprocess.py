@@ -446,3 +446,22 @@ def test_a_worker_killed_mid_run_leaves_a_stopped_progress_and_a_resumable_build
     embedded = sum(len(body["input"]) for path, body in stack.new.requests
                    if path.endswith("embeddings"))  # fmt: skip
     assert 0 < embedded <= documents - 20, (embedded, documents)  # what the first run held
+
+
+def test_a_run_that_fails_records_why_and_lets_the_lock_go(stack: Stack) -> None:
+    seed(stack.tenant, 5)
+    url = "/v1/admin/reprocess"
+    gone = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    body = {"mode": "reembed", "embedder": {"model": "gone", "dims": NEW_DIMS, "base_url": gone}}
+    started = stack.admin.post(url, json=body)
+    assert started.status_code == 202, started.text
+
+    def failed() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        build = builds_of(status).get("memories")
+        progress = build and build["progress"]
+        ended = progress and progress["stage"] == "failed" and not status["active"]
+        return progress if ended else None
+
+    progress = wait_until(failed, "the run to fail", 60)
+    assert progress["reason"] and progress["kind"] == "memories", progress
