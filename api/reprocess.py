@@ -3,6 +3,8 @@ versions and their builds' progress, and a reprocess started (or planned) from a
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from api.schemas import (
     EmbedderPublic,
     IndexVersionPublic,
@@ -14,6 +16,7 @@ from api.schemas import (
 )
 from pipeline.config import Settings
 from pipeline.embedding.versioned import EmbedderSpec
+from pipeline.errors import TransientError
 from pipeline.intake import Intake
 from pipeline.reprocess import ReprocessRun, embedder_spec, plan_of, start
 from pipeline.store.build_progress import BuildProgress
@@ -24,7 +27,11 @@ def status_public(store: ElasticStore, settings: Settings, intake: Intake) -> Re
     """The embedder in use, each version with its build's progress, and the active run."""
     default = EmbedderSpec.of(settings.embedder).meta()
     in_use = store.embedder_meta() or default
-    run_id = intake.active_reprocess()
+    run_id: str | None = None
+    active: bool | None = None  # Redis away: the versions still show, the lock's state not
+    with suppress(TransientError):
+        run_id = intake.active_reprocess()
+        active = run_id is not None
     return ReprocessStatusPublic(
         embedder=EmbedderPublic.model_validate(in_use),
         versions=[
@@ -39,7 +46,7 @@ def status_public(store: ElasticStore, settings: Settings, intake: Intake) -> Re
             for kind, versions in store.index_versions().items()
             for version in versions
         ],
-        active=run_id is not None,
+        active=active,
         run_id=run_id,
     )
 

@@ -540,9 +540,10 @@ class ReprocessStatusPublic(BaseModel):
 
     embedder: EmbedderPublic
     versions: list[IndexVersionPublic]
-    active: bool = Field(
+    active: bool | None = Field(
         default=False,
-        description="a run holds the reprocess lock (running, or waiting for a worker); it "
+        description="a run holds the reprocess lock (running, or waiting for a worker); null "
+        "while Redis cannot be read; it "
         "lapses within 15 s of its process's death",
     )
     run_id: str | None = Field(default=None, description="the active run's id")

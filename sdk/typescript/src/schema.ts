@@ -1885,10 +1885,10 @@ export interface components {
             versions: components["schemas"]["IndexVersionPublic"][];
             /**
              * Active
-             * @description a run holds the reprocess lock (running, or waiting for a worker); it lapses within 15 s of its process's death
+             * @description a run holds the reprocess lock (running, or waiting for a worker); null while Redis cannot be read; it lapses within 15 s of its process's death
              * @default false
              */
-            active?: boolean;
+            active?: boolean | null;
             /**
              * Run Id
              * @description the active run's id
