@@ -11,9 +11,11 @@ Glossary:
   resumed one). One run at a time: two would race on
   the same builds and the alias swap.
 - **the queue**: the backfill queue. The run embeds every memory and entity again: hours of
-  CPU on a large store. Its worker role (``cpu``, prefork) runs model work in processes,
-  where a hard time limit can end a run, and its backfill lane is the one that may wait: the
-  run holds one of its processes, never a slot of the live phases' ``io`` or ``cpu`` queues.
+  CPU on a large store. The backfill lane is the one that may wait, and its worker role
+  (``cpu``, prefork) runs model work in processes, where a hard time limit can end a run. The
+  run holds one process of that pool for its whole length; the others keep serving the live
+  ``cpu`` phases, and the ``io`` worker (extraction, persist) is untouched. ``--rate`` bounds
+  the CPU it takes beside them.
 
 Why ``acks_late=False``: the message is acknowledged when the task starts. On the Redis
 broker an unacknowledged message is delivered again once the visibility timeout
