@@ -32,7 +32,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from celery import Task
@@ -114,7 +114,8 @@ def holding(states: RedisStateStore, owner: str) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
-        states.end_lock(REPROCESS_LOCK, owner)
+        with suppress(TransientError):  # Redis away: the lock lapses with its TTL instead
+            states.end_lock(REPROCESS_LOCK, owner)
 
 
 def register_reprocess_tasks(app: MemqCelery) -> None:
