@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from elasticsearch import ApiError, Elasticsearch
 
 from memq.cli import main
@@ -29,6 +30,7 @@ from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
 from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
 from workers.app import MemqCelery, create_celery
+from workers.state_store import RedisStateStore
 
 pytestmark = pytest.mark.integration
 
@@ -465,3 +467,17 @@ def test_a_run_that_fails_records_why_and_lets_the_lock_go(stack: Stack) -> None
 
     progress = wait_until(failed, "the run to fail", 60)
     assert progress["reason"] and progress["kind"] == "memories", progress
+
+
+def test_the_named_locks_hold_one_owner_renew_for_it_alone_and_lapse(
+    redis_client: redis.Redis,
+) -> None:
+    states = RedisStateStore(redis_client, f"memqtest-lock-{uuid.uuid4().hex[:6]}")
+    assert states.take_lock("reprocess", "a", 5) and not states.take_lock("reprocess", "b", 5)
+    assert states.renew_lock("reprocess", "a", 0.3) and not states.renew_lock("reprocess", "b", 5)
+    states.end_lock("reprocess", "b")  # not b's: kept
+    assert states.lock_owner("reprocess") == "a"
+    time.sleep(0.5)  # a's renewal was for 0.3 s
+    assert states.lock_owner("reprocess") is None and states.take_lock("reprocess", "b", 5)
+    states.end_lock("reprocess", "b")
+    assert states.lock_owner("reprocess") is None
