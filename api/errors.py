@@ -21,6 +21,7 @@ from api.limits import RateLimitedError
 from api.request_ids import HEADER, request_id_of
 from pipeline.chat import SignatureError
 from pipeline.errors import (
+    ConflictError,
     InvalidInputError,
     MemqError,
     NotFoundError,
@@ -77,6 +78,7 @@ def _status(exc: MemqError) -> tuple[int, str]:
         (RateLimitedError, 429, "rate_limited"),
         (BudgetSpentError, 429, "budget_spent"),
         (NotFoundError, 404, "not_found"),
+        (ConflictError, 409, "conflict"),
         (InvalidInputError, 422, "invalid_input"),
         (NotServedError, 501, "not_served"),
         (TransientError, 503, "unavailable"),

@@ -501,6 +501,24 @@ class EmbedderPublic(BaseModel):
     base_url: str | None = None
 
 
+class ReprocessProgressPublic(BaseModel):
+    """Where a reprocess is with a build, as the run recorded it in the build's mapping (any
+    process reads it). A run killed outright records nothing more: its ``updated_at`` stops
+    moving while ``active`` says false."""
+
+    mode: str = Field(description="what the run does: reembed")
+    stage: Literal["sync", "catch-up", "switched", "failed"] = Field(
+        description="sync: copying page by page; catch-up: writes paused, the build brought "
+        "level; switched: the aliases moved (done); failed: stopped by an error (reason)"
+    )
+    kind: str | None = Field(description="the kind being synced or caught up (memories, entities)")
+    done: int = Field(description="documents of kind synced so far in this pass")
+    total: int = Field(description="documents of kind in the version in use")
+    started_at: datetime = Field(description="when this run started (a resumed run: its own)")
+    updated_at: datetime = Field(description="the run's last write; at most ~2 s old while it runs")
+    reason: str | None = Field(default=None, description="why it failed (stage failed)")
+
+
 class IndexVersionPublic(BaseModel):
     """One index version of a vector kind: ``in use`` (behind the alias), ``building`` (a
     ``memq reprocess`` of the one in use: ``documents`` against the one in use is its progress)
@@ -511,11 +529,87 @@ class IndexVersionPublic(BaseModel):
     state: Literal["in use", "building", "old"]
     documents: int
     embedder: EmbedderPublic
+    progress: ReprocessProgressPublic | None = Field(
+        default=None, description="the last progress a reprocess recorded in this version"
+    )
 
 
 class ReprocessStatusPublic(BaseModel):
-    """The embedder searches and new memories use now, and every version of the memories and
-    entities (``memq reprocess``)."""
+    """The embedder searches and new memories use now, every version of the memories and
+    entities (``memq reprocess``), and whether a run is active now."""
 
     embedder: EmbedderPublic
     versions: list[IndexVersionPublic]
+    active: bool | None = Field(
+        default=False,
+        description="a run holds the reprocess lock (running, or waiting for a worker); null "
+        "while Redis cannot be read; it "
+        "lapses within 15 s of its process's death",
+    )
+    run_id: str | None = Field(default=None, description="the active run's id")
+
+
+class EmbedderChoice(_In):
+    """The embedder to move to; each field left out is the server's ``MEMQ_EMBEDDER_*``."""
+
+    kind: Literal["local", "openai"] | None = None
+    model: str | None = Field(default=None, min_length=1, max_length=500)
+    dims: int | None = Field(default=None, ge=8, le=4096)
+    base_url: str | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class ReprocessCreate(_In):
+    """A reprocess to start (``memq reprocess``, on a worker)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "mode": "reembed",
+                    "embedder": {"model": "text-embedding-3-small", "dims": 1536},
+                    "rate": 200,
+                }
+            ]
+        }
+    )
+
+    mode: Literal["reembed", "reextract"] = Field(
+        description="reembed: make every vector again with ``embedder``; reextract: make the "
+        "memories again from the stored conversations with the workers' LLM (the embedder "
+        "stays the one in use)"
+    )
+    embedder: EmbedderChoice = Field(default_factory=EmbedderChoice)
+    tenant: Identifier | None = Field(
+        default=None, description="reextract: only this tenant's memories (default: all)"
+    )
+    rate: float | None = Field(
+        default=None, gt=0, description="documents (reembed) or jobs (reextract) a second at most"
+    )
+    drop_old: bool = Field(default=False, description="delete the replaced version after it")
+    dry_run: bool = Field(default=False, description="answer the cost, start nothing")
+
+
+class ReprocessPlanPublic(BaseModel):
+    """What a reprocess would cost (a dry run); nothing was started."""
+
+    embedder: EmbedderPublic
+    memories: int = Field(description="memories to embed (reembed)")
+    entities: int = Field(description="entities to embed (reembed)")
+    embedding_calls: int
+    llm_calls: int = Field(description="reextract: the LLM calls the jobs took when they ran")
+    llm_tokens: int = Field(description="reextract: the LLM tokens the jobs took when they ran")
+    jobs: int = Field(default=0, description="jobs to replay (reextract)")
+    messages: int = Field(default=0, description="their messages (reextract)")
+    uncounted: int = Field(
+        default=0, description="jobs to replay whose record has no LLM count (reextract)"
+    )
+
+
+class ReprocessStartedPublic(BaseModel):
+    """A reprocess handed to a worker: its builds fill while memq keeps serving; the status
+    URL shows their progress."""
+
+    run_id: str
+    embedder: EmbedderPublic
+    builds: list[str] = Field(description="the index versions being built")
+    status_url: str

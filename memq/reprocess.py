@@ -17,18 +17,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
 
 from pipeline.config import Settings
-from pipeline.embedding.versioned import EmbedderSpec, settings_models
+from pipeline.embedding.versioned import EmbedderSpec
 from pipeline.errors import InvalidInputError, MemqError, TransientError
-from pipeline.models import Identifier, utcnow
+from pipeline.models import Identifier
+from pipeline.reprocess import ReprocessRun, embedder_spec
+from pipeline.store.reprocess import REEMBED, Reembedded
 
 if TYPE_CHECKING:
-    from pipeline.store.indices import Kind
+    from workers.state_store import RedisStateStore
 
 EXIT_BAD_INPUT = 2
 
@@ -38,34 +39,34 @@ def say(line: str) -> None:
 
 
 def run_reprocess(settings: Settings, args: argparse.Namespace) -> int:
-    """Re-embed or re-extract (or plan it, or only drop old versions); one line per step on
-    stderr. Exit 2: bad options; 1: stopped (a rerun resumes)."""
-    try:
-        return rebuild(settings, args)
-    except InvalidInputError as exc:
-        say(exc.reason)
-        return EXIT_BAD_INPUT
-    except TransientError as exc:
-        say(f"stopped, run it again to resume: {exc.reason}")
-        return 1
-    except MemqError as exc:
-        say(f"stopped: {exc.reason}")
-        return 1
-
-
-def rebuild(settings: Settings, args: argparse.Namespace) -> int:
+    """Re-embed or re-extract (or plan it, or only drop old versions, or show the status);
+    one line per step on stderr. Exit 2: bad options or nothing to do; 1: stopped (a rerun
+    resumes)."""
     from pipeline.store.client import make_client
     from pipeline.store.indices import IndexNames
     from pipeline.store.reprocess import drop_old
 
-    check_options(args)
-    if args.reextract:
-        return reextract_now(settings, args)
-    if args.reembed:
-        return reembed_now(settings, args)
-    client = make_client(settings.es)
-    say(f"dropped {', '.join(drop_old(client, IndexNames(settings.es.index_prefix))) or 'nothing'}")
-    return 0
+    if args.status:
+        print_status(settings)
+        return 0
+    try:
+        check_options(args)
+    except InvalidInputError as exc:
+        say(exc.reason)
+        return EXIT_BAD_INPUT
+    if not (args.reembed or args.reextract):
+        names = IndexNames(settings.es.index_prefix)
+        say(f"dropped {', '.join(drop_old(make_client(settings.es), names)) or 'nothing'}")
+        return 0
+    try:
+        run = run_of(settings, args)
+        if args.dry_run:
+            say_plan(settings, run)
+            return 0
+    except InvalidInputError as exc:
+        say(exc.reason)
+        return EXIT_BAD_INPUT
+    return rebuild_now(settings, run)
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -73,7 +74,8 @@ def check_options(args: argparse.Namespace) -> None:
         raise InvalidInputError("choose one mode: --reembed or --reextract")
     if not (args.reembed or args.reextract or args.drop_old):
         raise InvalidInputError(
-            "name a mode (--reembed or --reextract), or --drop-old alone to delete old versions"
+            "name a mode (--reembed or --reextract), --drop-old alone to delete old versions, "
+            "or --status"
         )
     if args.tenant is not None:
         if not args.reextract:
@@ -86,103 +88,125 @@ def check_options(args: argparse.Namespace) -> None:
             raise InvalidInputError(f"--tenant {args.tenant!r} is not a tenant id") from exc
 
 
-def reextract_now(settings: Settings, args: argparse.Namespace) -> int:
-    """Re-extract (or plan it) with the LLM of ``MEMQ_LLM_*`` and the shipped prompts."""
-    from pipeline.reextract import Extraction, plan, reextract
-    from pipeline.services import build_deps
-    from pipeline.store.client import make_client
-    from pipeline.store.indices import IndexNames
+def run_of(settings: Settings, args: argparse.Namespace) -> ReprocessRun:
+    """The run the options ask for; ``InvalidInputError`` for a bad embedder option, or a
+    re-extraction with no LLM configured."""
+    if args.reextract:
+        from pipeline.reprocess import extraction_of, reextract_run
+        from pipeline.store.client import make_client
 
-    client = make_client(settings.es)
-    extraction = Extraction.current(settings.llm.model, settings.llm.base_url)
-    whose = f"tenant {args.tenant}" if args.tenant else "every tenant"
-    if args.dry_run:
-        cost = plan(client, IndexNames(settings.es.index_prefix), args.tenant)
-        unknown = f" ({cost.uncounted} of them recorded no count)" if cost.uncounted else ""
+        if not args.dry_run:
+            extraction_of(settings)
+        return reextract_run(
+            settings,
+            make_client(settings.es),
+            tenant=args.tenant,
+            rate_per_s=args.rate,
+            drop_old=args.drop_old,
+        )
+    return ReprocessRun(spec_of(settings, args), args.rate, args.drop_old)
+
+
+def say_plan(settings: Settings, run: ReprocessRun) -> None:
+    from pipeline.reprocess import plan_of
+    from pipeline.store.client import make_client
+
+    cost = plan_of(settings, make_client(settings.es), run)
+    if run.mode == REEMBED:
         say(
-            f"dry run: {cost.jobs} jobs of {whose} ({cost.messages} messages) to replay with "
-            f"{extraction.describe()}: {cost.llm_calls} LLM calls and {cost.llm_tokens} LLM "
-            f"tokens when they were last extracted{unknown}"
+            f"dry run: {cost.memories} memories and {cost.entities} entities to embed with "
+            f"{run.spec.describe()}: {cost.embedding_calls} embedding calls, "
+            f"{cost.llm_calls} LLM calls, {cost.llm_tokens} LLM tokens"
         )
-        return 0
-    if not settings.llm_configured():
-        raise InvalidInputError(
-            "re-extraction needs an LLM: set MEMQ_LLM_BASE_URL or OPENAI_API_KEY"
-        )
-    started = time.monotonic()
-    done = reextract(
-        client,
-        settings.es,
-        lambda store: build_deps(settings, store, utcnow),
-        extraction,
-        EmbedderSpec.of(settings.embedder),
-        tenant=args.tenant,
-        rate_per_s=args.rate,
-        progress=say,
-        drop_old=args.drop_old,
+        return
+    whose = f"tenant {run.tenant}" if run.tenant else "every tenant"
+    unknown = f" ({cost.uncounted} of them recorded no count)" if cost.uncounted else ""
+    say(
+        f"dry run: {cost.jobs} jobs of {whose} ({cost.messages} messages) to replay with "
+        f"{settings.llm.model}: {cost.llm_calls} LLM calls and {cost.llm_tokens} LLM tokens "
+        f"when they were last extracted{unknown}"
     )
+
+
+def print_status(settings: Settings) -> None:
+    """The embedder in use, the active run, and the versions of the memories and entities
+    with each build's progress, on stdout."""
+    from pipeline.store.client import make_client
+    from pipeline.store.indices import IndexNames, stored_embedder
+    from pipeline.store.reprocess import versions_of
+    from workers.reprocess import REPROCESS_LOCK
+
+    client, names = make_client(settings.es), IndexNames(settings.es.index_prefix)
+    in_use = stored_embedder(client, names.memories) or EmbedderSpec.of(settings.embedder).meta()
+    print(f"embedder in use: {EmbedderSpec.model_validate(in_use).describe()}")
+    print(f"active run: {states_of(settings).lock_owner(REPROCESS_LOCK) or 'none'}")
+    found = versions_of(client, names)
+    for kind, versions in found.items():
+        for version in versions:
+            line = f"{kind.value:9} {version.state:9} {version.index} {version.documents} docs"
+            if (progress := version.progress) is not None:
+                line += f"; {progress.mode} {progress.stage}"
+                if progress.kind:
+                    line += f" {progress.kind} {progress.done}/{progress.total}"
+                line += f", updated {progress.updated_at}"
+                line += f" ({progress.reason})" if progress.reason else ""
+            print(line)
+
+
+def rebuild_now(settings: Settings, run: ReprocessRun) -> int:
+    """Run under the reprocess lock (``workers.reprocess``), as a worker's run does."""
+    import uuid
+
+    from pipeline.reprocess import run_reprocess as run_it
+    from workers.reprocess import holding
+
+    states = states_of(settings)
+    started = time.monotonic()
+    try:
+        with holding(states, f"cli-{uuid.uuid4().hex}"):
+            done = run_it(settings, run, progress=say)
+    except InvalidInputError as exc:
+        say(exc.reason)
+        return EXIT_BAD_INPUT
+    except TransientError as exc:
+        say(f"stopped, run it again to resume: {exc.reason}")
+        return 1
+    except MemqError as exc:
+        say(f"stopped: {exc.reason}")
+        return 1
+    elapsed = time.monotonic() - started
+    kept = "" if done.dropped else f"; old versions kept: {', '.join(done.sources.values())}"
+    if isinstance(done, Reembedded):
+        embedded = sum(s.embedded for s in done.synced.values())
+        say(f"re-embedded {embedded} documents in {elapsed:.1f} s with {run.spec.describe()}{kept}")
+        return 0
+    whose = f"tenant {run.tenant}" if run.tenant else "every tenant"
     failed = f", {len(done.failed)} jobs carried over unreplayed" if done.failed else ""
     say(
         f"re-extracted {done.jobs} jobs of {whose} into {done.memories} memories in "
-        f"{time.monotonic() - started:.1f} s{failed}{kept(done.dropped, done.sources)}"
+        f"{elapsed:.1f} s{failed}{kept}"
     )
     return 0
 
 
-def reembed_now(settings: Settings, args: argparse.Namespace) -> int:
-    from pipeline.store.client import make_client
-    from pipeline.store.indices import IndexNames
-    from pipeline.store.reprocess import plan, reembed
+def states_of(settings: Settings) -> RedisStateStore:
+    """Where the reprocess lock is (``workers.reprocess``)."""
+    import redis
 
-    spec = spec_of(settings, args)
-    client = make_client(settings.es)
-    if args.dry_run:
-        names = IndexNames(settings.es.index_prefix)
-        cost = plan(client, names, spec.config(settings.embedder).batch_size)
-        say(
-            f"dry run: {cost.memories} memories and {cost.entities} entities to embed with "
-            f"{spec.describe()}: {cost.embedding_calls} embedding calls, "
-            f"{cost.llm_calls} LLM calls, {cost.llm_tokens} LLM tokens"
-        )
-        return 0
-    embedder = settings_models(settings)(spec).embedder
-    started = time.monotonic()
-    done = reembed(
-        client,
-        settings.es,
-        spec,
-        embedder,
-        rate_per_s=args.rate,
-        progress=say,
-        drop_old=args.drop_old,
-    )
-    embedded = sum(s.embedded for s in done.synced.values())
-    elapsed = time.monotonic() - started
-    say(
-        f"re-embedded {embedded} documents in {elapsed:.1f} s with {spec.describe()}"
-        f"{kept(done.dropped, done.sources)}"
-    )
-    return 0
+    from workers.state_store import RedisStateStore
 
-
-def kept(dropped: bool, sources: Mapping[Kind, str]) -> str:
-    return "" if dropped else f"; old versions kept: {', '.join(sources.values())}"
+    return RedisStateStore(redis.Redis.from_url(settings.redis.url), settings.es.index_prefix)
 
 
 def spec_of(settings: Settings, args: argparse.Namespace) -> EmbedderSpec:
     """The embedder asked for: the flags given, the rest from ``MEMQ_EMBEDDER_*``."""
-    base = EmbedderSpec.of(settings.embedder)
-    kind = args.embedder_kind or base.kind
-    if kind not in {"local", "openai"}:
-        raise InvalidInputError("--embedder-kind must be local or openai", field="embedder_kind")
-    dims = args.embedder_dims or base.dims
-    if not 8 <= dims <= 4096:
-        raise InvalidInputError("--embedder-dims must be 8..4096", field="embedder_dims")
-    return EmbedderSpec(
-        kind=kind,
-        model=args.embedder_model or base.model,
-        dims=dims,
-        base_url=args.embedder_base_url or base.base_url,
+    return embedder_spec(
+        settings,
+        args.embedder_kind,
+        args.embedder_model,
+        args.embedder_dims,
+        args.embedder_base_url,
+        label="--embedder-",
     )
 
 
@@ -221,5 +245,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     command.add_argument("--dry-run", action="store_true", help="report the cost, change nothing")
     command.add_argument(
         "--drop-old", action="store_true", help="delete the versions out of the aliases"
+    )
+    command.add_argument(
+        "--status", action="store_true", help="show the versions and each build's progress"
     )
     command.set_defaults(handler=run_reprocess)

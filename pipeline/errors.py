@@ -56,6 +56,11 @@ class InvalidInputError(PermanentError):
         self.field = field
 
 
+class ConflictError(InvalidInputError):
+    """The input is sound but the state refuses it now (a run already active, a version
+    already in use): the caller waits, or asks for something else."""
+
+
 class NotFoundError(PermanentError):
     """No such thing for this caller (absent, or another tenant's: the two look the same)."""
 

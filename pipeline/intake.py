@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from pipeline.chat import ChatEvent
 from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest
+from pipeline.reprocess import ReprocessRun
 
 
 @dataclass(frozen=True)
@@ -60,4 +61,12 @@ class Intake(Protocol):
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         """Erase a user's data everywhere memq keeps it: ``{"erased": counts per place,
         "in_flight": ids of the user's jobs that were not finished}``."""
+        ...
+
+    def start_reprocess(self, run: ReprocessRun) -> str:
+        """Send ``run`` to a worker; its run id. ``ConflictError`` while a run is active."""
+        ...
+
+    def active_reprocess(self) -> str | None:
+        """The id of the reprocess running now (or waiting for a worker); None when none."""
         ...

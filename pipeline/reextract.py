@@ -43,13 +43,14 @@ from elasticsearch import Elasticsearch
 from pipeline.config import ElasticsearchConfig
 from pipeline.deps import Deps
 from pipeline.embedding.versioned import EmbedderSpec
-from pipeline.errors import InvalidInputError, TransientError
+from pipeline.errors import ConflictError, TransientError
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest, utcnow
 from pipeline.phases import PHASES, run_batch
 from pipeline.prompts import load_prompt
 from pipeline.state import JobState, Phase
 from pipeline.store import reextract as store
+from pipeline.store.build_progress import MetaSink, ProgressWriter, Stage
 from pipeline.store.client import es_errors
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import SCHEMA_VERSION, IndexNames, Kind, put_templates, stored_embedder
@@ -58,6 +59,7 @@ from pipeline.store.reprocess import (
     KINDS,
     Pace,
     Progress,
+    lift_block,
     paused,
     prepare_build,
     write_history,
@@ -68,6 +70,7 @@ PROMPTS = ("extract_user", "extract_agent", "procedural")
 PAGE = 32  # jobs replayed between two checkpoints (fewer under --rate), in waves
 IN_FLIGHT_WAIT_S = 30.0  # how long the switch waits for jobs that persisted to end
 CATCH_UP_PASSES = 5  # passes before the block; the one under the block takes what is left
+JOBS = "jobs"  # what a re-extraction's progress counts
 SKIPPED = frozenset({Phase.CONTEXT, Phase.FINALIZE})
 
 MakeDeps = Callable[[ElasticStore], Deps]
@@ -121,6 +124,7 @@ def plan(client: Elasticsearch, names: IndexNames, tenant: str | None) -> Plan:
     """The jobs a re-extraction would replay, their messages, and the LLM calls and tokens
     their records say their extraction took."""
     jobs = calls = tokens = uncounted = 0
+    store.refresh_jobs(client, names)
     for record, _ in store.jobs_to_replay(client, names, tenant, by="created_at", after=None):
         jobs += 1
         counts = record.counts
@@ -163,13 +167,7 @@ def reextract(
     sources = {kind: single_index(client, names.alias(kind)) for kind in KINDS}
     meta = stored_embedder(client, sources[Kind.MEMORIES])
     spec = EmbedderSpec.model_validate(meta) if meta else default_embedder
-    targets = build_names(names, sources, extraction, tenant)
-    made = store.build_meta(client, sources[Kind.MEMORIES]).get("reprocess", {})
-    if made.get("mode") == REEXTRACT and same_settings(made, extraction, tenant):
-        raise InvalidInputError(
-            f"the memories in use were already re-extracted with these settings "
-            f"({extraction.describe()}, {'tenant ' + tenant if tenant else 'every tenant'})"
-        )
+    targets = check_reextract(client, names, extraction, tenant)
     reprocess = {"mode": REEXTRACT, "tenant": tenant, "started_at": utcnow().isoformat()}
     for kind in KINDS:
         prepare_build(
@@ -180,6 +178,7 @@ def reextract(
             spec,
             reprocess=reprocess | extraction.meta(),
         )
+    lift_block(client, ",".join(sources.values()))  # a run killed in its switch left it
     build = store.build_meta(client, targets[Kind.MEMORIES]).get("reprocess", {})
     started = datetime.fromisoformat(build["started_at"])
     built = ElasticStore(
@@ -200,23 +199,55 @@ def reextract(
         checkpoint=dict(build.get("checkpoint", {})),
         pace=pace,
         progress=progress,
+        report=ProgressWriter(MetaSink(client, list(targets.values())), REEXTRACT),
     )
-    others = store.others_query(tenant)
-    if others is not None:
-        for kind in KINDS:
-            copied = store.copy_matching(client, kind, sources[kind], targets[kind], others)
-            progress(f"{kind.value}: {copied} of other tenants copied into {targets[kind]}")
-    run.main(started)
-    for _ in range(CATCH_UP_PASSES):
-        if run.catch_up(started) == 0:
-            break
-    switch(client, names, run, others)
+    try:
+        rebuild(client, names, run, started)
+    except BaseException as exc:
+        run.report.failed(exc)
+        raise
     put_templates(client, config, spec.dims, spec.meta())
     if drop_old:
         with es_errors("drop the old versions"):
             client.indices.delete(index=",".join(sources.values()))
         run.done.dropped = True
     return run.done
+
+
+def rebuild(client: Elasticsearch, names: IndexNames, run: Replayer, started: datetime) -> None:
+    """Copy the other tenants, replay, catch up, switch; the progress told of each step."""
+    done, others = run.done, store.others_query(run.tenant)
+    if others is not None:
+        for kind in KINDS:
+            copied = store.copy_matching(
+                client, kind, done.sources[kind], done.targets[kind], others
+            )
+            run.progress(
+                f"{kind.value}: {copied} of other tenants copied into {done.targets[kind]}"
+            )
+    run.report.stage(Stage.SYNC, JOBS, done.jobs, run.total)
+    run.main(started)
+    run.report.stage(Stage.CATCH_UP, JOBS, done.jobs, run.total)
+    for _ in range(CATCH_UP_PASSES):
+        if run.catch_up(started) == 0:
+            break
+    switch(client, names, run, others)
+    run.report.stage(Stage.SWITCHED, JOBS, done.jobs, max(run.total, done.jobs))
+
+
+def check_reextract(
+    client: Elasticsearch, names: IndexNames, extraction: Extraction, tenant: str | None
+) -> dict[Kind, str]:
+    """The builds a re-extraction would fill; ``ConflictError`` when the version in use was
+    made by one with the same settings."""
+    sources = {kind: single_index(client, names.alias(kind)) for kind in KINDS}
+    made = store.build_meta(client, sources[Kind.MEMORIES]).get("reprocess", {})
+    if made.get("mode") == REEXTRACT and same_settings(made, extraction, tenant):
+        raise ConflictError(
+            f"the memories in use were already re-extracted with these settings "
+            f"({extraction.describe()}, {'tenant ' + tenant if tenant else 'every tenant'})"
+        )
+    return build_names(names, sources, extraction, tenant)
 
 
 def same_settings(made: dict[str, Any], extraction: Extraction, tenant: str | None) -> bool:
@@ -240,8 +271,11 @@ class Replayer:
         checkpoint: dict[str, Any],
         pace: Pace,
         progress: Progress,
+        report: ProgressWriter,
     ) -> None:
         self.client = client
+        self.report = report
+        self.total = store.count_jobs(client, names, tenant)[0]
         self.names = names
         self.deps = deps
         self.done = done
@@ -288,6 +322,7 @@ class Replayer:
             self.save()
             replayed += len(page)
             self.pace.after(len(page))
+            self.report.advance(JOBS, self.done.jobs, max(self.total, self.done.jobs))
             self.progress(
                 f"{step.replace('_', '-')}: {self.done.jobs} jobs replayed, "
                 f"{self.done.memories} memories in {self.done.targets[Kind.MEMORIES]}"

@@ -16,6 +16,7 @@ from pipeline.telemetry import configure_tracing
 from workers.chat import register_chat_tasks
 from workers.metrics import scrape_registry, serve_metrics
 from workers.names import HEALTH_TASK
+from workers.reprocess import register_reprocess_tasks
 from workers.runtime import MemqCelery, celery_config
 from workers.tasks import register_tasks
 from workers.webhooks import register_webhook_tasks
@@ -46,6 +47,7 @@ def create_celery(settings: Settings) -> MemqCelery:
     register_tasks(app)
     register_chat_tasks(app)
     register_webhook_tasks(app)
+    register_reprocess_tasks(app)
     connect_warm_up(app)
     connect_tracing(app)
     keep_memq_logging()

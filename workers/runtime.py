@@ -41,6 +41,7 @@ from workers.names import (
     HEALTH_TASK,
     PREPARE_TASK,
     RECORD_TASK,
+    REPROCESS_TASK,
     WAIT_TASK,
     phase_task_name,
 )
@@ -204,6 +205,7 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
         CHAT_FLUSH_TASK: {"queue": queues.io},
         RECORD_TASK: {"queue": queues.io},
         PREPARE_TASK: {"queue": queues.cpu},
+        REPROCESS_TASK: {"queue": queues.backfill},  # long: the lane that may wait
     }
     for spec in PHASES:
         routes[phase_task_name(spec.phase)] = {"queue": queue_for(spec.workload, queues, False)}

@@ -13,11 +13,13 @@ from pipeline.config import Settings
 from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest
+from pipeline.reprocess import ReprocessRun
 from pipeline.usage import check_spendable
 from workers.app import create_celery
 from workers.chat import accept_event
 from workers.erase import erase_user_everywhere
 from workers.intake import held_job, replay, submit
+from workers.reprocess import active_reprocess, start_reprocess
 from workers.runtime import MemqCelery
 
 __all__ = ["CeleryIntake", "celery_intake"]
@@ -60,6 +62,12 @@ class CeleryIntake:
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         chat_tenant = self.app.runtime.settings.chat.tenant
         return erase_user_everywhere(self.app, tenant, user_id, chat_tenant)
+
+    def start_reprocess(self, run: ReprocessRun) -> str:
+        return start_reprocess(self.app, run)
+
+    def active_reprocess(self) -> str | None:
+        return active_reprocess(self.app)
 
 
 def celery_intake(settings: Settings) -> CeleryIntake:

@@ -22,6 +22,13 @@ from pipeline.state import JobState
 log = logging.getLogger("memq.worker")
 
 STATE_TTL_S = 7 * 86_400
+DRAIN_LOCK = "drain-parked"
+# KEYS: lock. ARGV: owner, ttl (ms). The TTL moves only while the owner still holds the lock.
+RENEW_LOCK = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
 BATCH_TTL_S = 86_400
 # The fewest jobs a batch takes when the lane's jobs are spread over its slots: below this a
 # second batch costs more (its hops, its calls) than it runs beside the first.
@@ -377,17 +384,36 @@ class RedisStateStore:
     def take_drain(self, owner: str, ttl_s: float) -> bool:
         """The one process that moves parked jobs into their lines for the next ``ttl_s``
         (``workers.intake.drain_parked``): two at once could interleave a session's jobs."""
-        with redis_errors("take the drain of parked jobs"):
-            return bool(self.client.set(self._drain, owner, nx=True, px=int(ttl_s * 1000)))
+        return self.take_lock(DRAIN_LOCK, owner, ttl_s)
 
     def end_drain(self, owner: str) -> None:
-        with redis_errors("end the drain of parked jobs"):
-            if self.client.get(self._drain) == owner.encode():
-                self.client.delete(self._drain)
+        self.end_lock(DRAIN_LOCK, owner)
 
-    @property
-    def _drain(self) -> str:
-        return f"{self.prefix}:drain-parked"
+    def take_lock(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Hold the lock ``name`` as ``owner`` for ``ttl_s`` when nobody holds it; False when
+        another does. A holder that dies lets it lapse with the TTL."""
+        with redis_errors(f"take the lock {name}"):
+            return bool(self.client.set(self._lock(name), owner, nx=True, px=int(ttl_s * 1000)))
+
+    def renew_lock(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Hold the lock ``name`` for ``ttl_s`` more while ``owner`` holds it; False when it
+        lapsed or another holds it (the holder should stop)."""
+        with redis_errors(f"renew the lock {name}"):
+            return bool(self.client.eval(RENEW_LOCK, 1, self._lock(name), owner, int(ttl_s * 1000)))
+
+    def lock_owner(self, name: str) -> str | None:
+        """Who holds the lock ``name``; None when nobody does."""
+        with redis_errors(f"read the lock {name}"):
+            owner = self.client.get(self._lock(name))
+        return owner.decode() if isinstance(owner, bytes) else owner
+
+    def end_lock(self, name: str, owner: str) -> None:
+        with redis_errors(f"end the lock {name}"):
+            if self.client.get(self._lock(name)) == owner.encode():
+                self.client.delete(self._lock(name))
+
+    def _lock(self, name: str) -> str:
+        return f"{self.prefix}:{name}"
 
     def take_turn(self, job_id: str, attempt: int, owner: str) -> bool:
         """True for the one chain (``owner``, a task id) that runs this attempt of the job, and

@@ -6,23 +6,33 @@ from __future__ import annotations
 from datetime import date
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from api.convert import budget_public, report_public
-from api.deps import AdminDep, ClockDep, ElasticStoreDep, IdPath, KeysDep, SettingsDep, UsageDep
+from api.deps import (
+    AdminDep,
+    ClockDep,
+    ElasticStoreDep,
+    IdPath,
+    IntakeDep,
+    KeysDep,
+    SettingsDep,
+    UsageDep,
+)
+from api.reprocess import plan_public, run_of, start_public, status_public
 from api.schemas import (
     BudgetPublic,
     BudgetSet,
-    EmbedderPublic,
-    IndexVersionPublic,
     KeyCreate,
     KeyCreated,
     KeyPublic,
     Message,
+    ReprocessCreate,
+    ReprocessPlanPublic,
+    ReprocessStartedPublic,
     ReprocessStatusPublic,
     UsageReportPublic,
 )
-from pipeline.embedding.versioned import EmbedderSpec
 from pipeline.models import Identifier
 from pipeline.usage import month_of, usage_report, utc_day
 
@@ -94,23 +104,42 @@ def remove_budget(tenant: IdPath, usage: UsageDep, _admin: AdminDep) -> dict[str
 
 @router.get("/reprocess", response_model=ReprocessStatusPublic)
 def reprocess_status(
-    store: ElasticStoreDep, settings: SettingsDep, _admin: AdminDep
+    store: ElasticStoreDep, settings: SettingsDep, intake: IntakeDep, _admin: AdminDep
 ) -> ReprocessStatusPublic:
-    """The embedder in use and each version of the memories and entities: a rebuild's
-    progress is its ``documents`` against those of the version in use."""
-    default = EmbedderSpec.of(settings.embedder).meta()
-    in_use = store.embedder_meta() or default
-    return ReprocessStatusPublic(
-        embedder=EmbedderPublic.model_validate(in_use),
-        versions=[
-            IndexVersionPublic(
-                kind=kind.value,
-                index=version.index,
-                state=version.state,  # type: ignore[arg-type]
-                documents=version.documents,
-                embedder=EmbedderPublic.model_validate(version.embedder or default),
-            )
-            for kind, versions in store.index_versions().items()
-            for version in versions
-        ],
-    )
+    """The embedder in use, each version of the memories and entities with the progress a
+    reprocess recorded in it, and whether a run is active now (it holds the reprocess lock,
+    which lapses within 15 s of its process's death: a ``progress`` whose stage is neither
+    ``switched`` nor ``failed`` while ``active`` is false is a run that was stopped; start it
+    again with the same embedder and it resumes)."""
+    return status_public(store, settings, intake)
+
+
+@router.post(
+    "/reprocess",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ReprocessStartedPublic | ReprocessPlanPublic,
+    responses={
+        200: {"model": ReprocessPlanPublic, "description": "the plan of a dry run"},
+        409: {"description": "a run is active, or the version in use is of that embedder"},
+    },
+)
+def start_reprocess(
+    *,
+    body: ReprocessCreate,
+    request: Request,
+    response: Response,
+    store: ElasticStoreDep,
+    settings: SettingsDep,
+    intake: IntakeDep,
+    _admin: AdminDep,
+) -> ReprocessStartedPublic | ReprocessPlanPublic:
+    """Rebuild the memories and entities into a new index version on a worker (as ``memq
+    reprocess``), memq serving meanwhile: 202 at once, the progress at the status URL.
+    ``dry_run``: 200 with the cost, nothing started. A stopped run resumes when started again
+    with the same embedder."""
+    run = run_of(settings, store, body)
+    if body.dry_run:
+        response.status_code = status.HTTP_200_OK
+        return plan_public(store, settings, run)
+    url = str(request.url_for("reprocess_status"))
+    return start_public(store, settings, intake, run, url)

@@ -1,5 +1,6 @@
 """Erasing a user (any signed-in tenant, for its own users) and the admin pages: tenant keys
-(create, revoke) and memories per tenant."""
+(create, revoke), memories per tenant, and the index versions (a re-embed started, its
+progress)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
 
-from api.deps import ClockDep, IdPath, IntakeDep, KeysDep, StoreDep
+from api.deps import (
+    ClockDep,
+    ElasticStoreDep,
+    IdPath,
+    IntakeDep,
+    KeysDep,
+    SettingsDep,
+    StoreDep,
+)
 from api.limits import LimitsDep
-from api.schemas import KeyCreate
+from api.reprocess import plan_public, run_of, start_public, status_public
+from api.schemas import KeyCreate, ReprocessCreate
 from api.ui.core import (
     AdminPostedSessionDep,
     AdminSessionDep,
@@ -20,7 +30,10 @@ from api.ui.core import (
     see_other,
 )
 from pipeline import explorer
+from pipeline.config import Settings
 from pipeline.errors import InvalidInputError
+from pipeline.intake import Intake
+from pipeline.store.elastic import ElasticStore
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 
@@ -70,10 +83,97 @@ def erase_user(
 
 @router.get("/admin", name="ui_admin_page")
 def admin_page(
-    request: Request, keys: KeysDep, store: StoreDep, _session: AdminSessionDep
+    *,
+    request: Request,
+    keys: KeysDep,
+    store: StoreDep,
+    elastic: ElasticStoreDep,
+    settings: SettingsDep,
+    intake: IntakeDep,
+    _session: AdminSessionDep,
 ) -> Response:
-    context = {"keys": keys.list(), "tenants": explorer.tenant_summaries(store)}
+    context = {
+        "keys": keys.list(),
+        "tenants": explorer.tenant_summaries(store),
+        "reprocess": status_public(elastic, settings, intake),
+        "llm_model": settings.llm.model if settings.llm_configured() else None,
+    }
     return render(request, "admin.html", context)
+
+
+@router.post("/admin/reprocess", name="ui_reprocess")
+def start_reprocess(
+    *,
+    request: Request,
+    elastic: ElasticStoreDep,
+    settings: SettingsDep,
+    intake: IntakeDep,
+    _session: AdminPostedSessionDep,
+    kind: Annotated[str, Form(max_length=20)] = "",
+    model: Annotated[str, Form(max_length=500)] = "",
+    dims: Annotated[str, Form(max_length=10)] = "",
+    base_url: Annotated[str, Form(max_length=2000)] = "",
+    rate: Annotated[str, Form(max_length=20)] = "",
+    drop_old: Annotated[bool, Form()] = False,
+    dry_run: Annotated[bool, Form()] = False,
+) -> Response:
+    """As ``POST /v1/admin/reprocess``: a re-embed started on a worker (back to the admin
+    page, where its progress shows), or its plan (``dry_run``)."""
+    fields = {"kind": kind, "model": model, "dims": dims, "base_url": base_url}
+    embedder = {name: value.strip() for name, value in fields.items() if value.strip()}
+    body = ReprocessCreate.model_validate(
+        {
+            "mode": "reembed",
+            "embedder": embedder,
+            "rate": rate.strip() or None,
+            "drop_old": drop_old,
+            "dry_run": dry_run,
+        }
+    )
+    return started_or_planned(request, elastic, settings, intake, body)
+
+
+@router.post("/admin/reextract", name="ui_reextract")
+def start_reextract(
+    *,
+    request: Request,
+    elastic: ElasticStoreDep,
+    settings: SettingsDep,
+    intake: IntakeDep,
+    _session: AdminPostedSessionDep,
+    tenant: Annotated[str, Form(max_length=200)] = "",
+    rate: Annotated[str, Form(max_length=20)] = "",
+    drop_old: Annotated[bool, Form()] = False,
+    dry_run: Annotated[bool, Form()] = False,
+) -> Response:
+    """As ``POST /v1/admin/reprocess`` with mode ``reextract``: started on a worker (back to
+    the admin page, where its progress shows), or its plan (``dry_run``)."""
+    body = ReprocessCreate.model_validate(
+        {
+            "mode": "reextract",
+            "tenant": tenant.strip() or None,
+            "rate": rate.strip() or None,
+            "drop_old": drop_old,
+            "dry_run": dry_run,
+        }
+    )
+    return started_or_planned(request, elastic, settings, intake, body)
+
+
+def started_or_planned(
+    request: Request,
+    elastic: ElasticStore,
+    settings: Settings,
+    intake: Intake,
+    body: ReprocessCreate,
+) -> Response:
+    run = run_of(settings, elastic, body)
+    if body.dry_run:
+        plan = plan_public(elastic, settings, run)
+        context = {"plan": plan, "mode": body.mode, "tenant": body.tenant}
+        return render(request, "reprocess_plan.html", context)
+    start_public(elastic, settings, intake, run, str(request.url_for("ui_admin_page")))
+    return see_other(str(request.url_for("ui_admin_page")) + "#index-versions")
 
 
 @router.post("/admin/keys", name="ui_create_key")

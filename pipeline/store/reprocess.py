@@ -14,6 +14,8 @@ Glossary:
   (external versioning). What the build holds already costs one ids query per page and no
   embedding, so a killed run resumes where it was by syncing again: the build is its own
   checkpoint. Re-embedded memories get a ``REPROCESS`` history row (deterministic id).
+- **progress**: where a run is, recorded in each build's mapping as it goes
+  (``pipeline.store.build_progress``): any process reads it, a failure leaves its reason.
 - **switch**: writes to both sources are paused (an index write block), a last sync brings the
   builds level (what was added or changed during the build, embedded now), what was deleted
   meanwhile is deleted, and one ``update_aliases`` call moves both aliases. The sources stay,
@@ -38,10 +40,11 @@ from elasticsearch import Elasticsearch
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.embedding.versioned import EmbedderSpec
-from pipeline.errors import InvalidInputError
+from pipeline.errors import ConflictError, InvalidInputError
 from pipeline.models import history_id, utcnow
 from pipeline.nlp.speaker import embedding_text
 from pipeline.protocols import Embedder
+from pipeline.store.build_progress import BuildProgress, MetaSink, ProgressWriter, Stage
 from pipeline.store.client import es_errors
 from pipeline.store.indices import (
     SCHEMA_VERSION,
@@ -49,6 +52,7 @@ from pipeline.store.indices import (
     Kind,
     mappings,
     put_templates,
+    stored_embedder,
 )
 from pipeline.store.reindex import (
     PAGE_SIZE,
@@ -70,13 +74,18 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Plan:
-    """What a re-embedding would cost (``--dry-run``): texts to embed and model calls."""
+    """What a rebuild would cost (``--dry-run``): texts to embed and model calls; for a
+    re-extraction, the jobs and messages replayed (``uncounted``: jobs whose record has no
+    LLM count)."""
 
     memories: int
     entities: int
     embedding_calls: int
     llm_calls: int = 0
     llm_tokens: int = 0
+    jobs: int = 0
+    messages: int = 0
+    uncounted: int = 0
 
 
 @dataclass
@@ -143,29 +152,81 @@ def reembed(
     names = IndexNames(config.index_prefix)
     pace = Pace(rate_per_s)
     sources = {kind: single_index(client, names.alias(kind)) for kind in KINDS}
-    targets = {kind: f"{names.alias(kind)}-v{SCHEMA_VERSION}-e{spec.digest}" for kind in KINDS}
-    if sources[Kind.MEMORIES] == targets[Kind.MEMORIES]:
-        raise InvalidInputError(f"the indices already hold vectors of {spec.describe()}")
+    targets = check_new(client, names, spec)
     for kind in KINDS:
         prepare_build(client, sources[kind], targets[kind], kind, spec)
-    done = Reembedded(sources, targets)
-    for kind in KINDS:
-        done.synced[kind] = sync(
+    lift_block(client, ",".join(sources.values()))
+    report = ProgressWriter(MetaSink(client, list(targets.values())), REEMBED)
+    try:
+        done = rebuild(
             client,
-            kind,
-            sources[kind],
-            targets[kind],
+            Reembedded(sources, targets),
             embedder=embedder,
             spec=spec,
             pace=pace,
             progress=progress,
+            report=report,
+            names=names,
         )
-    switch(client, names, done, embedder=embedder, spec=spec, progress=progress)
+    except BaseException as exc:
+        report.failed(exc)
+        raise
     put_templates(client, config, spec.dims, spec.meta())
     if drop_old:
         with es_errors("drop the old versions"):
             client.indices.delete(index=",".join(sources.values()))
     return Reembedded(sources, targets, done.synced, drop_old)
+
+
+def build_names(names: IndexNames, spec: EmbedderSpec) -> dict[Kind, str]:
+    """The build of each kind for ``spec``: named by its digest, so a rerun finds it."""
+    return {kind: f"{names.alias(kind)}-v{SCHEMA_VERSION}-e{spec.digest}" for kind in KINDS}
+
+
+def check_new(
+    client: Elasticsearch,
+    names: IndexNames,
+    spec: EmbedderSpec,
+    default: EmbedderSpec | None = None,
+) -> dict[Kind, str]:
+    """The builds a re-embedding with ``spec`` would fill; ``ConflictError`` when the
+    version in use is of ``spec`` already: its own build, or a version whose mapping names
+    ``spec`` (one made before specs is of ``default``, the settings' embedder)."""
+    targets = build_names(names, spec)
+    meta = stored_embedder(client, names.memories)
+    in_use = EmbedderSpec.model_validate(meta) if meta is not None else default
+    if in_use == spec or single_index(client, names.memories) == targets[Kind.MEMORIES]:
+        raise ConflictError(f"the indices already hold vectors of {spec.describe()}")
+    return targets
+
+
+def rebuild(
+    client: Elasticsearch,
+    done: Reembedded,
+    *,
+    embedder: Embedder,
+    spec: EmbedderSpec,
+    pace: Pace,
+    progress: Progress,
+    report: ProgressWriter,
+    names: IndexNames,
+) -> Reembedded:
+    """Sync each kind's build, then switch; ``report`` told of each page and stage."""
+    for kind in KINDS:
+        done.synced[kind] = sync(
+            client,
+            kind,
+            done.sources[kind],
+            done.targets[kind],
+            embedder=embedder,
+            spec=spec,
+            pace=pace,
+            progress=progress,
+            report=report,
+        )
+    switch(client, names, done, embedder=embedder, spec=spec, progress=progress, report=report)
+    report.stage(Stage.SWITCHED)
+    return done
 
 
 def prepare_build(
@@ -207,10 +268,14 @@ def sync(
     spec: EmbedderSpec,
     pace: Pace,
     progress: Progress = lambda _: None,
+    report: ProgressWriter | None = None,
 ) -> Synced:
-    """Embed into ``target`` each document of ``source`` it lacks at its version."""
+    """Embed into ``target`` each document of ``source`` it lacks at its version; ``report``
+    told of each page (the catch-up passes none: its stage says enough)."""
     synced = Synced()
     total = count(client, source)
+    if report is not None:  # a new kind: written at once
+        report.advance(kind.value, 0, total)
     for hits in pages(client, source, with_source=True, size=pace.page_size()):
         held = versions(client, target, [h["_id"] for h in hits])
         stale = [h for h in hits if held.get(h["_id"]) != h["_version"]]
@@ -220,6 +285,8 @@ def sync(
         synced.held += len(hits) - len(stale)
         pace.after(len(stale))
         progress(f"{kind.value}: {synced.embedded + synced.held}/{total} in {target}")
+        if report is not None:
+            report.advance(kind.value, synced.embedded + synced.held, total)
     return synced
 
 
@@ -291,6 +358,7 @@ def switch(
     embedder: Embedder,
     spec: EmbedderSpec,
     progress: Progress,
+    report: ProgressWriter | None = None,
 ) -> None:
     """Pause writes to the sources, bring the builds level, move both aliases at once."""
     sources = ",".join(done.sources.values())
@@ -301,6 +369,8 @@ def switch(
         actions: list[dict[str, Any]] = []
         for kind in KINDS:
             source, target = done.sources[kind], done.targets[kind]
+            if report is not None:
+                report.stage(Stage.CATCH_UP, kind.value)
             again = sync(
                 client, kind, source, target, embedder=embedder, spec=spec, pace=Pace(None)
             )
@@ -326,9 +396,15 @@ def paused(client: Elasticsearch, indices: str) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        with es_errors(f"resume writes to {indices}"):
-            client.indices.put_settings(index=indices, settings={"index.blocks.write": False})
+        lift_block(client, indices)
         raise
+
+
+def lift_block(client: Elasticsearch, indices: str) -> None:
+    """Writes to the versions in use allowed again: a run killed in its catch-up left them
+    blocked, and writes would be refused until the resumed run switched."""
+    with es_errors(f"resume writes to {indices}"):
+        client.indices.put_settings(index=indices, settings={"index.blocks.write": False})
 
 
 def count(client: Elasticsearch, index: str) -> int:
@@ -344,6 +420,7 @@ class Version:
     state: str  # "in use", "building" (a build of the version in use), "old"
     documents: int
     embedder: dict[str, Any] | None  # None: the settings' embedder (made before specs)
+    progress: BuildProgress | None = None  # a reprocess's last word on this version's build
 
 
 def versions_of(client: Elasticsearch, names: IndexNames) -> dict[Kind, list[Version]]:
@@ -362,9 +439,11 @@ def versions_of(client: Elasticsearch, names: IndexNames) -> dict[Kind, list[Ver
 
 
 def version_of(index: str, meta: dict[str, Any], current: str, documents: int) -> Version:
-    building = meta.get("reprocess", {}).get("source") == current
+    reprocess = meta.get("reprocess", {})
+    building = reprocess.get("source") == current
     state = "in use" if index == current else "building" if building else "old"
-    return Version(index, state, documents, meta.get("embedder"))
+    progress = BuildProgress.from_meta(reprocess.get("progress"))
+    return Version(index, state, documents, meta.get("embedder"), progress)
 
 
 def drop_old(client: Elasticsearch, names: IndexNames) -> list[str]:

@@ -364,3 +364,51 @@ def test_no_page_shows_another_tenants_data(
     expect(page).to_have_url(re.compile(r"/ui/login$"))
     page.goto(f"{api_url}/ui/jobs")
     assert page.url.endswith("/ui/login"), "signed out: no page without signing in again"
+
+
+def test_admin_sees_the_index_versions_and_plans_a_re_embed(
+    browser: Browser, api_url: str, seeded: dict[str, Any]
+) -> None:
+    page = sign_in(browser, api_url, admin_key())
+    section = page.locator("#index-versions")
+    assert page.title().startswith("Admin") and "Index" not in page.title()
+    expect(section.locator("h2").first).to_have_text("Index versions")
+    status = httpx.get(f"{api_url}/v1/admin/reprocess", timeout=30,
+                       headers={"Authorization": f"Bearer {admin_key()}"}).json()  # fmt: skip
+    expect(page.locator("#embedder-in-use")).to_contain_text(status["embedder"]["model"])
+    for version in status["versions"]:
+        row = section.locator("tr", has_text=version["index"]).first
+        expect(row).to_contain_text(version["state"])
+    shot(page, "admin-index-versions")
+
+    # the embedder in use cannot be re-embedded into: a readable refusal, nothing started
+    page.click("#reembed-form button:has-text('Start re-embed')")
+    expect(page.get_by_role("alert")).to_contain_text("already hold vectors of")
+    page.go_back()
+
+    page.fill("#reembed-form input[name=model]", "another-embedder")
+    page.fill("#reembed-form input[name=dims]", "96")
+    page.click("#reembed-form button:has-text('Plan (dry run)')")
+    expect(page.locator("h1")).to_have_text("Re-embed plan")
+    expect(page.locator("#reprocess-plan")).to_contain_text("embedding calls")
+    expect(page.locator("main")).to_contain_text("another-embedder")
+
+    page.goto(f"{api_url}/ui/admin")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
+    answer = page.request.post(f"{api_url}/ui/admin/reprocess",
+                               form={"csrf": csrf, "dims": "4", "model": "tiny"})  # fmt: skip
+    assert answer.status == 422 and "embedder.dims" in answer.text(), answer.text()
+    after = httpx.get(f"{api_url}/v1/admin/reprocess", timeout=30,
+                      headers={"Authorization": f"Bearer {admin_key()}"}).json()  # fmt: skip
+    assert after["active"] is False and after["versions"] == status["versions"]
+
+    # a re-extraction's plan counts the jobs it would replay, and a bad tenant is refused
+    page.goto(f"{api_url}/ui/admin")
+    page.click("#reextract-form button:has-text('Plan (dry run)')")
+    expect(page.locator("h1")).to_have_text("Re-extract plan")
+    expect(page.locator("#reprocess-plan")).to_contain_text("LLM tokens")
+    jobs = int(page.locator("#reprocess-plan dd").first.inner_text())
+    assert jobs > 0
+    answer = page.request.post(f"{api_url}/ui/admin/reextract",
+                               form={"csrf": csrf, "tenant": "not a tenant!"})  # fmt: skip
+    assert answer.status == 422 and "tenant" in answer.text(), answer.text()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from elasticsearch import Elasticsearch
 
@@ -57,6 +58,7 @@ class Stack:
     names: IndexNames
     tenant: Tenant
     bystander: Tenant
+    admin: httpx.Client
     old: FakeLLMServer
     new: FakeLLMServer
     logs: Path
@@ -106,7 +108,7 @@ def stack(
                 tenant = create_tenant(admin, api.url, "reextract")
                 bystander = create_tenant(admin, api.url, "bystander")
                 names = IndexNames(private.es.index_prefix)
-                yield Stack(env, names, tenant, bystander, old, new, tmp_path)
+                yield Stack(env, names, tenant, bystander, admin, old, new, tmp_path)
                 tenant.http.close()
                 bystander.http.close()
         finally:
@@ -282,6 +284,8 @@ def test_a_killed_reextraction_resumes_where_it_was(stack: Stack, es: Elasticsea
     first.kill()
     seen = len(stack.new.chat_requests())
     assert seen < len(notes)
+    status = "/v1/admin/reprocess"  # the killed run's lock lapses within its TTL
+    wait_until(lambda: stack.admin.get(status).json()["active"] is False, "the lock to lapse", 30)
     second = ReprocessProcess(command_env(stack), stack.logs / "second.log", ["--reextract"])
     second.start()
     assert second.wait() == 0, second.tail()
@@ -331,3 +335,33 @@ def test_a_job_the_new_model_cannot_extract_keeps_its_memories(stack: Stack) -> 
     assert command.wait() == 0, command.tail()
     assert "1 jobs carried over unreplayed" in command.tail()
     assert sorted(memories(stack.tenant)) == ["New: kept one", "Old: poison two"]
+
+
+def test_a_reextraction_started_over_http_runs_on_a_worker(stack: Stack) -> None:
+    notes = seed(stack.tenant)
+    url = "/v1/admin/reprocess"
+    body = {"mode": "reextract", "tenant": stack.tenant.name}
+    dry = stack.admin.post(url, json=body | {"dry_run": True})
+    assert dry.status_code == 200, dry.text
+    plan = dry.json()
+    assert (plan["jobs"], plan["messages"], plan["llm_calls"]) == (len(notes),) * 3, plan
+    bad = stack.admin.post(url, json=body | {"tenant": "not a tenant!"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "tenant", bad.text
+
+    stack.old.responder = model("New")  # the workers' model answers differently now
+    started = stack.admin.post(url, json=body)
+    assert started.status_code == 202, started.text
+    builds = started.json()["builds"]
+
+    def switched() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        built = next((v for v in status["versions"] if v["index"] in builds), None)
+        progress = (built or {}).get("progress") or {}  # None: the worker has not made it yet
+        assert progress.get("stage") != "failed", progress
+        return progress if progress.get("stage") == "switched" else None
+
+    progress = wait_until(switched, "the re-extraction to switch", 120)
+    assert progress["mode"] == "reextract" and progress["done"] == len(notes), progress
+    assert sorted(memories(stack.tenant)) == sorted(f"New: {n}" for n in notes)
+    again = stack.admin.post(url, json=body)
+    assert again.status_code == 409 and "already re-extracted" in again.text, again.text

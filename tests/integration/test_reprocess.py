@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from elasticsearch import ApiError, Elasticsearch
 
 from memq.cli import main
@@ -28,7 +29,8 @@ from tests.conftest import admin_key, running
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
 from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
-from workers.app import create_celery
+from workers.app import MemqCelery, create_celery
+from workers.state_store import RedisStateStore
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +61,8 @@ class Stack:
     admin: httpx.Client
     new: FakeLLMServer
     logs: Path
+    worker: WorkerProcess
+    app: MemqCelery
 
 
 @pytest.fixture
@@ -103,7 +107,8 @@ def stack(
                 http_client(api.url, admin_key()) as admin,
             ):
                 tenant = create_tenant(admin, api.url, "reprocess")
-                yield Stack(env, IndexNames(private.es.index_prefix), tenant, admin, new, tmp_path)
+                names = IndexNames(private.es.index_prefix)
+                yield Stack(env, names, tenant, admin, new, tmp_path, worker, app)
                 tenant.http.close()
         finally:
             app.close()
@@ -275,8 +280,25 @@ def test_a_killed_reprocess_resumes_where_it_was(stack: Stack, es: Elasticsearch
         return held if held >= 30 else None
 
     held = wait_until(halfway, "the build to be a quarter done", 60)
+    assert stack.admin.get("/v1/admin/reprocess").json()["active"] is True
     first.kill()
     assert held < SEEDED
+
+    def stopped() -> dict[str, Any] | None:  # the lock lapses with the process that held it
+        status: dict[str, Any] = stack.admin.get("/v1/admin/reprocess").json()
+        return None if status["active"] else status
+
+    status = wait_until(stopped, "the killed run's lock to lapse", 40)
+    (build,) = [
+        v for v in status["versions"] if v["state"] == "building" and v["kind"] == "memories"
+    ]
+    assert build["progress"]["stage"] == "sync", build  # where it stopped; updated_at is its last
+    shown = subprocess.run(
+        ReprocessProcess(stack.env, stack.logs / "status.log", ["--status"]).command(),
+        env=stack.env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "active run: none" in shown.stdout and f"{build['index']} " in shown.stdout
+    assert "building" in shown.stdout and "reembed sync memories" in shown.stdout, shown.stdout
     second = ReprocessProcess(stack.env, stack.logs / "second.log", reembed_options(stack))
     second.start()
     assert second.wait() == 0, second.tail()
@@ -305,3 +327,158 @@ def test_bad_options_are_refused_before_anything_is_touched(
 ) -> None:
     assert main(["reprocess", *argv]) == 2
     assert complaint in capsys.readouterr().err
+
+
+def reembed_body(stack: Stack, **extra: Any) -> dict[str, Any]:
+    embedder = {"model": "new-embedder", "dims": NEW_DIMS, "base_url": stack.new.base_url}
+    return {"mode": "reembed", "embedder": embedder, **extra}
+
+
+def builds_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["kind"]: v for v in status["versions"] if v["state"] == "building"}
+
+
+def test_a_reembed_started_over_http_runs_on_a_worker_and_reports_its_progress(
+    stack: Stack,
+) -> None:
+    seeded = seed(stack.tenant, 60)
+    url = "/v1/admin/reprocess"
+    refused = stack.tenant.http.post(url, json=reembed_body(stack))
+    assert refused.status_code in {401, 403}, refused.text
+    for bad, where in [
+        ({"embedder": {"dims": 4}}, "embedder.dims"),
+        ({"embedder": {"kind": "word2vec"}}, "embedder.kind"),
+        ({"rate": 0}, "rate"),
+        ({"mode": "reindex"}, "mode"),
+        ({"tenant": "someone"}, "tenant"),
+        ({"shards": 3}, "shards"),
+    ]:
+        response = stack.admin.post(url, json={**reembed_body(stack), **bad})
+        assert response.status_code == 422, (bad, response.text)
+        assert response.json()["error"]["field"] == where, response.text
+    same = stack.admin.post(url, json={"mode": "reembed"})  # the settings' embedder: in use
+    assert same.status_code == 409 and "already hold vectors" in same.text, same.text
+
+    dry = stack.admin.post(url, json=reembed_body(stack, dry_run=True))
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["memories"] == 60 and dry.json()["embedder"]["dims"] == NEW_DIMS
+    assert stack.admin.get(url).json()["active"] is False
+
+    started = stack.admin.post(url, json=reembed_body(stack, rate=10))  # pages of 10, 1 s apart
+    assert started.status_code == 202, started.text
+    answer = started.json()
+    assert answer["status_url"].endswith(url) and len(answer["builds"]) == 2
+    again = stack.admin.post(url, json=reembed_body(stack))
+    assert again.status_code == 409 and "running already" in again.text, again.text
+
+    seen: list[tuple[bool, str, str | None, int]] = []
+
+    def switched() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        memories = next((v for v in status["versions"] if v["index"] in answer["builds"]
+                         and v["kind"] == "memories"), None)  # fmt: skip
+        if memories is None:  # the worker has not made it yet
+            return None
+        if (progress := memories["progress"]) is not None:
+            seen.append((status["active"], progress["stage"], progress["kind"], progress["done"]))
+        stages = {v["progress"]["stage"] for v in status["versions"]
+                  if v["state"] == "in use" and v["progress"]}  # fmt: skip
+        # the aliases move, then the progress says so (a GET may fall between the two)
+        return status if memories["state"] == "in use" and stages == {"switched"} else None
+
+    status = wait_until(switched, "the build to be switched in", 120)
+    synced = [done for _, stage, kind, done in seen if (stage, kind) == ("sync", "memories")]
+    assert len(set(synced)) >= 2, seen  # the progress moved while it ran
+    assert any(active for active, *_ in seen), seen
+    assert status["embedder"]["model"] == "new-embedder"
+    for version in status["versions"]:
+        if version["state"] == "in use":
+            progress = version["progress"]
+            assert progress["stage"] == "switched" and progress["mode"] == "reembed", version
+            assert progress["updated_at"] >= progress["started_at"]
+    assert wait_until(lambda: stack.admin.get(url).json()["active"] is False or None,
+                      "the lock to be let go", 30)  # fmt: skip
+    text, memory_id = next(iter(seeded.items()))
+    assert top_hit(stack.tenant, text) == memory_id
+
+
+def test_a_worker_killed_mid_run_leaves_a_stopped_progress_and_a_resumable_build(
+    stack: Stack,
+) -> None:
+    seed(stack.tenant, 60)
+    url = "/v1/admin/reprocess"
+    started = stack.admin.post(url, json=reembed_body(stack, rate=10))
+    assert started.status_code == 202, started.text
+
+    def memories_build() -> dict[str, Any] | None:
+        return builds_of(stack.admin.get(url).json()).get("memories")
+
+    def a_third_done() -> dict[str, Any] | None:
+        build = memories_build()
+        progress = build and build["progress"]
+        return build if progress and progress["done"] >= 20 else None
+
+    wait_until(a_third_done, "the build to be a third done", 60)
+    stack.worker.kill()  # SIGKILL: no warm shutdown, nothing recorded on the way out
+
+    def stopped() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        return None if status["active"] else status
+
+    status = wait_until(stopped, "the dead worker's lock to lapse", 40)
+    build = builds_of(status)["memories"]
+    assert build["progress"]["stage"] == "sync" and build["documents"] < 60, build
+    time.sleep(2.5)  # longer than a running writer's interval: the progress has stopped
+    assert memories_build() == build
+    again = stack.admin.post(url, json=reembed_body(stack))
+    assert again.status_code == 202, again.text  # the lock is free: a new run may start
+
+    stack.new.reset()
+    stack.worker.start()  # the new run waited in the queue for a worker; it resumes the build
+    stack.worker.wait_ready(stack.app)
+
+    def switched() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        in_use = [v for v in status["versions"] if v["state"] == "in use"]
+        done = all(v["progress"] and v["progress"]["stage"] == "switched" for v in in_use)
+        return status if done and not status["active"] else None
+
+    status = wait_until(switched, "the resumed run to switch", 120)
+    assert status["embedder"]["model"] == "new-embedder"
+    documents = sum(v["documents"] for v in status["versions"] if v["state"] == "in use")
+    embedded = sum(len(body["input"]) for path, body in stack.new.requests
+                   if path.endswith("embeddings"))  # fmt: skip
+    assert 0 < embedded <= documents - 20, (embedded, documents)  # what the first run held
+
+
+def test_a_run_that_fails_records_why_and_lets_the_lock_go(stack: Stack) -> None:
+    seed(stack.tenant, 5)
+    url = "/v1/admin/reprocess"
+    gone = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    body = {"mode": "reembed", "embedder": {"model": "gone", "dims": NEW_DIMS, "base_url": gone}}
+    started = stack.admin.post(url, json=body)
+    assert started.status_code == 202, started.text
+
+    def failed() -> dict[str, Any] | None:
+        status: dict[str, Any] = stack.admin.get(url).json()
+        build = builds_of(status).get("memories")
+        progress = build and build["progress"]
+        ended = progress and progress["stage"] == "failed" and not status["active"]
+        return progress if ended else None
+
+    progress = wait_until(failed, "the run to fail", 60)
+    assert progress["reason"] and progress["kind"] == "memories", progress
+
+
+def test_the_named_locks_hold_one_owner_renew_for_it_alone_and_lapse(
+    redis_client: redis.Redis,
+) -> None:
+    states = RedisStateStore(redis_client, f"memqtest-lock-{uuid.uuid4().hex[:6]}")
+    assert states.take_lock("reprocess", "a", 5) and not states.take_lock("reprocess", "b", 5)
+    assert states.renew_lock("reprocess", "a", 0.3) and not states.renew_lock("reprocess", "b", 5)
+    states.end_lock("reprocess", "b")  # not b's: kept
+    assert states.lock_owner("reprocess") == "a"
+    time.sleep(0.5)  # a's renewal was for 0.3 s
+    assert states.lock_owner("reprocess") is None and states.take_lock("reprocess", "b", 5)
+    states.end_lock("reprocess", "b")
+    assert states.lock_owner("reprocess") is None

@@ -31,6 +31,7 @@ from pipeline.intake import Accepted
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.logs import ContextFilter, JsonLineFormatter
 from pipeline.models import AddRequest
+from pipeline.reprocess import ReprocessRun
 from pipeline.store.indices import IndexNames
 from tests.integration.test_api import Tenant, temporary_tenant, wait_until
 from tests.processes import ApiProcess, WorkerProcess
@@ -142,6 +143,12 @@ class KeptIntake:
 
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         raise NotImplementedError
+
+    def start_reprocess(self, run: ReprocessRun) -> str:
+        raise NotImplementedError
+
+    def active_reprocess(self) -> str | None:
+        return None
 
 
 CONVERSATION = {"messages": "I like tea", "user_id": "u1", "infer": False}

@@ -23,6 +23,7 @@ from pipeline.errors import InvalidInputError
 from pipeline.intake import Accepted, Intake
 from pipeline.jobs import JobRecord
 from pipeline.models import AddRequest
+from pipeline.reprocess import ReprocessRun
 from tests.processes import free_port
 
 OFFLINE = {
@@ -61,6 +62,12 @@ class ChatOnlyIntake:
 
     def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
         raise InvalidInputError("this intake takes chat events only")
+
+    def start_reprocess(self, run: ReprocessRun) -> str:
+        raise NotImplementedError
+
+    def active_reprocess(self) -> str | None:
+        return None
 
 
 def test_building_the_app_and_its_document_loads_no_celery() -> None:

@@ -465,12 +465,22 @@ export interface paths {
         };
         /**
          * Reprocess Status
-         * @description The embedder in use and each version of the memories and entities: a rebuild's
-         *     progress is its ``documents`` against those of the version in use.
+         * @description The embedder in use, each version of the memories and entities with the progress a
+         *     reprocess recorded in it, and whether a run is active now (it holds the reprocess lock,
+         *     which lapses within 15 s of its process's death: a ``progress`` whose stage is neither
+         *     ``switched`` nor ``failed`` while ``active`` is false is a run that was stopped; start it
+         *     again with the same embedder and it resumes).
          */
         get: operations["reprocess_status"];
         put?: never;
-        post?: never;
+        /**
+         * Start Reprocess
+         * @description Rebuild the memories and entities into a new index version on a worker (as ``memq
+         *     reprocess``), memq serving meanwhile: 202 at once, the progress at the status URL.
+         *     ``dry_run``: 200 with the cost, nothing started. A stopped run resumes when started again
+         *     with the same embedder.
+         */
+        post: operations["start_reprocess"];
         delete?: never;
         options?: never;
         head?: never;
@@ -948,6 +958,20 @@ export interface components {
             deleted: number;
         };
         /**
+         * EmbedderChoice
+         * @description The embedder to move to; each field left out is the server's ``MEMQ_EMBEDDER_*``.
+         */
+        EmbedderChoice: {
+            /** Kind */
+            kind?: ("local" | "openai") | null;
+            /** Model */
+            model?: string | null;
+            /** Dims */
+            dims?: number | null;
+            /** Base Url */
+            base_url?: string | null;
+        };
+        /**
          * EmbedderPublic
          * @description An embedder, as an index version records it: vectors of two embedders do not compare.
          */
@@ -1078,6 +1102,8 @@ export interface components {
             /** Documents */
             documents: number;
             embedder: components["schemas"]["EmbedderPublic"];
+            /** @description the last progress a reprocess recorded in this version */
+            progress?: components["schemas"]["ReprocessProgressPublic"] | null;
         };
         /**
          * JobAccepted
@@ -1720,14 +1746,183 @@ export interface components {
             memory: string;
         };
         /**
+         * ReprocessCreate
+         * @description A reprocess to start (``memq reprocess``, on a worker).
+         * @example {
+         *       "embedder": {
+         *         "dims": 1536,
+         *         "model": "text-embedding-3-small"
+         *       },
+         *       "mode": "reembed",
+         *       "rate": 200
+         *     }
+         */
+        ReprocessCreate: {
+            /**
+             * Mode
+             * @description reembed: make every vector again with ``embedder``; reextract: make the memories again from the stored conversations with the workers' LLM (the embedder stays the one in use)
+             * @enum {string}
+             */
+            mode: "reembed" | "reextract";
+            embedder?: components["schemas"]["EmbedderChoice"];
+            /**
+             * Tenant
+             * @description reextract: only this tenant's memories (default: all)
+             */
+            tenant?: string | null;
+            /**
+             * Rate
+             * @description documents (reembed) or jobs (reextract) a second at most
+             */
+            rate?: number | null;
+            /**
+             * Drop Old
+             * @description delete the replaced version after it
+             * @default false
+             */
+            drop_old?: boolean;
+            /**
+             * Dry Run
+             * @description answer the cost, start nothing
+             * @default false
+             */
+            dry_run?: boolean;
+        };
+        /**
+         * ReprocessPlanPublic
+         * @description What a reprocess would cost (a dry run); nothing was started.
+         */
+        ReprocessPlanPublic: {
+            embedder: components["schemas"]["EmbedderPublic"];
+            /**
+             * Memories
+             * @description memories to embed (reembed)
+             */
+            memories: number;
+            /**
+             * Entities
+             * @description entities to embed (reembed)
+             */
+            entities: number;
+            /** Embedding Calls */
+            embedding_calls: number;
+            /**
+             * Llm Calls
+             * @description reextract: the LLM calls the jobs took when they ran
+             */
+            llm_calls: number;
+            /**
+             * Llm Tokens
+             * @description reextract: the LLM tokens the jobs took when they ran
+             */
+            llm_tokens: number;
+            /**
+             * Jobs
+             * @description jobs to replay (reextract)
+             * @default 0
+             */
+            jobs?: number;
+            /**
+             * Messages
+             * @description their messages (reextract)
+             * @default 0
+             */
+            messages?: number;
+            /**
+             * Uncounted
+             * @description jobs to replay whose record has no LLM count (reextract)
+             * @default 0
+             */
+            uncounted?: number;
+        };
+        /**
+         * ReprocessProgressPublic
+         * @description Where a reprocess is with a build, as the run recorded it in the build's mapping (any
+         *     process reads it). A run killed outright records nothing more: its ``updated_at`` stops
+         *     moving while ``active`` says false.
+         */
+        ReprocessProgressPublic: {
+            /**
+             * Mode
+             * @description what the run does: reembed
+             */
+            mode: string;
+            /**
+             * Stage
+             * @description sync: copying page by page; catch-up: writes paused, the build brought level; switched: the aliases moved (done); failed: stopped by an error (reason)
+             * @enum {string}
+             */
+            stage: "sync" | "catch-up" | "switched" | "failed";
+            /**
+             * Kind
+             * @description the kind being synced or caught up (memories, entities)
+             */
+            kind: string | null;
+            /**
+             * Done
+             * @description documents of kind synced so far in this pass
+             */
+            done: number;
+            /**
+             * Total
+             * @description documents of kind in the version in use
+             */
+            total: number;
+            /**
+             * Started At
+             * Format: date-time
+             * @description when this run started (a resumed run: its own)
+             */
+            started_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             * @description the run's last write; at most ~2 s old while it runs
+             */
+            updated_at: string;
+            /**
+             * Reason
+             * @description why it failed (stage failed)
+             */
+            reason?: string | null;
+        };
+        /**
+         * ReprocessStartedPublic
+         * @description A reprocess handed to a worker: its builds fill while memq keeps serving; the status
+         *     URL shows their progress.
+         */
+        ReprocessStartedPublic: {
+            /** Run Id */
+            run_id: string;
+            embedder: components["schemas"]["EmbedderPublic"];
+            /**
+             * Builds
+             * @description the index versions being built
+             */
+            builds: string[];
+            /** Status Url */
+            status_url: string;
+        };
+        /**
          * ReprocessStatusPublic
-         * @description The embedder searches and new memories use now, and every version of the memories and
-         *     entities (``memq reprocess``).
+         * @description The embedder searches and new memories use now, every version of the memories and
+         *     entities (``memq reprocess``), and whether a run is active now.
          */
         ReprocessStatusPublic: {
             embedder: components["schemas"]["EmbedderPublic"];
             /** Versions */
             versions: components["schemas"]["IndexVersionPublic"][];
+            /**
+             * Active
+             * @description a run holds the reprocess lock (running, or waiting for a worker); null while Redis cannot be read; it lapses within 15 s of its process's death
+             * @default false
+             */
+            active?: boolean | null;
+            /**
+             * Run Id
+             * @description the active run's id
+             */
+            run_id?: string | null;
         };
         /**
          * SearchHit
@@ -3194,6 +3389,64 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ReprocessStatusPublic"];
                 };
+            };
+            /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Elasticsearch or Redis unavailable: 503 with Retry-After; retry later */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    start_reprocess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReprocessCreate"];
+            };
+        };
+        responses: {
+            /** @description the plan of a dry run */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReprocessPlanPublic"];
+                };
+            };
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReprocessStartedPublic"] | components["schemas"]["ReprocessPlanPublic"];
+                };
+            };
+            /** @description a run is active, or the version in use is of that embedder */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
             "4XX": {
