@@ -25,13 +25,11 @@ from elasticsearch import Elasticsearch
 from memq.cli import main
 from pipeline.config import Settings
 from pipeline.jobs import JobStatus
-from pipeline.store.indices import IndexNames, drop_indices
-from tests.conftest import admin_key, running
+from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer
-from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
+from tests.integration.private_stack import private_stack
+from tests.integration.test_api import Tenant, create_tenant, wait_until
 from tests.integration.test_reprocess import ReprocessProcess, finished
-from tests.processes import ApiProcess, WorkerProcess, free_port
-from workers.app import create_celery
 
 pytestmark = pytest.mark.integration
 
@@ -69,53 +67,23 @@ def stack(
     test_env: dict[str, str], settings: Settings, es: Elasticsearch, tmp_path: Path
 ) -> Iterator[Stack]:
     """A worker and an API over a prefix and queues of their own, extracting with ``old``."""
-    run = uuid.uuid4().hex[:6]
     with FakeLLMServer(dims=64) as old, FakeLLMServer(dims=64) as new:
         old.responder, new.responder = model("Old"), model("New")
-        env = {
-            **test_env,
-            "MEMQ_ES_INDEX_PREFIX": f"{test_env['MEMQ_ES_INDEX_PREFIX']}-rx{run}",
-            "MEMQ_QUEUES_IO": f"rx{run}.io",
-            "MEMQ_QUEUES_CPU": f"rx{run}.cpu",
-            "MEMQ_QUEUES_BACKFILL": f"rx{run}.backfill",
+        models = {
             "MEMQ_LLM_BASE_URL": old.base_url,
             "MEMQ_LLM_MODEL": "old-model",
             "MEMQ_EMBEDDER_KIND": "openai",
             "MEMQ_EMBEDDER_MODEL": "embedder",
             "MEMQ_EMBEDDER_DIMS": "64",
             "MEMQ_EMBEDDER_BASE_URL": old.base_url,
-            "MEMQ_API_PORT": str(free_port()),
-            "MEMQ_API_ADMIN_KEY": admin_key(),
         }
-        private = settings.model_copy(
-            update={
-                "es": settings.es.model_copy(update={"index_prefix": env["MEMQ_ES_INDEX_PREFIX"]}),
-                "queues": settings.queues.model_copy(
-                    update={"io": env["MEMQ_QUEUES_IO"], "cpu": env["MEMQ_QUEUES_CPU"],
-                            "backfill": env["MEMQ_QUEUES_BACKFILL"]}
-                ),
-            }
-        )  # fmt: skip
-        app = create_celery(private)
-        worker = WorkerProcess(env, tmp_path / "worker.log")
-        api = ApiProcess(env, tmp_path / "api.log")
-        try:
-            with (
-                running(worker, lambda: worker.wait_ready(app)),
-                running(api, api.wait_ready),
-                http_client(api.url, admin_key()) as admin,
-            ):
-                tenant = create_tenant(admin, api.url, "reextract")
-                bystander = create_tenant(admin, api.url, "bystander")
-                names = IndexNames(private.es.index_prefix)
-                yield Stack(env, names, tenant, bystander, admin, old, new, tmp_path)
-                tenant.http.close()
-                bystander.http.close()
-        finally:
-            app.close()
-            drop_indices(es, IndexNames(private.es.index_prefix))
-            for index in es.indices.get(index=f"{private.es.index_prefix}-*").body:
-                es.indices.delete(index=index)
+        with private_stack(test_env, settings, es, tmp_path, "rx", models) as private:
+            tenant = create_tenant(private.admin, private.api_url, "reextract")
+            bystander = create_tenant(private.admin, private.api_url, "bystander")
+            yield Stack(private.env, private.names, tenant, bystander, private.admin, old, new,
+                        tmp_path)  # fmt: skip
+            tenant.http.close()
+            bystander.http.close()
 
 
 def command_env(stack: Stack) -> dict[str, str]:

@@ -24,12 +24,12 @@ from elasticsearch import ApiError, Elasticsearch
 from memq.cli import main
 from pipeline.config import Settings
 from pipeline.jobs import JobStatus
-from pipeline.store.indices import IndexNames, drop_indices
-from tests.conftest import admin_key, running
+from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer
-from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
-from tests.processes import ApiProcess, MemqProcess, WorkerProcess, free_port
-from workers.app import MemqCelery, create_celery
+from tests.integration.private_stack import private_stack
+from tests.integration.test_api import Tenant, create_tenant, wait_until
+from tests.processes import MemqProcess, WorkerProcess, free_port
+from workers.app import MemqCelery
 from workers.state_store import RedisStateStore
 
 pytestmark = pytest.mark.integration
@@ -73,48 +73,18 @@ def stack(
     tmp_path: Path,
 ) -> Iterator[Stack]:
     """A worker and an API over a prefix and queues of their own, embedding with ``old``."""
-    run = uuid.uuid4().hex[:6]
     with FakeLLMServer(dims=OLD_DIMS) as old, FakeLLMServer(dims=NEW_DIMS) as new:
-        env = {
-            **test_env,
-            "MEMQ_ES_INDEX_PREFIX": f"{test_env['MEMQ_ES_INDEX_PREFIX']}-rp{run}",
-            "MEMQ_QUEUES_IO": f"rp{run}.io",
-            "MEMQ_QUEUES_CPU": f"rp{run}.cpu",
-            "MEMQ_QUEUES_BACKFILL": f"rp{run}.backfill",
+        embedder = {
             "MEMQ_EMBEDDER_KIND": "openai",
             "MEMQ_EMBEDDER_MODEL": "old-embedder",
             "MEMQ_EMBEDDER_DIMS": str(OLD_DIMS),
             "MEMQ_EMBEDDER_BASE_URL": old.base_url,
-            "MEMQ_API_PORT": str(free_port()),
-            "MEMQ_API_ADMIN_KEY": admin_key(),
         }
-        private = settings.model_copy(
-            update={
-                "es": settings.es.model_copy(update={"index_prefix": env["MEMQ_ES_INDEX_PREFIX"]}),
-                "queues": settings.queues.model_copy(
-                    update={"io": env["MEMQ_QUEUES_IO"], "cpu": env["MEMQ_QUEUES_CPU"],
-                            "backfill": env["MEMQ_QUEUES_BACKFILL"]}
-                ),
-            }
-        )  # fmt: skip
-        app = create_celery(private)
-        worker = WorkerProcess(env, tmp_path / "worker.log")
-        api = ApiProcess(env, tmp_path / "api.log")
-        try:
-            with (
-                running(worker, lambda: worker.wait_ready(app)),
-                running(api, api.wait_ready),
-                http_client(api.url, admin_key()) as admin,
-            ):
-                tenant = create_tenant(admin, api.url, "reprocess")
-                names = IndexNames(private.es.index_prefix)
-                yield Stack(env, names, tenant, admin, new, tmp_path, worker, app)
-                tenant.http.close()
-        finally:
-            app.close()
-            drop_indices(es, IndexNames(private.es.index_prefix))
-            for index in es.indices.get(index=f"{private.es.index_prefix}-*").body:
-                es.indices.delete(index=index)
+        with private_stack(test_env, settings, es, tmp_path, "rp", embedder) as private:
+            tenant = create_tenant(private.admin, private.api_url, "reprocess")
+            yield Stack(private.env, private.names, tenant, private.admin, new, tmp_path,
+                        private.worker, private.app)  # fmt: skip
+            tenant.http.close()
 
 
 def reembed_options(stack: Stack, *extra: str) -> list[str]:
