@@ -289,29 +289,33 @@ class Replayer:
 
     def main(self, started: datetime) -> int:
         """Replay the jobs that had ended when the build started."""
-        store.refresh_jobs(self.client, self.names)
-        records = store.jobs_to_replay(
-            self.client,
-            self.names,
-            self.tenant,
-            by="created_at",
-            after=self.checkpoint.get("main"),
-            before=started,
-        )
-        return self.replay_all(records, "main")
+        return self.run_pass("main", by="created_at", before=started)
 
     def catch_up(self, started: datetime) -> int:
         """Replay the jobs that ended since the build started and were not replayed yet."""
+        return self.run_pass("catch_up", by="finished_at", since=started)
+
+    def run_pass(
+        self,
+        step: str,
+        *,
+        by: str,
+        before: datetime | None = None,
+        since: datetime | None = None,
+    ) -> int:
+        """One pass over the jobs from the checkpoint of ``step`` on (records and messages
+        refreshed first, so it sees every one written before it)."""
         store.refresh_jobs(self.client, self.names)
         records = store.jobs_to_replay(
             self.client,
             self.names,
             self.tenant,
-            by="finished_at",
-            after=self.checkpoint.get("catch_up"),
-            since=started,
+            by=by,
+            after=self.checkpoint.get(step),
+            before=before,
+            since=since,
         )
-        return self.replay_all(records, "catch_up")
+        return self.replay_all(records, step)
 
     def replay_all(self, records: Iterable[tuple[JobRecord, list[Any]]], step: str) -> int:
         replayed = 0
