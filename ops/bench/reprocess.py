@@ -84,11 +84,13 @@ class Searching:
         self.latencies: list[float] = []
         self.failures: list[str] = []
 
+    def scope(self, n: int) -> Scope:
+        return Scope(tenant=TENANT, user_id=f"u{n % self.users}")
+
     def run(self) -> None:
         n = 0
         while not self.stop.is_set():
-            scope = Scope(tenant=TENANT, user_id=f"u{n % self.users}")
-            query = SearchQuery(query=self.texts[n % len(self.texts)], scope=scope)
+            query = SearchQuery(query=self.texts[n % len(self.texts)], scope=self.scope(n))
             started = time.perf_counter()
             try:
                 self.searcher.search(query)
