@@ -379,6 +379,7 @@ def test_admin_sees_the_index_versions_and_plans_a_re_embed(
     for version in status["versions"]:
         row = section.locator("tr", has_text=version["index"]).first
         expect(row).to_contain_text(version["state"])
+    section.scroll_into_view_if_needed()
     shot(page, "admin-index-versions")
 
     # the embedder in use cannot be re-embedded into: a readable refusal, nothing started
