@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from elasticsearch import Elasticsearch
+from pydantic import ValidationError
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.deps import Deps
@@ -336,15 +337,7 @@ class Replayer:
     def replay(self, records: list[JobRecord]) -> None:
         """One batch of jobs (of distinct sessions) through the phases into the build."""
         limit = self.deps.limits.context_messages
-        states = [
-            JobState(
-                job_id=record.job_id,
-                request=request_of(record),
-                received_at=record.created_at,
-                backfill=record.backfill,
-            )
-            for record in records
-        ]
+        states = [state for state in map(self.state_of, records) if state is not None]
         states = [
             state.with_(
                 context=store.messages_before(
@@ -374,6 +367,22 @@ class Replayer:
         self.note(states)
         self.done.jobs += len(records)
         self.replayed.update(record.job_id for record in records)
+
+    def state_of(self, record: JobRecord) -> JobState | None:
+        """The job as it was taken in; None (noted as failed: its memories carry over) when
+        its recorded request is not one this release accepts."""
+        try:
+            request = request_of(record)
+        except ValidationError as exc:
+            self.done.failed.append(record.job_id)
+            self.progress(f"job {record.job_id} not replayed, its memories carry over: {exc}")
+            return None
+        return JobState(
+            job_id=record.job_id,
+            request=request,
+            received_at=record.created_at,
+            backfill=record.backfill,
+        )
 
     def note(self, states: list[JobState]) -> None:
         """A ``REPROCESS`` history row on each memory the replays stored."""

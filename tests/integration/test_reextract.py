@@ -292,16 +292,23 @@ def test_reextraction_without_an_llm_is_refused(
     assert "re-extraction needs an LLM" in capsys.readouterr().err
 
 
-def test_a_job_the_new_model_cannot_extract_keeps_its_memories(stack: Stack) -> None:
+def test_a_job_the_new_model_cannot_extract_keeps_its_memories(
+    stack: Stack, es: Elasticsearch
+) -> None:
     urls = [add(stack.tenant, f"note: {n}", "u", "s") for n in ("kept one", "poison two")]
     for url in urls:
         assert finished(stack.tenant, url)["status"] == JobStatus.SUCCEEDED
+    # a record whose request this release would not accept (no messages) is skipped, noted
+    job = finished(stack.tenant, urls[0])
+    record = es.get(index=stack.names.jobs, id=job["job_id"]).body["_source"]
+    record |= {"job_id": "unreadable", "request": {**record["request"], "messages": []}}
+    es.index(index=stack.names.jobs, id="unreadable", document=record, refresh=True)
     fine = model("New")
     stack.new.responder = lambda r: "no JSON here" if "poison" in str(r) else fine(r)
     command = ReprocessProcess(command_env(stack), stack.logs / "rx.log", ["--reextract"])
     command.start()
     assert command.wait() == 0, command.tail()
-    assert "1 jobs carried over unreplayed" in command.tail()
+    assert "2 jobs carried over unreplayed" in command.tail()
     assert sorted(memories(stack.tenant)) == ["New: kept one", "Old: poison two"]
 
 
