@@ -105,8 +105,14 @@ def erase_user(store: ElasticStore, tenant: str, user_id: str, now: datetime) ->
     return Erasure(counts, jobs)
 
 
+def erasure_subject(tenant: str, user_id: str) -> str:
+    """How the audit row names an erased user: ``sha256:`` and the hex digest of the tenant and
+    the user id (an audit can check a given user; the row does not say who)."""
+    return "sha256:" + hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()
+
+
 def audit_row(tenant: str, user_id: str, counts: dict[str, int], now: datetime) -> HistoryDoc:
-    subject = hashlib.sha256(f"{tenant}\x1f{user_id}".encode()).hexdigest()
+    subject = erasure_subject(tenant, user_id)
     summary = ", ".join(f"{kind} {n}" for kind, n in counts.items())
     return HistoryDoc(
         id=history_id(f"erase:{subject}", "ERASE", now.isoformat()),
@@ -115,6 +121,6 @@ def audit_row(tenant: str, user_id: str, counts: dict[str, int], now: datetime) 
         event="ERASE",
         job_id="",
         created_at=now,
-        new=f"erased user sha256:{subject} ({summary})",
-        actor=f"sha256:{subject}",
+        new=f"erased user {subject} ({summary})",
+        actor=subject,
     )

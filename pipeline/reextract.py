@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from pipeline.config import ElasticsearchConfig
 from pipeline.deps import Deps
 from pipeline.embedding.versioned import EmbedderSpec
+from pipeline.erase import erasure_subject
 from pipeline.errors import ConflictError, TransientError
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest, utcnow
@@ -449,9 +450,11 @@ def switch(
         run.progress(f"writes to {sources} paused for the catch-up")
         with es_errors("refresh before the catch-up"):
             client.indices.refresh(index=f"{sources},{','.join(done.targets.values())}")
-        run.catch_up(datetime.fromisoformat(store_started(client, target)))
+        started = datetime.fromisoformat(store_started(client, target))
+        run.catch_up(started)
         in_flight(client, names, run)
         carry_over(client, run)
+        forget_erased(client, names, run, started)
         if others is not None:
             for kind in KINDS:
                 store.copy_matching(client, kind, done.sources[kind], done.targets[kind], others)
@@ -506,6 +509,23 @@ def in_flight(client: Elasticsearch, names: IndexNames, run: Replayer) -> None:
     failed = [r.job_id for r in records.values() if r.ended and r.status is not JobStatus.SUCCEEDED]
     done.failed += unrecorded + failed
     run.save()
+
+
+def forget_erased(
+    client: Elasticsearch, names: IndexNames, run: Replayer, started: datetime
+) -> None:
+    """Users erased since the build started may have been replayed into it before their
+    records went: their memories and entities leave the build, and the history rows the
+    replays wrote for them leave the history, as the erasure did for the rest."""
+    erased = store.erased_since(client, names, started)
+    if not erased:
+        return
+    target = run.done.targets[Kind.MEMORIES]
+    builds = list(run.done.targets.values())
+    for tenant, user_id in sorted(store.users_in(client, target, run.tenant)):
+        if erasure_subject(tenant, user_id) in erased:
+            deleted = store.forget_user(client, [*builds, names.history], tenant, user_id)
+            run.progress(f"an erased user's {deleted} documents left the build")
 
 
 def job_records(

@@ -255,6 +255,60 @@ def delete_hits(client: Elasticsearch, target: str, hits: list[dict[str, Any]]) 
     raise_item_errors(body, f"delete from {target}", allowed=frozenset({404}))
 
 
+def erased_since(client: Elasticsearch, names: IndexNames, since: datetime) -> set[str]:
+    """The subjects (``sha256:`` of tenant and user id) of the users erased since ``since``,
+    from the audit rows erasure leaves (``pipeline.erase.audit_row``)."""
+    where = [{"term": {"event": "ERASE"}}, {"range": {"created_at": {"gte": since.isoformat()}}}]
+    subjects: set[str] = set()
+    for hits in pages(
+        client, names.history, with_source=["actor"], query={"bool": {"filter": where}}
+    ):
+        subjects.update(str(hit["_source"].get("actor", "")) for hit in hits)
+    return subjects
+
+
+def users_in(client: Elasticsearch, index: str, tenant: str | None) -> set[tuple[str, str]]:
+    """The (tenant, user id) pairs the documents of ``index`` belong to."""
+    users: set[tuple[str, str]] = set()
+    after: dict[str, Any] | None = None
+    while True:
+        composite: dict[str, Any] = {
+            "size": PAGE_SIZE,
+            "sources": [
+                {"tenant": {"terms": {"field": "tenant"}}},
+                {"user": {"terms": {"field": "user_id"}}},
+            ],
+        }
+        if after is not None:
+            composite["after"] = after
+        with es_errors(f"read the users of {index}"):
+            body = client.search(
+                index=index,
+                size=0,
+                query={"bool": {"filter": tenant_filter(tenant)}},
+                aggregations={"users": {"composite": composite}},
+            ).body
+        found = body["aggregations"]["users"]
+        users.update((b["key"]["tenant"], b["key"]["user"]) for b in found["buckets"])
+        after = found.get("after_key")
+        if after is None or not found["buckets"]:
+            return users
+
+
+def forget_user(client: Elasticsearch, indices: Sequence[str], tenant: str, user_id: str) -> int:
+    """Delete every document of the user in ``indices`` (page by page: the minimal
+    distribution has no delete-by-query); how many."""
+    query = {"bool": {"filter": [{"term": {"tenant": tenant}}, {"term": {"user_id": user_id}}]}}
+    deleted = 0
+    for index in indices:
+        with es_errors(f"refresh {index}"):
+            client.indices.refresh(index=index)
+        for hits in pages(client, index, with_source=False, query=query):
+            delete_hits(client, index, hits)
+            deleted += len(hits)
+    return deleted
+
+
 def refresh_jobs(client: Elasticsearch, names: IndexNames) -> None:
     """Make every job record and message written so far visible to searches."""
     with es_errors("refresh the job records and messages"):

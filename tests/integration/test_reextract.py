@@ -340,3 +340,31 @@ def test_a_reextraction_started_over_http_runs_on_a_worker(stack: Stack) -> None
     assert sorted(memories(stack.tenant)) == sorted(f"New: {n}" for n in notes)
     again = stack.admin.post(url, json=body)
     assert again.status_code == 409 and "already re-extracted" in again.text, again.text
+
+
+def test_a_user_erased_during_a_reextraction_is_not_in_the_new_version(
+    stack: Stack, es: Elasticsearch
+) -> None:
+    gone = [finished(stack.tenant, add(stack.tenant, f"note: gone {i}", "gone", "g"))
+            for i in range(2)]  # fmt: skip
+    notes = seed(stack.tenant)
+    assert all(job["status"] == JobStatus.SUCCEEDED for job in gone)
+    command = ReprocessProcess(
+        command_env(stack), stack.logs / "rx.log", ["--reextract", "--rate", "4"]
+    )
+    command.start()
+
+    def replayed_gone() -> bool:
+        return sum("note: gone" in str(r) for r in stack.new.chat_requests()) >= 2
+
+    wait_until(replayed_gone, "the erased user's jobs to be replayed", 60)
+    erased = stack.tenant.http.delete("/v1/users/gone")
+    assert erased.status_code in {200, 202}, erased.text
+    assert command.wait() == 0, command.tail()
+    assert "an erased user's" in command.tail()
+    assert memories(stack.tenant, "gone") == {}
+    left = es.count(index=stack.names.memories, query={"term": {"user_id": "gone"}})["count"]
+    assert left == 0
+    rows = es.count(index=stack.names.history, query={"term": {"user_id": "gone"}})["count"]
+    assert rows == 0
+    assert sorted(memories(stack.tenant)) == sorted(f"New: {n}" for n in notes)
