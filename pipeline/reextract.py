@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from pipeline.config import ElasticsearchConfig
 from pipeline.deps import Deps
 from pipeline.embedding.versioned import EmbedderSpec
-from pipeline.erase import erasure_subject
+from pipeline.erase import erasure_subject, user_query
 from pipeline.errors import ConflictError, TransientError
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.models import AddRequest, utcnow
@@ -56,7 +56,7 @@ from pipeline.store.build_progress import MetaSink, ProgressWriter, Stage
 from pipeline.store.client import es_errors
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import SCHEMA_VERSION, IndexNames, Kind, put_templates, stored_embedder
-from pipeline.store.reindex import by_ids, single_index
+from pipeline.store.reindex import by_ids, delete_gone, single_index
 from pipeline.store.reprocess import (
     KINDS,
     Pace,
@@ -233,7 +233,7 @@ def rebuild(client: Elasticsearch, names: IndexNames, run: Replayer, started: da
     for _ in range(CATCH_UP_PASSES):
         if run.catch_up(started) == 0:
             break
-    switch(client, names, run, others)
+    switch(client, names, run, others, started)
     run.report.stage(Stage.SWITCHED, JOBS, done.jobs, max(run.total, done.jobs))
 
 
@@ -440,17 +440,19 @@ def waves(records: list[JobRecord]) -> list[list[JobRecord]]:
 
 
 def switch(
-    client: Elasticsearch, names: IndexNames, run: Replayer, others: dict[str, Any] | None
+    client: Elasticsearch,
+    names: IndexNames,
+    run: Replayer,
+    others: dict[str, Any] | None,
+    started: datetime,
 ) -> None:
     """Pause writes to the sources, replay and carry over what is left, move both aliases."""
     done = run.done
     sources = ",".join(done.sources.values())
-    target = done.targets[Kind.MEMORIES]
     with paused(client, sources):
         run.progress(f"writes to {sources} paused for the catch-up")
         with es_errors("refresh before the catch-up"):
             client.indices.refresh(index=f"{sources},{','.join(done.targets.values())}")
-        started = datetime.fromisoformat(store_started(client, target))
         run.catch_up(started)
         in_flight(client, names, run)
         carry_over(client, run)
@@ -458,7 +460,7 @@ def switch(
         if others is not None:
             for kind in KINDS:
                 store.copy_matching(client, kind, done.sources[kind], done.targets[kind], others)
-                store.delete_matching_gone(client, done.sources[kind], done.targets[kind], others)
+                delete_gone(client, done.sources[kind], done.targets[kind], others)
         actions: list[dict[str, Any]] = []
         for kind in KINDS:
             alias = names.alias(kind)
@@ -470,10 +472,6 @@ def switch(
             client.indices.refresh(index=",".join(done.targets.values()))
             client.indices.update_aliases(actions=actions)
     run.progress(f"now {', '.join(done.targets.values())}: {run.extraction.describe()}")
-
-
-def store_started(client: Elasticsearch, target: str) -> str:
-    return str(store.build_meta(client, target)["reprocess"]["started_at"])
 
 
 def in_flight(client: Elasticsearch, names: IndexNames, run: Replayer) -> None:
@@ -490,10 +488,11 @@ def in_flight(client: Elasticsearch, names: IndexNames, run: Replayer) -> None:
     if not missing:
         return
     deadline = time.monotonic() + IN_FLIGHT_WAIT_S
-    records = dict(job_records(client, names, missing))
+    shared = ElasticStore(client, names)
+    records = recorded(shared, missing)
     while any(not r.ended for r in records.values()) and time.monotonic() < deadline:
         time.sleep(0.5)
-        records = dict(job_records(client, names, missing))
+        records = recorded(shared, missing)
     store.refresh_jobs(client, names)
     todo = sorted(
         (
@@ -521,23 +520,18 @@ def forget_erased(
     if not erased:
         return
     target = run.done.targets[Kind.MEMORIES]
-    builds = list(run.done.targets.values())
+    indices = [*run.done.targets.values(), names.history]
+    shared = ElasticStore(client, names)
     for tenant, user_id in sorted(store.users_in(client, target, run.tenant)):
         if erasure_subject(tenant, user_id) in erased:
-            deleted = store.forget_user(client, [*builds, names.history], tenant, user_id)
+            query = user_query(tenant, user_id)
+            deleted = sum(shared.delete_matching(index, query) for index in indices)
             run.progress(f"an erased user's {deleted} documents left the build")
 
 
-def job_records(
-    client: Elasticsearch, names: IndexNames, job_ids: list[str]
-) -> Iterator[tuple[str, JobRecord]]:
-    for start in range(0, len(job_ids), 1000):
-        chunk = job_ids[start : start + 1000]
-        with es_errors("read job records"):
-            docs = client.mget(index=names.jobs, ids=chunk).body["docs"]
-        for doc in docs:
-            if doc.get("found"):
-                yield doc["_id"], JobRecord.model_validate(doc["_source"])
+def recorded(shared: ElasticStore, job_ids: list[str]) -> dict[str, JobRecord]:
+    """The records of those of ``job_ids`` that have one."""
+    return {job_id: r for job_id, r in shared.get_jobs(job_ids).items() if r is not None}
 
 
 def carry_over(client: Elasticsearch, run: Replayer) -> None:

@@ -174,27 +174,33 @@ def hand_changes(client: Elasticsearch, names: IndexNames, tenant: str | None) -
 
 def memory_jobs(client: Elasticsearch, index: str, tenant: str | None) -> set[str]:
     """The job ids the memories of ``tenant`` in ``index`` were written by."""
-    jobs: set[str] = set()
+    return {key["job_id"] for key in distinct(client, index, tenant, ("job_id",))}
+
+
+def distinct(
+    client: Elasticsearch, index: str, tenant: str | None, fields: Sequence[str]
+) -> Iterator[dict[str, Any]]:
+    """Each distinct combination of ``fields`` among the documents of ``tenant`` (every
+    tenant: None) in ``index``, a composite aggregation's page at a time."""
+    sources = [{field: {"terms": {"field": field}}} for field in fields]
     after: dict[str, Any] | None = None
     while True:
-        composite: dict[str, Any] = {
-            "size": PAGE_SIZE,
-            "sources": [{"job": {"terms": {"field": "job_id"}}}],
-        }
+        composite: dict[str, Any] = {"size": PAGE_SIZE, "sources": sources}
         if after is not None:
             composite["after"] = after
-        with es_errors(f"read the jobs of {index}"):
+        with es_errors(f"read the {', '.join(fields)} of {index}"):
             body = client.search(
                 index=index,
                 size=0,
                 query={"bool": {"filter": tenant_filter(tenant)}},
-                aggregations={"jobs": {"composite": composite}},
+                aggregations={"keys": {"composite": composite}},
             ).body
-        found = body["aggregations"]["jobs"]
-        jobs.update(bucket["key"]["job"] for bucket in found["buckets"])
+        found = body["aggregations"]["keys"]
+        for bucket in found["buckets"]:
+            yield bucket["key"]
         after = found.get("after_key")
         if after is None or not found["buckets"]:
-            return jobs
+            return
 
 
 def copy_matching(
@@ -220,20 +226,6 @@ def overwrite_with(
     if hits:
         write_copies(client, kind, target, hits, versioned=False)
     return len(hits)
-
-
-def delete_matching_gone(
-    client: Elasticsearch, source: str, target: str, query: dict[str, Any]
-) -> int:
-    """Delete from ``target`` the documents matching ``query`` that ``source`` no longer holds."""
-    deleted = 0
-    for hits in pages(client, target, with_source=False, query=query):
-        held = versions(client, source, [h["_id"] for h in hits])
-        gone = [h for h in hits if h["_id"] not in held]
-        if gone:
-            delete_hits(client, target, gone)
-            deleted += len(gone)
-    return deleted
 
 
 def delete_ids(client: Elasticsearch, target: str, ids: Sequence[str]) -> int:
@@ -269,44 +261,8 @@ def erased_since(client: Elasticsearch, names: IndexNames, since: datetime) -> s
 
 def users_in(client: Elasticsearch, index: str, tenant: str | None) -> set[tuple[str, str]]:
     """The (tenant, user id) pairs the documents of ``index`` belong to."""
-    users: set[tuple[str, str]] = set()
-    after: dict[str, Any] | None = None
-    while True:
-        composite: dict[str, Any] = {
-            "size": PAGE_SIZE,
-            "sources": [
-                {"tenant": {"terms": {"field": "tenant"}}},
-                {"user": {"terms": {"field": "user_id"}}},
-            ],
-        }
-        if after is not None:
-            composite["after"] = after
-        with es_errors(f"read the users of {index}"):
-            body = client.search(
-                index=index,
-                size=0,
-                query={"bool": {"filter": tenant_filter(tenant)}},
-                aggregations={"users": {"composite": composite}},
-            ).body
-        found = body["aggregations"]["users"]
-        users.update((b["key"]["tenant"], b["key"]["user"]) for b in found["buckets"])
-        after = found.get("after_key")
-        if after is None or not found["buckets"]:
-            return users
-
-
-def forget_user(client: Elasticsearch, indices: Sequence[str], tenant: str, user_id: str) -> int:
-    """Delete every document of the user in ``indices`` (page by page: the minimal
-    distribution has no delete-by-query); how many."""
-    query = {"bool": {"filter": [{"term": {"tenant": tenant}}, {"term": {"user_id": user_id}}]}}
-    deleted = 0
-    for index in indices:
-        with es_errors(f"refresh {index}"):
-            client.indices.refresh(index=index)
-        for hits in pages(client, index, with_source=False, query=query):
-            delete_hits(client, index, hits)
-            deleted += len(hits)
-    return deleted
+    keys = distinct(client, index, tenant, ("tenant", "user_id"))
+    return {(key["tenant"], key["user_id"]) for key in keys}
 
 
 def refresh_jobs(client: Elasticsearch, names: IndexNames) -> None:

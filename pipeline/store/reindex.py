@@ -178,10 +178,13 @@ def recopy_changed(client: Elasticsearch, kind: Kind, source: str, target: str) 
     return recopied
 
 
-def delete_gone(client: Elasticsearch, source: str, target: str) -> int:
-    """Delete from ``target`` what ``source`` no longer holds (deleted during the copy)."""
+def delete_gone(
+    client: Elasticsearch, source: str, target: str, query: dict[str, Any] | None = None
+) -> int:
+    """Delete from ``target`` what ``source`` no longer holds (deleted during the copy), among
+    the documents matching ``query`` (all by default)."""
     deleted = 0
-    for hits in pages(client, target, with_source=False):
+    for hits in pages(client, target, with_source=False, query=query):
         held = versions(client, source, [h["_id"] for h in hits])
         gone = [h for h in hits if h["_id"] not in held]
         if gone:
