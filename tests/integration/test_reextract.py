@@ -30,6 +30,7 @@ from tests.fakellm import FakeLLMServer
 from tests.integration.private_stack import private_stack
 from tests.integration.test_api import Tenant, create_tenant, wait_until
 from tests.integration.test_reprocess import ReprocessProcess, finished
+from tests.integration.test_reprocess import add as send
 
 pytestmark = pytest.mark.integration
 
@@ -93,14 +94,7 @@ def command_env(stack: Stack) -> dict[str, str]:
 
 def add(tenant: Tenant, text: str, user_id: str, run_id: str, infer: bool = True) -> str:
     """Send one conversation (a 503 is retried); its status URL."""
-    body = {"messages": text, "user_id": user_id, "run_id": run_id, "infer": infer}
-    while True:
-        response = tenant.http.post("/v1/memories", json=body)
-        if response.status_code == 503:
-            time.sleep(float(response.headers.get("Retry-After", "1")))
-            continue
-        assert response.status_code == 202, response.text
-        return str(response.json()["status_url"])
+    return send(tenant, text, user_id, run_id=run_id, infer=infer)
 
 
 def seed(tenant: Tenant) -> list[str]:

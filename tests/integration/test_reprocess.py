@@ -94,9 +94,10 @@ def reembed_options(stack: Stack, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def add(tenant: Tenant, text: str, user_id: str) -> str:
-    """Send one raw turn (a 503 while writes are paused is retried); its status URL."""
-    body = {"messages": text, "user_id": user_id, "infer": False}
+def add(tenant: Tenant, text: str, user_id: str, **fields: Any) -> str:
+    """Send one conversation, a raw turn unless ``fields`` say otherwise (a 503 while writes
+    are paused is retried); its status URL."""
+    body = {"messages": text, "user_id": user_id, "infer": False, **fields}
     while True:
         response = tenant.http.post("/v1/memories", json=body)
         if response.status_code == 503:
