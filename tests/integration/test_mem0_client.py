@@ -232,7 +232,7 @@ def test_the_api_is_reachable_without_the_client(base_url: str) -> None:
 
 # --- the rest of the client: entities, exports, feedback, and what memq does not serve ------
 
-# Every public method of mem0ai's MemoryClient, by what memq does with it (README's table).
+# Every public method of mem0ai's MemoryClient, by what memq does with it (docs/API.md's table).
 SERVED = {
     "add", "get", "get_all", "search", "update", "delete", "delete_all", "history",
     "batch_update", "batch_delete", "users", "delete_users", "reset", "feedback",
@@ -251,7 +251,7 @@ def public_methods(cls: type) -> set[str]:
 
 
 def test_every_client_method_is_classified(mem0: Any) -> None:
-    """A mem0ai release that adds a method fails here until README's table says what memq
+    """A mem0ai release that adds a method fails here until docs/API.md's table says what memq
     does with it."""
     for cls in (mem0.MemoryClient, mem0.AsyncMemoryClient):
         assert public_methods(cls) == SERVED | NOT_SERVED | CLIENT_SIDE, cls.__name__
