@@ -46,6 +46,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic import ValidationError as _SchemaError
 
 from memq.types import (
+    TERMINAL_STATUSES,
     Batch,
     BatchAccepted,
     Deleted,
@@ -63,7 +64,6 @@ from memq.types import (
     SearchHits,
     Shards,
 )
-from pipeline.jobs import TERMINAL_STATUSES
 
 __all__ = [
     "DEFAULT_BASE_URL",

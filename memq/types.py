@@ -111,6 +111,11 @@ class TokenUsage(MemqModel):
         return self.prompt_tokens + self.completion_tokens
 
 
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "dead"})
+"""The statuses of a job that has ended: nothing runs it any more. The server's
+``JobStatus`` sets hold the same values (a test keeps them equal)."""
+
+
 class Job(MemqModel):
     """A job: ``status`` is queued, running, succeeded, failed or dead; ``phase`` the last
     phase it reached; ``counts`` facts, stored, duplicates, entities and LLM tokens;
@@ -140,7 +145,7 @@ class Job(MemqModel):
     @property
     def finished(self) -> bool:
         """True once the job is succeeded, failed or dead (it will not change by itself)."""
-        return self.status in {"succeeded", "failed", "dead"}
+        return self.status in TERMINAL_STATUSES
 
     @property
     def usage(self) -> TokenUsage:
