@@ -46,9 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from api_stack import Stack
-from mem0_compare import percentile
-from search_latency import (
+from benchlib.search import (
     MEMQ_PREFIX,
     SCOPE,
     SEED,
@@ -57,6 +55,8 @@ from search_latency import (
     local_minilm,
     questions,
 )
+from benchlib.stack import Stack
+from benchlib.stats import percentile
 
 from pipeline.config import Settings
 from pipeline.nlp.timeexpr import periods

@@ -1,0 +1,81 @@
+"""A private Redis or Elasticsearch as a process of its own, to stop and start under a run.
+
+The chaos benchmark needs services it may take down without touching the shared stack. The
+tests have them (``tests/private_services.py``); a benchmark does not import the tests, so it
+runs ``python -m tests.private_services KIND --data-dir DIR --port N`` in this checkout: the
+process prints ``URL=<url>`` once the service is up (ready) and stops it on SIGTERM.
+``start`` after ``stop`` runs the same command again, so the service comes back on the same
+port with the same data, as after an outage.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]  # the checkout whose tests/private_services.py runs
+
+
+def free_port(low: int, high: int) -> int:
+    """The first port in [low, high) nobody listens on."""
+    for port in range(low, high):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}..{high - 1}")
+
+
+class ServiceProcess:
+    """``kind`` ("redis" or "elasticsearch") on ``port`` with its data in ``data_dir``, run with
+    ``env``, its output appended to ``log``; ``url`` is known once it has started. ``start``
+    waits up to ``ready_s``."""
+
+    def __init__(
+        self, kind: str, data_dir: Path, port: int, env: Mapping[str, str], log: Path
+    ) -> None:
+        self.kind, self.data_dir, self.port, self.env = kind, data_dir, port, dict(env)
+        self.log = log
+        self.ready_s = 300.0
+        self.url = ""
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "tests.private_services", self.kind]
+        command += ["--data-dir", str(self.data_dir), "--port", str(self.port)]
+        env = {
+            **self.env,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), self.env.get("PYTHONPATH", "")]),
+        }
+        with self.log.open("a") as log:
+            self._process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+        out = self._process.stdout
+        assert out is not None
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(out.readline()), daemon=True)
+        reader.start()
+        reader.join(self.ready_s)
+        if not lines or not lines[0].startswith("URL="):
+            self.stop()
+            raise RuntimeError(f"private {self.kind} did not start: see {self.log}")
+        self.url = lines[0].strip().partition("=")[2]
+
+    def stop(self) -> None:
+        """SIGTERM: the service stops as a restart would stop it (Redis writes its file)."""
+        if self._process is None:
+            return
+        self._process.terminate()
+        self._process.wait(timeout=120)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        self._process = None
