@@ -73,7 +73,7 @@ class Stack:
         self.prefix = f"memqchaos-{uuid.uuid4().hex[:6]}"
         # Redis with the stack's password (from this environment), Elasticsearch and memq's
         # processes without the stack's settings; its data where the node's own user reaches it.
-        redis_port, es_port = free_port(6420, 6430), free_port(9420, 9430)
+        redis_port, es_port = free_port(), free_port()
         self.redis = ServiceProcess(
             "redis", work / "redis", redis_port, os.environ, work / "redis.log"
         )
@@ -81,7 +81,7 @@ class Stack:
         self.es_var = Path(tempfile.mkdtemp(prefix="memq-es-"))
         self.es = ServiceProcess("elasticsearch", self.es_var, es_port, base, work / "es.log")
         self.admin_key = secrets.token_urlsafe(32)
-        self.port = free_port(8200, 8300)
+        self.port = free_port()
         self.env = {
             **base,
             "MEMQ_ES_INDEX_PREFIX": self.prefix,

@@ -38,6 +38,7 @@ from benchlib.proxy import (
     CountingProxy,
 )
 from benchlib.replies import Responder
+from benchlib.services import free_port
 from benchlib.workers import (
     start_workers,
     where_time_went,
@@ -312,14 +313,6 @@ def memq_api(env: dict[str, str], logs: Path, wanted: bool) -> Iterator[tuple[st
     finally:
         os.killpg(api.pid, signal.SIGTERM)
         api.wait(timeout=60)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def api_body(conv: Conversation) -> dict[str, Any]:
