@@ -73,8 +73,9 @@ class PrivateElasticsearch:
         transport_ports: tuple[int, int] = (9520, 9530),
         heap: str = "512m",
         var: Path | None = None,
+        port: int | None = None,
     ) -> None:
-        self.port = free_port(*http_ports)
+        self.port = port if port is not None else free_port(*http_ports)
         self.var = var if var is not None else Path(tempfile.mkdtemp(prefix="memq-es-"))
         self.var.chmod(0o755)  # the node runs as its own user, which must reach its data
         self.env = {
@@ -129,10 +130,12 @@ class PrivateRedis:
     """A ``redis-server`` on a port in ``ports``, append-only like the stack's, in ``data_dir``.
     ``stop`` is SIGTERM (Redis writes its append-only file and exits, as a restart would)."""
 
-    def __init__(self, data_dir: Path, ports: tuple[int, int] = (6420, 6430)) -> None:
+    def __init__(
+        self, data_dir: Path, ports: tuple[int, int] = (6420, 6430), port: int | None = None
+    ) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not installed (ops/install installs it)")
-        self.port = free_port(*ports)
+        self.port = port if port is not None else free_port(*ports)
         self.data_dir = data_dir
         self.password = os.environ.get("MEMQ_REDIS_PASSWORD", "")
         self.process: subprocess.Popen[bytes] | None = None
@@ -246,14 +249,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--port", type=int, help="default: the first free one of its range")
     args = parser.parse_args(argv)
-    ports = (args.port, args.port + 1) if args.port else None
+    # A given port is taken as it is: on a restart it may still be in TIME_WAIT.
     service: PrivateRedis | PrivateElasticsearch
     if args.kind == "redis":
-        service = PrivateRedis(args.data_dir, *([ports] if ports else []))
+        service = PrivateRedis(args.data_dir, port=args.port)
     else:
         args.data_dir.chmod(0o755)  # the node runs as its own user, which must reach its data
-        env = dict(os.environ)
-        service = PrivateElasticsearch(env, *([ports] if ports else []), var=args.data_dir)
+        service = PrivateElasticsearch(dict(os.environ), var=args.data_dir, port=args.port)
     # SIGTERM ends the wait through SystemExit, so the service is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
     try:

@@ -30,13 +30,7 @@ from typing import Any
 
 from benchlib.model import ScriptedModel
 from benchlib.replies import facts_reply
-from benchlib.workers import (
-    backfill,
-    count,
-    start_workers,
-    synthetic_archive,
-    where_time_went,
-)
+from benchlib.workers import backfill, count, start_workers, synthetic_archive, where_time_went
 from celery import Celery
 
 from pipeline.config import Settings

@@ -56,13 +56,7 @@ from typing import Any
 
 from benchlib.conversations import Conversation, conversations
 from benchlib.ingest import Bench as IngestBench
-from benchlib.ingest import (
-    Result,
-    mem0_memory,
-    mem0_seq,
-    memq_app,
-    memq_ingest,
-)
+from benchlib.ingest import Result, mem0_memory, mem0_seq, memq_app, memq_ingest
 from benchlib.ingest import table as counts_table
 from benchlib.mem0 import Endpoints
 from benchlib.model import ScriptedModel

@@ -55,9 +55,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib.conversations import (
-    Conversation,
-)
+from benchlib.conversations import Conversation
 from benchlib.ingest import (
     REALISTIC,
     Bench,

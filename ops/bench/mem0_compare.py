@@ -40,14 +40,7 @@ from benchlib.locomo import (
     sessions,
     table,
 )
-from benchlib.mem0 import (
-    MEM0_INDEX,
-    Endpoints,
-    drop_mem0,
-    make_mem0,
-    mem0_config,
-    serve,
-)
+from benchlib.mem0 import MEM0_INDEX, Endpoints, drop_mem0, make_mem0, mem0_config, serve
 from benchlib.stack import running_stack
 from benchlib.stats import percentile
 

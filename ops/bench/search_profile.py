@@ -46,15 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchlib.search import (
-    MEMQ_PREFIX,
-    SCOPE,
-    SEED,
-    TOP_K,
-    floor_search,
-    local_minilm,
-    questions,
-)
+from benchlib.search import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, local_minilm, questions
 from benchlib.stack import Stack
 from benchlib.stats import percentile
 

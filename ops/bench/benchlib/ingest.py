@@ -27,22 +27,13 @@ from unittest import mock
 import httpx
 from elasticsearch import Elasticsearch
 
-from benchlib.conversations import (
-    Conversation,
-    conversations,
-)
+from benchlib.conversations import Conversation, conversations
 from benchlib.mem0 import Endpoints, EndpointServer, handler_for, mem0_config
 from benchlib.model import Provider, ScriptedModel
-from benchlib.proxy import (
-    STATS_PATH,
-    CountingProxy,
-)
+from benchlib.proxy import STATS_PATH, CountingProxy
 from benchlib.replies import Responder
 from benchlib.services import free_port
-from benchlib.workers import (
-    start_workers,
-    where_time_went,
-)
+from benchlib.workers import start_workers, where_time_went
 from pipeline.config import EmbedderConfig, Settings
 from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.jobs import TERMINAL_STATUSES, JobStatus
