@@ -156,20 +156,20 @@ def mem0_config(es_url: str, port: int, workdir: Path) -> dict[str, Any]:
     }
 
 
-MEM0_INDICES = (MEM0_INDEX, f"{MEM0_INDEX}_entities")  # its memories, its entity store
-
-
 def make_mem0(config: dict[str, Any], es: Elasticsearch) -> Any:
-    """mem0's `Memory`, its index created by mem0 itself (5 shards, 1 replica). The replica is
-    dropped afterwards: on one node it would stay unassigned and turn the shared cluster yellow;
-    an unassigned replica serves nothing, so mem0's searches are unchanged."""
+    """mem0's `Memory`, its index (the config's collection) created by mem0 itself (5 shards, 1
+    replica). The replica is dropped afterwards: on one node it would stay unassigned and turn
+    the shared cluster yellow; an unassigned replica serves nothing, so mem0's searches are
+    unchanged."""
     from mem0 import Memory  # type: ignore[import-untyped]
 
     memory = Memory.from_config(config)
-    es.indices.put_settings(index=MEM0_INDEX, settings={"index": {"number_of_replicas": 0}})
+    index = config["vector_store"]["config"]["collection_name"]
+    es.indices.put_settings(index=index, settings={"index": {"number_of_replicas": 0}})
     return memory
 
 
-def drop_mem0(es: Elasticsearch) -> None:
-    for name in MEM0_INDICES:
+def drop_mem0(es: Elasticsearch, index: str = MEM0_INDEX) -> None:
+    """Delete mem0's index and its entity store's."""
+    for name in (index, f"{index}_entities"):
         es.indices.delete(index=name, ignore_unavailable=True)

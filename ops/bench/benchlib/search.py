@@ -19,6 +19,7 @@ import numpy as np
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import bulk
 
+from benchlib import mem0
 from benchlib.mem0 import Endpoints, mem0_config, serve
 from pipeline.config import Settings
 from pipeline.embedding.local import MiniLMEmbedder
@@ -40,9 +41,6 @@ MEMQ_PREFIX = "memqbench-latency"
 
 
 MEM0_INDEX = "mem0bench_latency"
-
-
-MEM0_INDICES = (MEM0_INDEX, f"{MEM0_INDEX}_entities")
 
 
 SCOPE = Scope(tenant="bench", user_id="latency-user")
@@ -321,18 +319,13 @@ def mem0_actions(
 
 
 def make_mem0(es_url: str, port: int, workdir: Path, es: Elasticsearch) -> Any:
-    from mem0 import Memory  # type: ignore[import-untyped]
-
     config = mem0_config(es_url, port, workdir)
     config["vector_store"]["config"]["collection_name"] = MEM0_INDEX
-    memory = Memory.from_config(config)
-    es.indices.put_settings(index=MEM0_INDEX, settings={"index": {"number_of_replicas": 0}})
-    return memory
+    return mem0.make_mem0(config, es)
 
 
 def drop_mem0(es: Elasticsearch) -> None:
-    for name in MEM0_INDICES:
-        es.indices.delete(index=name, ignore_unavailable=True)
+    mem0.drop_mem0(es, MEM0_INDEX)
 
 
 Search = Callable[[str], object]
