@@ -42,153 +42,24 @@ included.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import heapq
-import json
-import random
-import statistics
-import subprocess
 import sys
-import uuid
 import warnings
-from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib.conversations import Conversation
+from benchlib.bounds import order_bound
 from benchlib.ingest import (
     REALISTIC,
     Bench,
     Result,
-    drop_mem0_indices,
-    drop_replica,
-    measure,
-    mem0_args,
-    mem0_finish,
-    mem0_memory,
-    mem0_seq,
-    mem0_setup,
-    memq_app,
+    baseline_run,
+    mem0_async_run,
+    mem0_seq_run,
     memq_run,
-    request_for,
     running_bench,
     same_draws,
-    stored,
     table,
-    wait_terminal,
 )
-from benchlib.model import Provider
-
-from pipeline.store.indices import IndexNames
-
-# --- conversations ---------------------------------------------------------------------------
-
-
-# --- the scripted LLM: one responder for both systems' prompts -------------------------------
-
-
-# --- the counting Elasticsearch proxy --------------------------------------------------------
-
-
-# --- shared bench context and results --------------------------------------------------------
-
-
-# --- memq ------------------------------------------------------------------------------------
-
-
-BASELINE_INTAKE = """
-import json, sys
-from pipeline.config import Settings
-from pipeline.models import AddRequest
-from workers.app import create_celery
-from workers.intake import submit
-app = create_celery(Settings())
-requests = [AddRequest.model_validate(r) for r in json.loads(sys.stdin.readline())]
-app.runtime.store
-print("ready", flush=True)
-sys.stdin.readline()
-print(json.dumps([submit(app, request).record.job_id for request in requests]), flush=True)
-"""
-
-
-def baseline_run(bench: Bench, baseline: Path) -> Result:
-    """The same work for the code in ``baseline``: its workers, and its intake in a process
-    of its own (everything imported and connected before the clock starts)."""
-    with memq_app(bench, 1, baseline=baseline) as app:
-        names = IndexNames(app.runtime.settings.es.index_prefix)  # created by the intake below
-        env = app.conf.memq_bench_env
-        intake = subprocess.Popen(
-            [sys.executable, "-c", BASELINE_INTAKE],
-            env=env,
-            cwd=baseline,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert intake.stdin is not None and intake.stdout is not None
-        requests = [request_for(conv).model_dump(mode="json") for conv in bench.convs]
-        intake.stdin.write(json.dumps(requests) + "\n")
-        intake.stdin.flush()
-        if intake.stdout.readline().strip() != "ready":
-            raise SystemExit("ingest_compare: the baseline intake did not start")
-        before = stored(bench.es, names.memories)
-
-        def work() -> tuple[int, int]:
-            assert intake.stdin is not None and intake.stdout is not None
-            intake.stdin.write("go\n")
-            intake.stdin.flush()
-            jobs = json.loads(intake.stdout.readline())
-            failed = wait_terminal(bench.es, names, jobs, timeout_s=900)
-            bench.es.indices.refresh(index=names.memories)
-            return stored(bench.es, names.memories) - before, failed
-
-        result = measure(bench, "baseline-1w", work)
-        intake.wait(timeout=60)
-        return result
-
-
-# --- mem0 ------------------------------------------------------------------------------------
-
-
-def mem0_seq_run(bench: Bench) -> Result:
-    with mem0_memory(bench) as (memory, index):
-        return mem0_seq(bench, memory, index)
-
-
-def mem0_async_run(bench: Bench) -> Result:
-    from mem0 import AsyncMemory  # type: ignore[import-untyped]
-
-    config, index = mem0_setup(bench, uuid.uuid4().hex[:6])
-    memory = AsyncMemory.from_config(config)
-    drop_replica(bench, index)
-
-    async def add_all() -> int:
-        gate = asyncio.Semaphore(bench.mem0_concurrency)
-
-        async def add(conv: Conversation) -> int:
-            async with gate:
-                try:
-                    return len((await memory.add(**mem0_args(conv)))["results"])
-                except Exception as exc:  # what mem0 raises to its caller is part of the result
-                    errors[type(exc).__name__] += 1
-                    return 0
-
-        return sum(await asyncio.gather(*(add(conv) for conv in bench.convs)))
-
-    errors: Counter[str] = Counter()
-
-    def work() -> tuple[int, int]:
-        return mem0_finish(bench, index, asyncio.run(add_all()), 0, errors)
-
-    try:
-        return measure(bench, "mem0-async", work)
-    finally:
-        memory.close()
-        drop_mem0_indices(bench.es, index)
-
-
-# --- report ----------------------------------------------------------------------------------
-
 
 # --- main ------------------------------------------------------------------------------------
 
@@ -283,52 +154,6 @@ def main(argv: list[str] | None = None) -> int:
     if realistic:
         print(order_bound(convs, REALISTIC))
     return 0
-
-
-def order_bound(convs: list[Conversation], model: Provider, trials: int = 2_000) -> str:
-    """The best a client can do on these conversations under ``model``, whatever its own costs,
-    by simulation of the model's latencies (their expected value over ``trials`` draws):
-    - session order alone: the run lasts at least as long as its longest user's chain of
-      model calls, one after another (the provider's in-flight limit ignored);
-    - session order and the provider's limit together: a client that starts a call the moment
-      a slot is free and a user's next conversation may start (first ready, first served, the
-      latencies unknown in advance) and spends no time of its own between calls.
-    The provider's ceiling, ``limit / mean``, is a rate over a long run: a finite run also
-    waits for its last calls, so even the second bound lies below it."""
-    rng = random.Random(model.seed)
-    per_user = Counter(conv.user for conv in convs)
-    chains = list(per_user.values())
-    longest = statistics.fmean(
-        max(sum(model.latency(rng) for _ in range(n)) for n in chains) for _ in range(trials)
-    )
-    served = statistics.fmean(limited_run(chains, model, rng) for _ in range(trials))
-    count, ceiling = len(convs), model.ceiling
-    return (
-        f"session order: {len(per_user)} users, at most {max(chains)} conversations each, run "
-        f"in order; the longest user's chain of model calls lasts {longest:.1f} s on average, so "
-        f"at most {count / longest:.2f} conversations/s ({count / longest / ceiling:.0%} of the "
-        f"provider's ceiling, {ceiling:.1f}/s); with at most {model.limit} calls in flight "
-        f"besides, a client with no costs of its own takes {served:.1f} s: at most "
-        f"{count / served:.2f} conversations/s ({count / served / ceiling:.0%} of the ceiling)"
-    )
-
-
-def limited_run(chains: list[int], model: Provider, rng: random.Random) -> float:
-    """One draw of how long users with ``chains`` conversations each take through a provider
-    that holds ``model.limit`` calls at once, each user's calls one after another."""
-    left = list(chains)
-    ready = deque(user for user, n in enumerate(chains) if n)
-    ends: list[tuple[float, int]] = []
-    now = 0.0
-    while ready or ends:
-        while ready and len(ends) < model.limit:
-            user = ready.popleft()
-            left[user] -= 1
-            heapq.heappush(ends, (now + model.latency(rng), user))
-        now, user = heapq.heappop(ends)
-        if left[user]:
-            ready.append(user)
-    return now
 
 
 if __name__ == "__main__":

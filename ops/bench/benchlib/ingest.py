@@ -3,6 +3,7 @@ embeddings, with the calls each made."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import os
@@ -515,3 +516,91 @@ def running_bench(
         finally:
             proxy.close()
             embeddings.close()
+
+
+BASELINE_INTAKE = """
+import json, sys
+from pipeline.config import Settings
+from pipeline.models import AddRequest
+from workers.app import create_celery
+from workers.intake import submit
+app = create_celery(Settings())
+requests = [AddRequest.model_validate(r) for r in json.loads(sys.stdin.readline())]
+app.runtime.store
+print("ready", flush=True)
+sys.stdin.readline()
+print(json.dumps([submit(app, request).record.job_id for request in requests]), flush=True)
+"""
+
+
+def baseline_run(bench: Bench, baseline: Path) -> Result:
+    """The same work for the code in ``baseline``: its workers, and its intake in a process
+    of its own (everything imported and connected before the clock starts)."""
+    with memq_app(bench, 1, baseline=baseline) as app:
+        names = IndexNames(app.runtime.settings.es.index_prefix)  # created by the intake below
+        env = app.conf.memq_bench_env
+        intake = subprocess.Popen(
+            [sys.executable, "-c", BASELINE_INTAKE],
+            env=env,
+            cwd=baseline,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert intake.stdin is not None and intake.stdout is not None
+        requests = [request_for(conv).model_dump(mode="json") for conv in bench.convs]
+        intake.stdin.write(json.dumps(requests) + "\n")
+        intake.stdin.flush()
+        if intake.stdout.readline().strip() != "ready":
+            raise SystemExit("ingest_compare: the baseline intake did not start")
+        before = stored(bench.es, names.memories)
+
+        def work() -> tuple[int, int]:
+            assert intake.stdin is not None and intake.stdout is not None
+            intake.stdin.write("go\n")
+            intake.stdin.flush()
+            jobs = json.loads(intake.stdout.readline())
+            failed = wait_terminal(bench.es, names, jobs, timeout_s=900)
+            bench.es.indices.refresh(index=names.memories)
+            return stored(bench.es, names.memories) - before, failed
+
+        result = measure(bench, "baseline-1w", work)
+        intake.wait(timeout=60)
+        return result
+
+
+def mem0_seq_run(bench: Bench) -> Result:
+    with mem0_memory(bench) as (memory, index):
+        return mem0_seq(bench, memory, index)
+
+
+def mem0_async_run(bench: Bench) -> Result:
+    from mem0 import AsyncMemory
+
+    config, index = mem0_setup(bench, uuid.uuid4().hex[:6])
+    memory = AsyncMemory.from_config(config)
+    drop_replica(bench, index)
+
+    async def add_all() -> int:
+        gate = asyncio.Semaphore(bench.mem0_concurrency)
+
+        async def add(conv: Conversation) -> int:
+            async with gate:
+                try:
+                    return len((await memory.add(**mem0_args(conv)))["results"])
+                except Exception as exc:  # what mem0 raises to its caller is part of the result
+                    errors[type(exc).__name__] += 1
+                    return 0
+
+        return sum(await asyncio.gather(*(add(conv) for conv in bench.convs)))
+
+    errors: Counter[str] = Counter()
+
+    def work() -> tuple[int, int]:
+        return mem0_finish(bench, index, asyncio.run(add_all()), 0, errors)
+
+    try:
+        return measure(bench, "mem0-async", work)
+    finally:
+        memory.close()
+        drop_mem0_indices(bench.es, index)
