@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import subprocess
 import sys
@@ -112,12 +111,12 @@ class ScriptedModel:
     def provider(self, provider: Provider | None) -> None:
         """Behave as ``provider`` from now on (None: answer at once, never refuse)."""
         body = {"provider": asdict(provider) if provider is not None else None}
-        self._admin().post("/_script", json=body).raise_for_status()
+        httpx.post(f"{self._admin_url}/_script", json=body, timeout=10).raise_for_status()
         self._provider = provider
 
     def counts(self) -> dict[str, int]:
         """``{"chat": n, "embeddings": n, "refused": n}`` so far."""
-        answer = self._admin().get("/_counts")
+        answer = httpx.get(f"{self._admin_url}/_counts", timeout=10)
         answer.raise_for_status()
         return {str(k): int(v) for k, v in answer.json().items()}
 
@@ -129,20 +128,18 @@ class ScriptedModel:
         """Chat requests refused 429 by the provider model so far."""
         return self.counts()["refused"]
 
-    def _admin(self) -> httpx.Client:
-        return httpx.Client(base_url=self._url.removesuffix("/v1"), timeout=10)
+    @property
+    def _admin_url(self) -> str:
+        return self._url.removesuffix("/v1")
 
     def start(self) -> ScriptedModel:
         threading.Thread(target=self._callback.serve_forever, daemon=True).start()
         callback = f"http://127.0.0.1:{self._callback.server_port}/"
         command = [sys.executable, "-m", "tests.fakellm", "--port", "0"]
         command += ["--dims", str(self.dims), "--responder-url", callback]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
+        # ``-m`` from the checkout's root: its ``tests`` package comes first on the path.
         self._process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         try:
             self._url = self._announced(self._process.stdout)

@@ -10,7 +10,6 @@ port with the same data, as after an outage.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -46,13 +45,10 @@ class ServiceProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "tests.private_services", self.kind]
         command += ["--data-dir", str(self.data_dir), "--port", str(self.port)]
-        env = {
-            **self.env,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), self.env.get("PYTHONPATH", "")]),
-        }
+        # ``-m`` from the checkout's root: its ``tests`` package comes first on the path.
         with self.log.open("a") as log:
             self._process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True
+                command, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=log, text=True
             )
         out = self._process.stdout
         assert out is not None
