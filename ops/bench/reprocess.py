@@ -21,7 +21,6 @@ import random
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 from benchlib.model import ScriptedModel
@@ -38,8 +37,6 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from pipeline.store.protocol import HistoryDoc, MemoryDoc
 from pipeline.store.reprocess import reembed
-
-ROOT = Path(__file__).resolve().parents[2]
 
 PREFIX = "memqbench-reprocess"
 OLD_DIMS = 64
