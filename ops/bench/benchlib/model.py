@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[3]  # the checkout whose tests/fakellm.py runs
+from benchlib.services import ROOT, announced, ended
+
 DEFAULT_REPLY = '{"memory": []}'
 Z95 = 1.6448536269514722  # the standard normal's 95th percentile
 
@@ -142,23 +142,15 @@ class ScriptedModel:
             command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         try:
-            self._url = self._announced(self._process.stdout)
+            url = announced(self._process, "FAKELLM_URL", self.ready_s)
+            if url is None:
+                raise RuntimeError("the scripted model did not start")
+            self._url = url
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
-
-    def _announced(self, out: IO[str] | None) -> str:
-        """The ``FAKELLM_URL`` line the server prints once it listens."""
-        assert out is not None
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.append(out.readline()), daemon=True)
-        reader.start()
-        reader.join(self.ready_s)
-        if not lines or not lines[0].startswith("FAKELLM_URL="):
-            raise RuntimeError(f"the scripted model did not start: {''.join(lines)!r}")
-        return lines[0].strip().partition("=")[2]
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_s
@@ -173,10 +165,7 @@ class ScriptedModel:
 
     def stop(self) -> None:
         if self._process is not None:
-            self._process.terminate()
-            self._process.wait(timeout=30)
-            if self._process.stdout is not None:
-                self._process.stdout.close()
+            ended(self._process, 30)
             self._process = None
         self._callback.shutdown()
         self._callback.server_close()

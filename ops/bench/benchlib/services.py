@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]  # the checkout whose tests/private_services.py runs
+ROOT = Path(__file__).resolve().parents[3]  # the checkout whose helper processes (tests/) run
 
 
 def free_port() -> int:
@@ -25,6 +25,28 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def announced(process: subprocess.Popen[str], key: str, timeout_s: float) -> str | None:
+    """The value of the ``KEY=value`` line ``process`` prints first on its standard output (how
+    a helper process says it is ready), or None if it prints another line or none in time."""
+    out = process.stdout
+    assert out is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(out.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if not lines or not lines[0].startswith(f"{key}="):
+        return None
+    return lines[0].strip().partition("=")[2]
+
+
+def ended(process: subprocess.Popen[str], timeout_s: float) -> None:
+    """SIGTERM ``process``, wait for its end, close its pipe."""
+    process.terminate()
+    process.wait(timeout=timeout_s)
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 class ServiceProcess:
@@ -50,23 +72,14 @@ class ServiceProcess:
             self._process = subprocess.Popen(
                 command, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=log, text=True
             )
-        out = self._process.stdout
-        assert out is not None
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.append(out.readline()), daemon=True)
-        reader.start()
-        reader.join(self.ready_s)
-        if not lines or not lines[0].startswith("URL="):
+        url = announced(self._process, "URL", self.ready_s)
+        if url is None:
             self.stop()
             raise RuntimeError(f"private {self.kind} did not start: see {self.log}")
-        self.url = lines[0].strip().partition("=")[2]
+        self.url = url
 
     def stop(self) -> None:
         """SIGTERM: the service stops as a restart would stop it (Redis writes its file)."""
-        if self._process is None:
-            return
-        self._process.terminate()
-        self._process.wait(timeout=120)
-        if self._process.stdout is not None:
-            self._process.stdout.close()
-        self._process = None
+        if self._process is not None:
+            ended(self._process, 120)
+            self._process = None
