@@ -13,7 +13,10 @@ timeouts, retries, error translation) runs for real against it.
   (median and p95 given), and a request beyond the concurrency limit is refused ``429`` with
   ``Retry-After``. Refused requests are counted in ``refused``, not recorded in ``requests``.
 - Admin (not recorded): ``POST /_script`` ``{"chat": [step...], "embeddings": [step...],
-  "default": "reply text", "refuse_json_schema": true}``, ``GET /_requests``, ``POST /_reset``.
+  "default": "reply text", "refuse_json_schema": true, "provider": {"median_s": 1, "p95_s": 3,
+  "limit": 16, "retry_after_s": 1, "seed": 0} or null}``, ``GET /_requests``, ``GET /_counts``
+  (``{"chat": n, "embeddings": n, "refused": n}``, cheap where ``/_requests`` is not), ``POST
+  /_reset``.
 - ``refuse_json_schema``: act as a server without structured outputs (older vLLM, llama.cpp
   builds, some gateways): a chat request whose ``response_format`` is of type ``json_schema``
   gets a 400 naming ``response_format``; ``json_object`` and plain requests are served.
@@ -32,8 +35,11 @@ A step is a reply text, ``Fail(status, message)``, ``Delay(seconds, then)``, ``G
 "message": "..."}``, ``{"delay": 3, "then": {...}}``, ``{"garbage": true}``, ``{"normal": true}``.
 
 In-process: ``with FakeLLMServer() as server: ... server.base_url``. As a process:
-``python -m tests.fakellm --port N [--replies-file F]`` (one reply text per line, served in
-order before the default); it prints ``FAKELLM_URL=<base_url>`` once it is listening.
+``python -m tests.fakellm --port N [--replies-file F] [--responder-url URL]`` (one reply text
+per line, served in order before the default; ``--responder-url``: an unscripted chat request's
+JSON body is POSTed there and the answer's body is the reply text, so a program that runs the
+server as a process still decides its replies); it prints ``FAKELLM_URL=<base_url>`` once it is
+listening. The benchmarks (``ops/bench``) run it that way.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -290,6 +297,15 @@ class _State:
         with self.lock:
             self.requests.append((path, body))
 
+    def counts(self) -> dict[str, int]:
+        """Chat and embedding requests recorded so far, and chat requests refused 429."""
+        with self.lock:
+            paths = [path for path, _body in self.requests]
+            refused = self.refused
+        chat = sum(path.endswith("/chat/completions") for path in paths)
+        embeddings = sum(path.endswith("/embeddings") for path in paths)
+        return {"chat": chat, "embeddings": embeddings, "refused": refused}
+
     def reset(self) -> None:
         with self.lock:
             self.chat.clear()
@@ -318,6 +334,8 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.state.lock:
                 recorded = [{"path": p, "body": b} for p, b in self.server.state.requests]
             self._send_json(200, {"requests": recorded})
+        elif self.path == "/_counts":
+            self._send_json(200, self.server.state.counts())
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -458,6 +476,10 @@ class _Server(ThreadingHTTPServer):
             if "default" in body:
                 default = str(body["default"])
                 self.state.responder = lambda _request: default
+            if "provider" in body:
+                provider = body["provider"]
+                self.state.provider = ProviderModel(**provider) if provider is not None else None
+                self.state.rng = random.Random(provider["seed"] if provider else 0)
 
 
 class FakeLLMServer:
@@ -565,6 +587,20 @@ class FakeLLMServer:
         self.stop()
 
 
+def forwarding(url: str, timeout_s: float = 60.0) -> Responder:
+    """A responder that POSTs each request's JSON body to ``url`` and replies with the answer's
+    body (``--responder-url``); an error there drops the request's connection unanswered."""
+
+    def respond(request: dict[str, Any]) -> str:
+        data = json.dumps(request).encode()
+        headers = {"Content-Type": "application/json"}
+        call = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        with urllib.request.urlopen(call, timeout=timeout_s) as answer:
+            return str(answer.read().decode())
+
+    return respond
+
+
 def read_replies(path: Path) -> Iterable[str]:
     """The non-empty lines of ``path``, each one reply text."""
     return [line for line in path.read_text().splitlines() if line.strip()]
@@ -576,6 +612,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--replies-file", type=Path)
+    parser.add_argument("--responder-url", help="ask this URL for unscripted chat replies")
     parser.add_argument("--refuse-json-schema", action="store_true")
     parser.add_argument("--latency-median-s", type=float, help="behave as a provider under load")
     parser.add_argument("--latency-p95-s", type=float, default=3.0)
@@ -590,6 +627,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.replies_file is not None:
         server.script_chat(*read_replies(args.replies_file))
+    if args.responder_url is not None:
+        server.responder = forwarding(args.responder_url)
     # SIGTERM ends serve_forever through SystemExit, so the socket is closed on the way out.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
     print(f"FAKELLM_URL={server.base_url}", flush=True)

@@ -1,12 +1,21 @@
 """PRIVATE Elasticsearch and Redis for fault tests and the chaos benchmark: the stack's own
 Elasticsearch distribution started by ``ops/elasticsearch`` on other ports with its own data
 directory, and a ``redis-server`` of its own, so a test may stop them without touching the
-shared services others use."""
+shared services others use.
+
+They stay with the tests, whose fixtures they are. The chaos benchmark (``ops/bench/chaos.py``)
+does not import them: it runs one as a process of its own, ``python -m tests.private_services
+redis|elasticsearch --data-dir DIR [--port N]``, which prints ``URL=<url>`` once the service
+is up and stops it on SIGTERM (Elasticsearch keeps its data in ``DIR``, so the same command
+brings it back, as a restart after an outage would)."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -63,9 +72,11 @@ class PrivateElasticsearch:
         http_ports: tuple[int, int] = (9420, 9430),
         transport_ports: tuple[int, int] = (9520, 9530),
         heap: str = "512m",
+        var: Path | None = None,
+        port: int | None = None,
     ) -> None:
-        self.port = free_port(*http_ports)
-        self.var = Path(tempfile.mkdtemp(prefix="memq-es-"))
+        self.port = port if port is not None else free_port(*http_ports)
+        self.var = var if var is not None else Path(tempfile.mkdtemp(prefix="memq-es-"))
         self.var.chmod(0o755)  # the node runs as its own user, which must reach its data
         self.env = {
             **env,
@@ -119,10 +130,12 @@ class PrivateRedis:
     """A ``redis-server`` on a port in ``ports``, append-only like the stack's, in ``data_dir``.
     ``stop`` is SIGTERM (Redis writes its append-only file and exits, as a restart would)."""
 
-    def __init__(self, data_dir: Path, ports: tuple[int, int] = (6420, 6430)) -> None:
+    def __init__(
+        self, data_dir: Path, ports: tuple[int, int] = (6420, 6430), port: int | None = None
+    ) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not installed (ops/install installs it)")
-        self.port = free_port(*ports)
+        self.port = port if port is not None else free_port(*ports)
         self.data_dir = data_dir
         self.password = os.environ.get("MEMQ_REDIS_PASSWORD", "")
         self.process: subprocess.Popen[bytes] | None = None
@@ -228,3 +241,31 @@ class PrivateCluster:
             self.ops("down")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="a private Redis or Elasticsearch, until SIGTERM")
+    parser.add_argument("kind", choices=["redis", "elasticsearch"])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--port", type=int, help="default: the first free one of its range")
+    args = parser.parse_args(argv)
+    # A given port is taken as it is: on a restart it may still be in TIME_WAIT.
+    service: PrivateRedis | PrivateElasticsearch
+    if args.kind == "redis":
+        service = PrivateRedis(args.data_dir, port=args.port)
+    else:
+        args.data_dir.chmod(0o755)  # the node runs as its own user, which must reach its data
+        service = PrivateElasticsearch(dict(os.environ), var=args.data_dir, port=args.port)
+    # SIGTERM ends the wait through SystemExit, so the service is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+    try:
+        service.start()
+        print(f"URL={service.url}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    finally:
+        service.stop()
+
+
+if __name__ == "__main__":
+    main()

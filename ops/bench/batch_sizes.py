@@ -1,6 +1,6 @@
 """Ingestion throughput against the micro-batch size, with the instant and the realistic model.
 
-For each model (ingest_compare's scripted one answering at once, and its ``ProviderModel``:
+For each model (ingest_compare's scripted one answering at once, and its ``Provider``:
 lognormal latency, median 1 s, p95 3 s, 429 beyond 16 in flight) and each
 ``MEMQ_WORKER_BATCH_MAX_JOBS`` given, memq ingests the same conversations with the workers ops/
 runs (one ``--role io`` + one ``--role cpu``), POSTed through its API (``--via api`` of
@@ -18,7 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from ingest_compare import REALISTIC, Bench, Result, memq_run, running_bench, same_draws
+from benchlib.ingest import REALISTIC, Bench, Result, memq_run, running_bench, same_draws
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

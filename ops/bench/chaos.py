@@ -22,6 +22,7 @@ import argparse
 import os
 import random
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,15 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from benchlib.services import ServiceProcess, free_port
+from elasticsearch import Elasticsearch
+
+from memq.client import Client, MemqAPIError
+from pipeline.jobs import TERMINAL_STATUSES, JobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the private services live with the tests
-
-from elasticsearch import Elasticsearch  # noqa: E402
-
-from memq.client import Client, MemqAPIError  # noqa: E402
-from pipeline.jobs import TERMINAL_STATUSES, JobStatus  # noqa: E402
-from tests.private_services import PrivateElasticsearch, PrivateRedis, free_port  # noqa: E402
 
 TERMINAL = TERMINAL_STATUSES
 MESSAGES_PER_CONVERSATION = 3
@@ -72,15 +71,19 @@ class Stack:
     def __init__(self, work: Path) -> None:
         self.work = work
         self.prefix = f"memqchaos-{uuid.uuid4().hex[:6]}"
-        self.redis = PrivateRedis(work)
+        # Redis with the stack's password (from this environment), Elasticsearch and memq's
+        # processes without the stack's settings; its data where the node's own user reaches it.
+        redis_port, es_port = free_port(), free_port()
+        self.redis = ServiceProcess(
+            "redis", work / "redis", redis_port, os.environ, work / "redis.log"
+        )
         base = {k: v for k, v in os.environ.items() if not k.startswith("MEMQ_")}
-        self.es = PrivateElasticsearch(base)
+        self.es_var = Path(tempfile.mkdtemp(prefix="memq-es-"))
+        self.es = ServiceProcess("elasticsearch", self.es_var, es_port, base, work / "es.log")
         self.admin_key = secrets.token_urlsafe(32)
-        self.port = free_port(8200, 8300)
+        self.port = free_port()
         self.env = {
             **base,
-            "MEMQ_ES_URL": self.es.url,
-            "MEMQ_REDIS_URL": self.redis.url,
             "MEMQ_ES_INDEX_PREFIX": self.prefix,
             **{f"MEMQ_QUEUES_{q.upper()}": f"{self.prefix}.{q}" for q in ("io", "cpu", "backfill")},
             "MEMQ_API_PORT": str(self.port),
@@ -92,6 +95,7 @@ class Stack:
     def start(self) -> None:
         self.redis.start()
         self.es.start()
+        self.env |= {"MEMQ_ES_URL": self.es.url, "MEMQ_REDIS_URL": self.redis.url}
         for role in ("io", "cpu"):
             self.supervise(f"worker-{role}", ["worker", f"--role={role}"])
         self.supervise("api", ["api"])
@@ -134,7 +138,8 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
         self.redis.stop()
-        self.es.remove()
+        self.es.stop()
+        shutil.rmtree(self.es_var, ignore_errors=True)
 
 
 def children(pid: int) -> list[int]:

@@ -54,22 +54,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from elasticsearch import Elasticsearch
-from ingest_compare import Bench as IngestBench
-from ingest_compare import (
-    Conversation,
-    CountingProxy,
-    Responder,
-    Result,
-    conversations,
-    mem0_memory,
-    mem0_seq,
-    memq_app,
-    memq_ingest,
-)
-from ingest_compare import table as counts_table
-from mem0_compare import Endpoints, percentile
-from search_latency import (
+from benchlib.conversations import Conversation, conversations
+from benchlib.ingest import Bench as IngestBench
+from benchlib.ingest import Result, mem0_memory, mem0_seq, memq_app, memq_ingest
+from benchlib.ingest import table as counts_table
+from benchlib.mem0 import Endpoints
+from benchlib.model import ScriptedModel
+from benchlib.proxy import CountingProxy
+from benchlib.replies import Responder
+from benchlib.search import (
     MEM0_INDEX,
     MEMQ_PREFIX,
     SCOPE,
@@ -83,10 +76,11 @@ from search_latency import (
     sample,
     save,
 )
-from search_latency import Bench as Stores
+from benchlib.search import Bench as Stores
+from benchlib.stats import percentile
+from elasticsearch import Elasticsearch
 
 from pipeline.store.indices import IndexNames
-from tests.fakellm import FakeLLMServer
 from workers.app import MemqCelery
 
 SYSTEMS = ("memq", "mem0")
@@ -196,7 +190,7 @@ def grow(curve: Curve, sizes: list[int], per_size: int) -> list[Row]:
     return rows
 
 
-def run(args: argparse.Namespace, sizes: list[int], workdir: Path, llm: FakeLLMServer) -> list[Row]:
+def run(args: argparse.Namespace, sizes: list[int], workdir: Path, llm: ScriptedModel) -> list[Row]:
     rng = random.Random(SEED)
     stores = prepare(rng, max(sizes))
     asked = questions(rng, args.questions)
@@ -286,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",")})
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="costcurve-") as tmp, FakeLLMServer() as llm:
+    with tempfile.TemporaryDirectory(prefix="costcurve-") as tmp, ScriptedModel() as llm:
         os.environ["MEM0_TELEMETRY"] = "False"  # both read when mem0 is first imported
         os.environ["MEM0_DIR"] = tmp
         rows = run(args, sizes, Path(tmp), llm)

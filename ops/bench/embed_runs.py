@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from ingest_compare import conversations  # also puts the repository root on sys.path
+from benchlib.conversations import conversations
 
 from pipeline.config import EmbedderConfig
 from pipeline.embedding.cores import LentCores, cores_file

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from api_stack import Stack
+from benchlib.stack import Stack
+from benchlib.words import WORDS, sentence
 
 from pipeline.config import Settings
 from pipeline.jobs import JobRecord, JobStatus
@@ -43,46 +44,6 @@ PREFIX = "memqbench-explorer"
 TENANT = "explorer-bench"
 GOAL_MS = 300.0
 CHUNK = 2000
-WORDS = [
-    "tea",
-    "coffee",
-    "hiking",
-    "Lyon",
-    "Alps",
-    "sister",
-    "brother",
-    "garden",
-    "bees",
-    "honey",
-    "piano",
-    "chess",
-    "Tokyo",
-    "marathon",
-    "recipe",
-    "bakery",
-    "novel",
-    "guitar",
-    "kayak",
-    "museum",
-    "train",
-    "winter",
-    "summer",
-    "project",
-    "deadline",
-    "meeting",
-    "doctor",
-    "dentist",
-    "birthday",
-    "wedding",
-    "holiday",
-    "camping",
-    "bicycle",
-    "Paris",
-]
-
-
-def sentence(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + "."
 
 
 def owner(rng: random.Random, users: int) -> Scope:

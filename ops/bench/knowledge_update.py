@@ -45,13 +45,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout, and its tests
-
-from api_stack import Stack, running_stack
+from benchlib.model import ScriptedModel
+from benchlib.stack import Stack, running_stack
 
 from memq.client import Client
 from pipeline.jobs import JobStatus
-from tests.fakellm import FakeLLMServer  # the scripted model of the tests
 
 PREFIX = "memqbench-kupdate"
 TOP_K = 10
@@ -411,7 +409,7 @@ def evaluate(search: Search, data: Dataset, path: str, as_of: bool) -> dict[str,
 
 def mem0_run(sets: dict[str, Dataset]) -> dict[str, dict[str, Tally]]:
     """mem0 OSS on the raw sessions (as mem0_compare.py runs it); no ``as_of`` there."""
-    import mem0_compare as m0
+    from benchlib import mem0 as m0
 
     from pipeline.config import Settings
     from pipeline.embedding.local import MiniLMEmbedder
@@ -512,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|---|",
     ]
     logs = Path(tempfile.gettempdir()) / PREFIX
-    with FakeLLMServer() as model:
+    with ScriptedModel() as model:
         model.responder = oracle(everything)
         env = {"MEMQ_LLM_BASE_URL": model.base_url, "MEMQ_LLM_MODEL": "scripted"}
         env |= dict(item.split("=", 1) for item in args.set)

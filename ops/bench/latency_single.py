@@ -26,15 +26,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchlib.model import ScriptedModel
+from benchlib.replies import facts_reply
+from benchlib.workers import start_workers
+
+from pipeline.config import Settings
+from pipeline.store.client import make_client
+from pipeline.store.indices import IndexNames, drop_indices
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
-
-from backfill_throughput import facts_reply, start_workers  # noqa: E402
-
-from pipeline.config import Settings  # noqa: E402
-from pipeline.store.client import make_client  # noqa: E402
-from pipeline.store.indices import IndexNames, drop_indices  # noqa: E402
-from tests.fakellm import FakeLLMServer  # noqa: E402
 
 WARM_UP = 5
 PROBE = """
@@ -71,7 +71,7 @@ print(json.dumps(took))
 """
 
 
-def env_for(llm: FakeLLMServer, run: str, tree: Path) -> dict[str, str]:
+def env_for(llm: ScriptedModel, run: str, tree: Path) -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONPATH": str(tree),
@@ -85,7 +85,7 @@ def env_for(llm: FakeLLMServer, run: str, tree: Path) -> dict[str, str]:
     }
 
 
-def probe(llm: FakeLLMServer, tree: Path, jobs: int, logs: Path) -> list[float]:
+def probe(llm: ScriptedModel, tree: Path, jobs: int, logs: Path) -> list[float]:
     run = uuid.uuid4().hex[:6]
     env = env_for(llm, run, tree)
     run_logs = logs / run  # one folder of worker logs per probe
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     took: dict[str, list[float]] = {label: [] for label, _ in trees}
     logs = Path(f"/tmp/memq-latency-{uuid.uuid4().hex[:6]}")
     logs.mkdir()
-    with FakeLLMServer() as llm:
+    with ScriptedModel() as llm:
         llm.responder = facts_reply
         for round_no in range(args.rounds):
             for label, tree in trees if round_no % 2 == 0 else list(reversed(trees)):

@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from api_stack import Stack, running_stack
+from benchlib.stack import Stack, running_stack
 from elasticsearch.helpers import bulk
 
 from pipeline.config import Settings

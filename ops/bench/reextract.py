@@ -35,19 +35,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchlib.model import ScriptedModel
+from benchlib.replies import facts_reply
+from benchlib.searching import Searching, during
+from benchlib.stats import percentiles
+from benchlib.workers import backfill, count, start_workers, synthetic_archive
+
+from pipeline.config import Settings
+from pipeline.models import Scope
+from pipeline.services import build_deps, make_searcher
+from pipeline.store.client import make_client
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.indices import IndexNames, drop_indices
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
-
-from backfill_throughput import backfill, count, facts_reply, start_workers, synthetic_archive  # noqa: E402
-from reprocess import Searching, during, percentiles  # noqa: E402
-
-from pipeline.config import Settings  # noqa: E402
-from pipeline.models import Scope  # noqa: E402
-from pipeline.services import build_deps, make_searcher  # noqa: E402
-from pipeline.store.client import make_client  # noqa: E402
-from pipeline.store.elastic import ElasticStore  # noqa: E402
-from pipeline.store.indices import IndexNames, drop_indices  # noqa: E402
-from tests.fakellm import FakeLLMServer  # noqa: E402
 
 TENANT = "default"  # backfill's
 
@@ -79,8 +80,8 @@ def main() -> None:
     run = uuid.uuid4().hex[:6]
     prefix = f"memqbench-reextract-{run}"
     with (
-        FakeLLMServer() as old,
-        FakeLLMServer() as new,
+        ScriptedModel() as old,
+        ScriptedModel() as new,
         tempfile.TemporaryDirectory() as tmp,
     ):
         old.responder, new.responder = facts_reply, new_words
@@ -106,7 +107,7 @@ def main() -> None:
 
 
 def measure(
-    env: dict[str, str], tmp: Path, prefix: str, args: argparse.Namespace, new: FakeLLMServer
+    env: dict[str, str], tmp: Path, prefix: str, args: argparse.Namespace, new: ScriptedModel
 ) -> None:
     archive = tmp / "synthetic.jsonl"
     synthetic_archive(archive, args.conversations, prefix)

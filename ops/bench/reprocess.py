@@ -18,35 +18,27 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
-import sys
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
+from benchlib.model import ScriptedModel
+from benchlib.searching import TENANT, Searching, during
+from benchlib.stats import percentiles
+from benchlib.words import sentence
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the scripted model server lives with the tests
-
-from explorer_latency import sentence  # noqa: E402
-
-from pipeline.config import Settings  # noqa: E402
-from pipeline.embedding.versioned import EmbedderSpec, settings_models  # noqa: E402
-from pipeline.models import Scope, history_id, md5_hex, memory_id  # noqa: E402
-from pipeline.search import Searcher  # noqa: E402
-from pipeline.search_models import SearchQuery  # noqa: E402
-from pipeline.services import build_deps, make_searcher  # noqa: E402
-from pipeline.store.client import make_client  # noqa: E402
-from pipeline.store.elastic import ElasticStore  # noqa: E402
-from pipeline.store.indices import IndexNames, drop_indices, ensure_indices  # noqa: E402
-from pipeline.store.protocol import HistoryDoc, MemoryDoc  # noqa: E402
-from pipeline.store.reprocess import reembed  # noqa: E402
-from tests.fakellm import FakeLLMServer  # noqa: E402
+from pipeline.config import Settings
+from pipeline.embedding.versioned import EmbedderSpec, settings_models
+from pipeline.models import Scope, history_id, md5_hex, memory_id
+from pipeline.services import build_deps, make_searcher
+from pipeline.store.client import make_client
+from pipeline.store.elastic import ElasticStore
+from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
+from pipeline.store.protocol import HistoryDoc, MemoryDoc
+from pipeline.store.reprocess import reembed
 
 PREFIX = "memqbench-reprocess"
-TENANT = "reprocess-bench"
 OLD_DIMS = 64
 NEW = EmbedderSpec(kind="local", model="all-MiniLM-L6-v2", dims=384)
 
@@ -75,57 +67,13 @@ def seed(store: ElasticStore, count: int, users: int) -> list[str]:
     return texts
 
 
-class Searching:
-    """One thread searching until stopped; its latencies (ms) and failures."""
-
-    def __init__(self, searcher: Searcher, texts: list[str], users: int) -> None:
-        self.searcher, self.texts, self.users = searcher, texts, users
-        self.stop = threading.Event()
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-
-    def scope(self, n: int) -> Scope:
-        return Scope(tenant=TENANT, user_id=f"u{n % self.users}")
-
-    def run(self) -> None:
-        n = 0
-        while not self.stop.is_set():
-            query = SearchQuery(query=self.texts[n % len(self.texts)], scope=self.scope(n))
-            started = time.perf_counter()
-            try:
-                self.searcher.search(query)
-                self.latencies.append((time.perf_counter() - started) * 1000)
-            except Exception as exc:  # counted, the bench goes on
-                self.failures.append(repr(exc))
-            n += 1
-
-
-def during(searching: Searching, work: threading.Thread | None, seconds: float) -> Searching:
-    thread = threading.Thread(target=searching.run)
-    thread.start()
-    if work is None:
-        time.sleep(seconds)
-    else:
-        work.start()
-        work.join()
-        time.sleep(1)
-    searching.stop.set()
-    thread.join()
-    return searching
-
-
-def percentiles(latencies: list[float]) -> str:
-    cuts = statistics.quantiles(latencies, n=20)
-    return f"p50 {statistics.median(latencies):.1f} ms, p95 {cuts[18]:.1f} ms ({len(latencies)})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=5000)
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=15.0)
     args = parser.parse_args()
-    with FakeLLMServer(dims=OLD_DIMS) as old:
+    with ScriptedModel(dims=OLD_DIMS) as old:
         base = Settings()
         settings = base.model_copy(update={
             "es": base.es.model_copy(update={"index_prefix": PREFIX}),

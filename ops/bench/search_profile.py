@@ -46,17 +46,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from api_stack import Stack
-from mem0_compare import percentile
-from search_latency import (
-    MEMQ_PREFIX,
-    SCOPE,
-    SEED,
-    TOP_K,
-    floor_search,
-    local_minilm,
-    questions,
-)
+from benchlib.search import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, local_minilm, questions
+from benchlib.stack import Stack
+from benchlib.stats import percentile
 
 from pipeline.config import Settings
 from pipeline.nlp.timeexpr import periods

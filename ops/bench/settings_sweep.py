@@ -18,7 +18,7 @@ import statistics
 import sys
 import warnings
 
-from ingest_compare import REALISTIC, Result, memq_run, running_bench, same_draws
+from benchlib.ingest import REALISTIC, Result, memq_run, running_bench, same_draws
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -12,9 +12,6 @@ import random
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pydantic import Field
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.fakellm import FakeLLMServer, ProviderModel
+from tests.fakellm import FakeLLMServer, ProviderModel, forwarding
 
 
 def test_latency_has_the_asked_median_and_p95() -> None:
@@ -62,3 +62,36 @@ def test_reset_turns_the_model_off() -> None:
         with ThreadPoolExecutor(max_workers=4) as pool:
             replies = list(pool.map(lambda _: chat(server.base_url), range(4)))
         assert [r.status_code for r in replies] == [200] * 4
+
+
+def test_a_provider_set_over_the_admin_route_refuses_and_is_counted() -> None:
+    """How the benchmarks drive the server as a process: ``POST /_script`` with a provider,
+    ``GET /_counts``; a provider of ``null`` answers at once again."""
+    with FakeLLMServer() as server:
+        admin = server.base_url.removesuffix("/v1")
+        provider = {"median_s": 0.3, "p95_s": 0.4, "limit": 1, "retry_after_s": 2, "seed": 3}
+        assert httpx.post(f"{admin}/_script", json={"provider": provider}).status_code == 200
+        with ThreadPoolExecutor(3) as pool:
+            statuses = sorted(r.status_code for r in pool.map(chat, [server.base_url] * 3))
+        assert statuses[0] == 200 and statuses[-1] == 429
+        counts = httpx.get(f"{admin}/_counts").json()
+        assert counts == {
+            "chat": statuses.count(200),
+            "embeddings": 0,
+            "refused": statuses.count(429),
+        }
+        assert httpx.post(f"{admin}/_script", json={"provider": None}).status_code == 200
+        assert server.provider is None
+        bad = httpx.post(f"{admin}/_script", json={"provider": {"median_s": 0}})
+        assert bad.status_code == 400
+
+
+def test_a_forwarding_responder_replies_what_its_url_answers() -> None:
+    """``--responder-url``: the unscripted chat request goes to the URL, its answer is the reply."""
+    with FakeLLMServer() as replier, FakeLLMServer() as server:
+        replier.script_chat('{"memory": [{"text": "forwarded"}]}')
+        # The replier answers with an OpenAI body; its text is what the forwarding gets back.
+        server.responder = forwarding(f"{replier.base_url}/chat/completions")
+        answer = chat(server.base_url).json()["choices"][0]["message"]["content"]
+        assert "forwarded" in answer
+        assert replier.chat_requests()[0]["messages"][0]["content"] == "hi"
