@@ -89,7 +89,7 @@ class ElasticStore:
     update_memory = Forward("memories", Memories.update_memory)
     delete_memories = Forward("memories", Memories.delete_memories)
     search_memories = Forward("memories", Memories.search_memories)
-    search_indices = Forward("memories", Memories.search_indices)
+    search_indices = Forward("connection", Connection.search_indices)
     open_memories_cursor = Forward("memories", Memories.open_memories_cursor)
     close_cursor = Forward("memories", Memories.close_cursor)
     page = Forward("memories", Memories.page)

@@ -10,6 +10,7 @@ from pipeline.config import ElasticsearchConfig
 from pipeline.health import elasticsearch_health
 from pipeline.store.client import es_errors
 from pipeline.store.indices import Kind, ensure_indices, stored_embedder
+from pipeline.store.reads import StoreHealth
 from pipeline.store.repositories.base import Connection, hit_address
 from pipeline.store.reprocess import Version, versions_of
 
@@ -51,8 +52,8 @@ class DocumentRepository:
         """The ids of every document of ``index`` matching ``query``."""
         return [str(h["_id"]) for h in self.connection.matching(index, query, [], routing)]
 
-    def health(self) -> dict[str, Any]:
-        return elasticsearch_health(self.connection.client)
+    def health(self) -> StoreHealth:
+        return StoreHealth.model_validate(elasticsearch_health(self.connection.client))
 
     def embedder_meta(self) -> dict[str, Any] | None:
         """The embedder the memories index in use names (``_meta.embedder``), or None."""

@@ -13,6 +13,7 @@ from pipeline.models import Scope
 from pipeline.store.client import es_errors
 from pipeline.store.protocol import EntityDoc, EntityLink
 from pipeline.store.queries import entities_named_body, nearest_entity_body
+from pipeline.store.reads import EntityRef
 from pipeline.store.repositories.base import Connection, scope_filter, search_header
 from pipeline.store.routing import scope_routing, search_routing
 
@@ -161,9 +162,9 @@ class EntityRepository:
             )["hits"]["hits"]
         return {h["_id"]: h["_source"].get("linked_memory_ids", []) for h in hits}
 
-    def entities_of(self, scope: Scope, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The entities ``entity_ids`` of ``scope`` (``{"id", "text", "type"}``), one round
-        trip on the scope's shard; ids that are gone are left out."""
+    def entities_of(self, scope: Scope, entity_ids: Sequence[str]) -> list[EntityRef]:
+        """The entities ``entity_ids`` of ``scope``, one round trip on the scope's shard; ids
+        that are gone are left out."""
         if not entity_ids:
             return []
         with es_errors("read entities"):
@@ -173,5 +174,5 @@ class EntityRepository:
                 routing=scope_routing(scope),
                 source_includes=["text", "type", "tenant"],
             ).body["docs"]
-        found = [{"id": d["_id"], **d["_source"]} for d in docs if d.get("found")]
-        return [e for e in found if e.get("tenant") == scope.tenant]
+        found = [EntityRef.from_source(d["_id"], d["_source"]) for d in docs if d.get("found")]
+        return [e for e in found if e.tenant == scope.tenant]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from pipeline.store.client import es_errors
 from pipeline.store.protocol import HistoryDoc, WriteOutcome
+from pipeline.store.reads import HistoryRow
 from pipeline.store.repositories.base import Connection, CreateItems
 from pipeline.store.routing import history_routing
 
@@ -40,7 +40,7 @@ class HistoryRepository:
             with es_errors("delete history rows"):
                 self.connection.bulk(operations=actions)
 
-    def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+    def memory_history(self, memory_id: str, limit: int = 1000) -> list[HistoryRow]:
         """History rows of a memory, oldest first."""
         client, index = self.connection.client, self.connection.names.history
         with es_errors(f"read the history of {memory_id}"):
@@ -52,4 +52,4 @@ class HistoryRepository:
                 sort=[{"created_at": "asc"}],
                 size=limit,
             ).body
-        return [{"id": h["_id"], **h["_source"]} for h in body["hits"]["hits"]]
+        return [HistoryRow.from_source(h["_id"], h["_source"]) for h in body["hits"]["hits"]]

@@ -11,6 +11,7 @@ from elasticsearch import NotFoundError
 from pipeline.errors import TransientError
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.store.client import error_reason, es_errors
+from pipeline.store.reads import JobSummary
 from pipeline.store.repositories.base import Connection
 
 STATUS_AGGREGATION = {"status": {"terms": {"field": "status", "size": 10}}}
@@ -147,7 +148,7 @@ class JobRepository:
             ).body
         return {b["key"]: b["doc_count"] for b in body["aggregations"]["status"]["buckets"]}
 
-    def jobs_in_status(self, status: str, limit: int) -> list[dict[str, Any]]:
+    def jobs_in_status(self, status: str, limit: int) -> list[JobSummary]:
         """The latest ``limit`` jobs in ``status``: their id, reason and last update."""
         with es_errors(f"list {status} jobs"):
             body = self.connection.client.search(
@@ -157,7 +158,7 @@ class JobRepository:
                 sort=[{"updated_at": "desc"}],
                 source_includes=["job_id", "reason", "updated_at"],
             ).body
-        return [h["_source"] for h in body["hits"]["hits"]]
+        return [JobSummary.model_validate(h["_source"]) for h in body["hits"]["hits"]]
 
     def refresh_jobs(self) -> None:
         """Make every saved job record searchable now."""

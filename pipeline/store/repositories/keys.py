@@ -7,6 +7,7 @@ from typing import Any
 from elasticsearch import NotFoundError
 
 from pipeline.store.client import es_errors
+from pipeline.store.reads import KeyDocument, ListedKey
 from pipeline.store.repositories.base import Connection
 
 KEYS_LISTED_MAX = 1000
@@ -20,20 +21,22 @@ class KeyRepository:
     def index(self) -> str:
         return self.connection.names.keys
 
-    def create_key(self, key_id: str, document: dict[str, Any]) -> None:
+    def create_key(self, key_id: str, document: KeyDocument) -> None:
         with es_errors("create an API key"):
             self.connection.client.create(
-                index=self.index, id=key_id, document=document, refresh="wait_for"
+                index=self.index,
+                id=key_id,
+                document=document.model_dump(mode="json", exclude_none=True),
+                refresh="wait_for",
             )
 
-    def get_key(self, key_id: str) -> dict[str, Any] | None:
+    def get_key(self, key_id: str) -> KeyDocument | None:
         with es_errors("read an API key"):
             try:
                 body = self.connection.client.get(index=self.index, id=key_id).body
             except NotFoundError:
                 return None
-        source: dict[str, Any] = body["_source"]
-        return source
+        return KeyDocument.model_validate(body["_source"])
 
     def update_key(self, key_id: str, fields: dict[str, Any]) -> bool:
         with es_errors("update an API key"):
@@ -45,7 +48,7 @@ class KeyRepository:
                 return False
         return True
 
-    def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
+    def list_keys(self, tenant: str | None = None) -> list[ListedKey]:
         query = {"term": {"tenant": tenant}} if tenant else {"match_all": {}}
         with es_errors("list API keys"):
             hits = self.connection.client.search(
@@ -55,7 +58,7 @@ class KeyRepository:
                 sort=[{"created_at": "asc"}],
                 source_excludes=["secret_sha256"],
             ).body["hits"]["hits"]
-        return [{"id": h["_id"], **h["_source"]} for h in hits]
+        return [ListedKey.from_source(h["_id"], h["_source"]) for h in hits]
 
     def key_ids(self) -> list[str]:
         hits = self.connection.matching(self.index, {"match_all": {}}, [], None)

@@ -22,6 +22,7 @@ from pipeline.store.protocol import (
     WriteOutcome,
 )
 from pipeline.store.queries import still_valid
+from pipeline.store.reads import MemoryRecord
 from pipeline.store.repositories.base import Connection, scope_filter, search_header
 from pipeline.store.repositories.history import HistoryRepository
 from pipeline.store.routing import scope_routing, search_routing
@@ -218,8 +219,8 @@ class MemoryRepository:
         with es_errors("refresh memories"):
             self.connection.client.indices.refresh(index=self.index)
 
-    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
-        """A memory's source (without its vector), or None.
+    def get_memory(self, memory_id: str) -> MemoryRecord | None:
+        """A memory, or None.
 
         A read by id alone does not know the memory's scope, hence its routing: the routing
         is found first (``routing_of``, every shard asked), then the memory is read by a
@@ -234,9 +235,7 @@ class MemoryRepository:
                 ).body
             except NotFoundError:  # deleted in between
                 return None
-        source: dict[str, Any] = body["_source"]
-        source.pop("embedding", None)
-        return source
+        return MemoryRecord.from_source(memory_id, body["_source"])
 
     def routing_of(self, memory_id: str) -> str | None:
         """The routing of a memory known by id alone: a search of every shard on the id (the
@@ -307,24 +306,11 @@ class MemoryRepository:
         body, in order. ``scopes`` (one per body) route each to its scope's shard when the
         scope names it. ``named``: hits carry the score of each named query they matched. A
         failed search fails the call (``TransientError``)."""
-        return self.search_indices(
-            [
-                ("memories", scope, body)
-                for body, scope in zip(bodies, scopes or [None] * len(bodies), strict=True)
-            ],
-            what,
-            named,
-        )
-
-    def search_indices(
-        self,
-        searches_by_index: Sequence[tuple[SearchIndex, Scope | None, dict[str, Any]]],
-        what: str,
-        named: bool = False,
-    ) -> list[dict[str, Any]]:
-        """``search_memories`` over any of the indices: (index, scope, body) each, one full
-        response per search in one msearch, in order."""
-        return self.connection.search_indices(searches_by_index, what, named)
+        searches: list[tuple[SearchIndex, Scope | None, dict[str, Any]]] = [
+            ("memories", scope, body)
+            for body, scope in zip(bodies, scopes or [None] * len(bodies), strict=True)
+        ]
+        return self.connection.search_indices(searches, what, named)
 
     def open_memories_cursor(self, keep_alive: str, scope: Scope | None = None) -> str:
         """A point in time over the memories index (its id), for paging without overlap; over

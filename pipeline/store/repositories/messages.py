@@ -12,6 +12,7 @@ from pipeline.jobs import JobRecord
 from pipeline.models import NAMESPACE, ContextMessage, Scope, message_id
 from pipeline.store.client import es_errors
 from pipeline.store.protocol import SessionMessages
+from pipeline.store.reads import StoredMessage
 from pipeline.store.repositories.base import Connection
 from pipeline.store.repositories.jobs import JobRepository
 from pipeline.store.routing import scope_routing
@@ -116,13 +117,17 @@ class MessageRepository:
             ).body["docs"]
         return [d["_source"].get("window", []) if d.get("found") else [] for d in docs]
 
-    def get_messages(self, ids: Sequence[str], routing: str) -> dict[str, dict[str, Any]]:
+    def get_messages(self, ids: Sequence[str], routing: str) -> dict[str, StoredMessage]:
         """The stored messages among ``ids`` (all on the shard of ``routing``, their scope's):
-        id -> source, in one realtime mget; an id with no message (erased) is left out."""
+        id -> message, in one realtime mget; an id with no message (erased) is left out."""
         if not ids:
             return {}
         with es_errors("read messages"):
             docs = self.connection.client.mget(
                 index=self.index, ids=list(ids), routing=routing
             ).body["docs"]
-        return {d["_id"]: d["_source"] for d in docs if d.get("found")}
+        return {
+            d["_id"]: StoredMessage.from_source(d["_id"], d["_source"])
+            for d in docs
+            if d.get("found")
+        }
