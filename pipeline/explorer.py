@@ -106,7 +106,7 @@ def tenant_summaries(store: ServingStore, limit: int = MAX_SCOPES) -> list[Scope
 class MemoryBrowse:
     """A page of a scope's memories: ``next_cursor`` None on the last page."""
 
-    items: list[dict[str, Any]]
+    items: list[MemoryRecord]
     next_cursor: str | None
     total: int
     total_is_exact: bool
@@ -125,7 +125,7 @@ def browse_body(
         "size": size + 1,
         "query": {"bool": {"filter": clauses}},
         "sort": sort,
-        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "job_id"]},
+        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "job_id", "tenant"]},
         "track_total_hits": TOTAL_COUNTED,
     }
     if after is not None:
@@ -152,7 +152,7 @@ def browse_memories(
     response = store.search_memories([body], "browse memories", scopes=[scope])[0]
     hits = response["hits"]["hits"]
     total = response["hits"]["total"]
-    items = [{"id": h["_id"], **h["_source"]} for h in hits[:size]]
+    items = [MemoryRecord.from_source(h["_id"], h["_source"]) for h in hits[:size]]
     cursor = encode_after(hits[size - 1]["sort"]) if len(hits) > size else None
     return MemoryBrowse(items, cursor, int(total["value"]), total["relation"] == "eq")
 

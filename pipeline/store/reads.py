@@ -132,10 +132,9 @@ class HistoryRow(_Read):
     new: str | None = None
     actor: str | None = None
     replaced_by: str | None = None
-    replaces: str | None = None
     created_at: Stamp
 
-    @field_validator("job_id", "old", "new", "actor", "replaced_by", "replaces", mode="before")
+    @field_validator("job_id", "old", "new", "actor", "replaced_by", mode="before")
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if value == "" else value
