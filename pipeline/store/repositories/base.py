@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from elasticsearch import Elasticsearch
 
@@ -236,6 +236,19 @@ class Connection:
                 return
             yield hits
             after = hits[-1]["sort"]
+
+
+class Repository:
+    """The documents of one index (``kind``) over the shared connection."""
+
+    kind: ClassVar[Kind]
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    @property
+    def index(self) -> str:
+        return self.connection.names.alias(self.kind)
 
 
 class Forward(Generic[Repo, P, R]):

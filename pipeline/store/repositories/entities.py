@@ -11,10 +11,11 @@ from pipeline.errors import TransientError
 from pipeline.filters import with_substrings
 from pipeline.models import Scope
 from pipeline.store.client import es_errors
+from pipeline.store.indices import Kind
 from pipeline.store.protocol import EntityDoc, EntityLink
 from pipeline.store.queries import entities_named_body, nearest_entity_body
 from pipeline.store.reads import EntityRef
-from pipeline.store.repositories.base import Connection, scope_filter, search_header
+from pipeline.store.repositories.base import Repository, scope_filter, search_header
 from pipeline.store.routing import scope_routing, search_routing
 
 LINK_ATTEMPTS = 20
@@ -25,13 +26,8 @@ def cosine_from_score(score: float) -> float:
     return 2.0 * score - 1.0
 
 
-class EntityRepository:
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-
-    @property
-    def index(self) -> str:
-        return self.connection.names.entities
+class EntityRepository(Repository):
+    kind = Kind.ENTITIES
 
     def nearest_entities(
         self, scope: Scope, vectors: Sequence[Sequence[float]]

@@ -5,31 +5,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.store.client import es_errors
+from pipeline.store.indices import Kind
 from pipeline.store.protocol import HistoryDoc, WriteOutcome
 from pipeline.store.reads import HistoryRow
-from pipeline.store.repositories.base import Connection, CreateItems
+from pipeline.store.repositories.base import CreateItems, Repository
 from pipeline.store.routing import history_routing
 
 
-class HistoryRepository:
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
+class HistoryRepository(Repository):
+    kind = Kind.HISTORY
 
     def creates(self, rows: Sequence[HistoryDoc]) -> CreateItems:
         """The rows as items of a bulk create (``Connection.create_all``)."""
-        index = self.connection.names.history
+        index = self.index
         return {(index, r.id, history_routing(r.memory_id, r.id)): r.source() for r in rows}
 
     def write_history(self, rows: Sequence[HistoryDoc]) -> WriteOutcome:
         outcomes = self.connection.create_all(self.creates(rows))
-        return outcomes.get(self.connection.names.history, WriteOutcome())
+        return outcomes.get(self.index, WriteOutcome())
 
     def delete_history(self, rows: Sequence[HistoryDoc]) -> None:
         """Remove history rows (written for memories that turned out not to be stored)."""
         actions = [
             {
                 "delete": {
-                    "_index": self.connection.names.history,
+                    "_index": self.index,
                     "_id": r.id,
                     "routing": history_routing(r.memory_id, r.id),
                 }
@@ -42,7 +42,7 @@ class HistoryRepository:
 
     def memory_history(self, memory_id: str, limit: int = 1000) -> list[HistoryRow]:
         """History rows of a memory, oldest first."""
-        client, index = self.connection.client, self.connection.names.history
+        client, index = self.connection.client, self.index
         with es_errors(f"read the history of {memory_id}"):
             client.indices.refresh(index=index)  # rows written a moment ago
             body = client.search(

@@ -11,8 +11,9 @@ from elasticsearch import NotFoundError
 from pipeline.errors import TransientError
 from pipeline.jobs import JobRecord, JobStatus
 from pipeline.store.client import error_reason, es_errors
+from pipeline.store.indices import Kind
 from pipeline.store.reads import JobSummary
-from pipeline.store.repositories.base import Connection
+from pipeline.store.repositories.base import Repository
 
 STATUS_AGGREGATION = {"status": {"terms": {"field": "status", "size": 10}}}
 
@@ -26,13 +27,8 @@ def jobs_query(
     return {"bool": {"filter": clauses}}
 
 
-class JobRepository:
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-
-    @property
-    def index(self) -> str:
-        return self.connection.names.jobs
+class JobRepository(Repository):
+    kind = Kind.JOBS
 
     def record_actions(self, records: Sequence[JobRecord]) -> list[dict[str, Any]]:
         """Bulk actions writing ``records`` whole (a record is rewritten, never merged)."""

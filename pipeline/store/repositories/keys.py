@@ -7,19 +7,15 @@ from typing import Any
 from elasticsearch import NotFoundError
 
 from pipeline.store.client import es_errors
+from pipeline.store.indices import Kind
 from pipeline.store.reads import KeyDocument, ListedKey
-from pipeline.store.repositories.base import Connection
+from pipeline.store.repositories.base import Repository
 
 KEYS_LISTED_MAX = 1000
 
 
-class KeyRepository:
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-
-    @property
-    def index(self) -> str:
-        return self.connection.names.keys
+class KeyRepository(Repository):
+    kind = Kind.KEYS
 
     def create_key(self, key_id: str, document: KeyDocument) -> None:
         with es_errors("create an API key"):

@@ -14,6 +14,7 @@ from pipeline.errors import TransientError
 from pipeline.filters import with_substrings
 from pipeline.models import ExistingMemory, Scope
 from pipeline.store.client import es_errors, item_error
+from pipeline.store.indices import Kind
 from pipeline.store.protocol import (
     HistoryDoc,
     MemoryDoc,
@@ -23,7 +24,7 @@ from pipeline.store.protocol import (
 )
 from pipeline.store.queries import still_valid
 from pipeline.store.reads import MemoryRecord
-from pipeline.store.repositories.base import Connection, scope_filter, search_header
+from pipeline.store.repositories.base import Connection, Repository, scope_filter, search_header
 from pipeline.store.repositories.history import HistoryRepository
 from pipeline.store.routing import scope_routing, search_routing
 from pipeline.validity import Change, Closure, Replacement, changes_of, closure_of, merged
@@ -31,16 +32,14 @@ from pipeline.validity import Change, Closure, Replacement, changes_of, closure_
 REPLACE_ATTEMPTS = 20
 
 
-class MemoryRepository:
+class MemoryRepository(Repository):
+    kind = Kind.MEMORIES
+
     def __init__(self, connection: Connection, history: HistoryRepository) -> None:
-        self.connection = connection
+        super().__init__(connection)
         self.history = history  # memories and their rows are created in one bulk
         # monotonic time of the last refresh after a miss, see ``routing_of``
         self._miss_refreshed_at = -connection.miss_refresh_interval_s
-
-    @property
-    def index(self) -> str:
-        return self.connection.names.memories
 
     # -- what the phases read and write -----------------------------------------------------
 
@@ -131,7 +130,7 @@ class MemoryRepository:
         if memories.conflicts:
             routings = {d.id: scope_routing(d.scope) for d in docs}
             memories.conflicts = self._stored_hashes({i: routings[i] for i in memories.conflicts})
-        return memories, outcomes.get(self.connection.names.history, WriteOutcome())
+        return memories, outcomes.get(self.history.index, WriteOutcome())
 
     def _stored_hashes(self, routings: dict[str, str]) -> dict[str, StoredHash]:
         """The hash and job of each memory id (id -> its routing) that exists."""

@@ -11,9 +11,10 @@ from typing import Any
 from pipeline.jobs import JobRecord
 from pipeline.models import NAMESPACE, ContextMessage, Scope, message_id
 from pipeline.store.client import es_errors
+from pipeline.store.indices import Kind
 from pipeline.store.protocol import SessionMessages
 from pipeline.store.reads import StoredMessage
-from pipeline.store.repositories.base import Connection
+from pipeline.store.repositories.base import Connection, Repository
 from pipeline.store.repositories.jobs import JobRepository
 from pipeline.store.routing import scope_routing
 
@@ -24,14 +25,12 @@ def window_id(scope: Scope) -> str:
     return str(uuid.uuid5(NAMESPACE, f"window\x1f{scope.key}"))
 
 
-class MessageRepository:
-    def __init__(self, connection: Connection, jobs: JobRepository) -> None:
-        self.connection = connection
-        self.jobs = jobs  # a job's messages and its record are saved in one bulk
+class MessageRepository(Repository):
+    kind = Kind.MESSAGES
 
-    @property
-    def index(self) -> str:
-        return self.connection.names.messages
+    def __init__(self, connection: Connection, jobs: JobRepository) -> None:
+        super().__init__(connection)
+        self.jobs = jobs  # a job's messages and its record are saved in one bulk
 
     def recent_messages(self, scope: Scope, limit: int) -> list[ContextMessage]:
         return self.recent_messages_many([scope], limit)[0]
