@@ -33,6 +33,7 @@ from pipeline.keys import Principal
 from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.provenance import provenance_of
 from pipeline.store.protocol import ServingStore
+from pipeline.store.reads import MemoryRecord
 from pipeline.usage import BudgetState, Usage, UsageReport
 
 _MESSAGES = TypeAdapter(list[MessageIn])
@@ -189,17 +190,17 @@ def job_public(record: JobRecord) -> JobPublic:
     )
 
 
-def memory_public(item: dict[str, Any]) -> MemoryPublic:
-    """``{"id", **source}`` as the API shows a memory."""
-    return MemoryPublic.from_source(item["id"], item)
+def memory_public(memory: MemoryRecord) -> MemoryPublic:
+    """A memory read by id as the API shows it."""
+    return MemoryPublic.from_record(memory)
 
 
 def memory_detail(
-    store: ServingStore, item: dict[str, Any], include: Sequence[Include] | None
+    store: ServingStore, memory: MemoryRecord, include: Sequence[Include] | None
 ) -> MemoryDetail:
     """A memory read by id, with its provenance when ``include`` names ``sources``."""
-    provenance = provenance_of(store, item) if include and "sources" in include else None
-    return MemoryDetail.from_source(item["id"], item, provenance=provenance)
+    provenance = provenance_of(store, memory) if include and "sources" in include else None
+    return MemoryDetail.from_record(memory, provenance=provenance)
 
 
 def usage_public(usage: Usage) -> dict[str, int]:

@@ -253,7 +253,7 @@ class MemqTools:
                     include_replaced=include_replaced,
                 ),
             )
-            items = [memory_public(i).model_dump(mode="json") for i in page.items]
+            items = [i.model_dump(mode="json") for i in page.items]
             return {"results": items, "next_cursor": page.cursor}
 
         return await self.call(run)

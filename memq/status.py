@@ -17,7 +17,10 @@ def collect(app: MemqCelery) -> dict[str, Any]:
     queues = runtime.settings.queues
     depths = {q: int(runtime.redis.llen(q)) for q in (queues.io, queues.cpu, queues.backfill)}
     jobs = runtime.store.job_counts()
-    dead = runtime.store.jobs_in_status(JobStatus.DEAD, DEAD_SHOWN)
+    dead = [
+        job.model_dump(mode="json")
+        for job in runtime.store.jobs_in_status(JobStatus.DEAD, DEAD_SHOWN)
+    ]
     workers = sorted(name for reply in app.control.ping(timeout=1.0) or [] for name in reply)
     stats = app.control.inspect(timeout=1.0).stats() or {}
     uptimes = {name: int(stats[name].get("uptime", 0)) for name in workers if name in stats}

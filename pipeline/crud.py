@@ -9,20 +9,21 @@ from typing import Any
 from pipeline.deps import Deps
 from pipeline.errors import InvalidInputError, NotFoundError
 from pipeline.filters import metadata_pairs
-from pipeline.models import Scope, check_metadata, history_id, md5_hex
+from pipeline.models import check_metadata, history_id, md5_hex
 from pipeline.nlp.lemmatize import normalize_for_hash
 from pipeline.nlp.speaker import embedding_text
 from pipeline.store.protocol import HistoryDoc, ServingStore
+from pipeline.store.reads import HistoryRow, MemoryRecord
 
 MAX_TEXT_CHARS = 20_000
 
 
-def get_memory(store: ServingStore, tenant: str, memory_id: str) -> dict[str, Any]:
-    """The memory as ``{"id", **fields}``; ``NotFoundError`` if it is not this tenant's."""
-    source = store.get_memory(memory_id)
-    if source is None or source.get("tenant") != tenant:
+def get_memory(store: ServingStore, tenant: str, memory_id: str) -> MemoryRecord:
+    """The memory; ``NotFoundError`` if it is not this tenant's."""
+    memory = store.get_memory(memory_id)
+    if memory is None or memory.tenant != tenant:
         raise NotFoundError(f"no memory {memory_id}")
-    return {"id": memory_id, **source}
+    return memory
 
 
 def update_memory(
@@ -33,19 +34,19 @@ def update_memory(
     *,
     text: str | None = None,
     metadata: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> MemoryRecord:
     """Change a memory's text (re-embedded, re-lemmatized, re-hashed) and/or metadata, with an
     UPDATE history row. The id stays. Entity links are kept as they were."""
     check_update(text, metadata)
     current = get_memory(store, tenant, memory_id)
     fields: dict[str, Any] = {"updated_at": deps.clock().isoformat()}
     if text is not None:
-        fields |= text_fields(deps, text, current.get("speaker"))
+        fields |= text_fields(deps, text, current.speaker)
     if metadata is not None:
         fields |= {"metadata": metadata, "metadata_kv": metadata_pairs(metadata)}
-    store.update_memory(memory_id, fields, scope_of(current))
+    store.update_memory(memory_id, fields, current.scope)
     row_at = deps.clock()
-    store.write_history([history_row(current, "UPDATE", row_at, old=current["text"], new=text)])
+    store.write_history([history_row(current, "UPDATE", row_at, old=current.text, new=text)])
     return get_memory(store, tenant, memory_id)
 
 
@@ -82,42 +83,32 @@ def text_fields(deps: Deps, text: str, speaker: str | None = None) -> dict[str, 
 
 def delete_memory(store: ServingStore, tenant: str, memory_id: str, now: datetime) -> None:
     current = get_memory(store, tenant, memory_id)
-    store.delete_memories({memory_id: scope_of(current)})
-    store.write_history([history_row(current, "DELETE", now, old=current["text"])])
+    store.delete_memories({memory_id: current.scope})
+    store.write_history([history_row(current, "DELETE", now, old=current.text)])
 
 
-def memory_history(store: ServingStore, tenant: str, memory_id: str) -> list[dict[str, Any]]:
+def memory_history(store: ServingStore, tenant: str, memory_id: str) -> list[HistoryRow]:
     """The memory's history rows, oldest first (kept after the memory is deleted)."""
     rows = store.memory_history(memory_id)
     if not rows:
         get_memory(store, tenant, memory_id)  # NotFoundError when it never was this tenant's
-    rows = [row for row in rows if row.get("tenant") == tenant]
+    rows = [row for row in rows if row.tenant == tenant]
     if not rows:
         raise NotFoundError(f"no memory {memory_id}")
-    return [{k: v for k, v in row.items() if k != "tenant" and v != ""} for row in rows]
-
-
-def scope_of(current: dict[str, Any]) -> Scope:
-    """The scope a stored memory belongs to, from its own fields."""
-    return Scope(
-        tenant=current["tenant"],
-        user_id=current.get("user_id"),
-        agent_id=current.get("agent_id"),
-        run_id=current.get("run_id"),
-    )
+    return rows
 
 
 def history_row(
-    current: dict[str, Any],
+    current: MemoryRecord,
     event: str,
     at: datetime,
     old: str | None = None,
     new: str | None = None,
 ) -> HistoryDoc:
     return HistoryDoc(
-        id=history_id(current["id"], event, at.isoformat()),
-        memory_id=current["id"],
-        scope=scope_of(current),
+        id=history_id(current.id, event, at.isoformat()),
+        memory_id=current.id,
+        scope=current.scope,
         event=event,
         job_id="",
         created_at=at,

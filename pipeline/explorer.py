@@ -27,6 +27,7 @@ from pipeline.models import VIEW_SOURCE_FIELDS, Scope
 from pipeline.provenance import Provenance, provenance_of
 from pipeline.store.elastic import scope_filter
 from pipeline.store.protocol import ServingStore
+from pipeline.store.reads import EntityRef, HistoryRow, MemoryRecord
 
 MAX_SCOPES = 500
 MAX_BROWSE_PAGE = 200
@@ -105,7 +106,7 @@ def tenant_summaries(store: ServingStore, limit: int = MAX_SCOPES) -> list[Scope
 class MemoryBrowse:
     """A page of a scope's memories: ``next_cursor`` None on the last page."""
 
-    items: list[dict[str, Any]]
+    items: list[MemoryRecord]
     next_cursor: str | None
     total: int
     total_is_exact: bool
@@ -124,7 +125,7 @@ def browse_body(
         "size": size + 1,
         "query": {"bool": {"filter": clauses}},
         "sort": sort,
-        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "job_id"]},
+        "_source": {"includes": [*VIEW_SOURCE_FIELDS, "job_id", "tenant"]},
         "track_total_hits": TOTAL_COUNTED,
     }
     if after is not None:
@@ -151,7 +152,7 @@ def browse_memories(
     response = store.search_memories([body], "browse memories", scopes=[scope])[0]
     hits = response["hits"]["hits"]
     total = response["hits"]["total"]
-    items = [{"id": h["_id"], **h["_source"]} for h in hits[:size]]
+    items = [MemoryRecord.from_source(h["_id"], h["_source"]) for h in hits[:size]]
     cursor = encode_after(hits[size - 1]["sort"]) if len(hits) > size else None
     return MemoryBrowse(items, cursor, int(total["value"]), total["relation"] == "eq")
 
@@ -176,11 +177,11 @@ class MemoryDetail:
     message marked ``source`` when the memory came from it), the memory's entities and its
     provenance (``pipeline.provenance``)."""
 
-    memory: dict[str, Any]
-    history: list[dict[str, Any]]
+    memory: MemoryRecord
+    history: list[HistoryRow]
     job: JobRecord | None
     conversation: list[dict[str, Any]]
-    entities: list[dict[str, Any]]
+    entities: list[EntityRef]
     provenance: Provenance
 
 
@@ -188,7 +189,7 @@ def memory_detail(store: ServingStore, tenant: str, memory_id: str) -> MemoryDet
     """Everything about ``memory_id`` of ``tenant``; ``NotFoundError`` when it is not one."""
     memory = crud.get_memory(store, tenant, memory_id)
     history = crud.memory_history(store, tenant, memory_id)
-    job = store.get_job(memory["job_id"]) if memory.get("job_id") else None
+    job = store.get_job(memory.job_id) if memory.job_id else None
     if job is not None and job.tenant != tenant:
         job = None
     provenance = provenance_of(store, memory)
@@ -197,7 +198,7 @@ def memory_detail(store: ServingStore, tenant: str, memory_id: str) -> MemoryDet
         message_view(m) | {"source": seq in sources}
         for seq, m in enumerate(job.request.get("messages", []) if job else [])
     ]
-    entities = store.entities_of(crud.scope_of(memory), memory.get("entity_ids") or [])
+    entities = store.entities_of(memory.scope, memory.entity_ids)
     return MemoryDetail(memory, history, job, conversation, entities, provenance)
 
 

@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import redis
 from pydantic import SecretStr
@@ -39,6 +39,7 @@ from pydantic import SecretStr
 from pipeline.errors import NotFoundError, TransientError
 from pipeline.redis_errors import redis_errors
 from pipeline.store.protocol import KeyRecords
+from pipeline.store.reads import KeyDocument, ListedKey
 
 log = logging.getLogger(__name__)
 
@@ -113,20 +114,20 @@ class KeyStore:
         self.cache_s = cache_s
         self.stale_s = stale_s
         self.creations = creations  # None: every id not cached is looked up
-        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._cache: dict[str, tuple[float, KeyDocument]] = {}
         self._ids: _KeyIds | None = None
         self._lock = threading.Lock()
 
     def create(self, tenant: str, name: str, now: datetime, admin: bool = False) -> tuple[str, str]:
         """A new key for ``tenant``: returns (key id, the full token — shown once)."""
         key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
-        document = {
-            "tenant": tenant,
-            "name": name,
-            "role": "admin" if admin else "tenant",
-            "secret_sha256": _digest(secret),
-            "created_at": now.isoformat(),
-        }
+        document = KeyDocument(
+            tenant=tenant,
+            name=name,
+            role="admin" if admin else "tenant",
+            secret_sha256=_digest(secret),
+            created_at=now,
+        )
         self.records.create_key(key_id, document)
         self._announce()
         return key_id, f"mq_{key_id}_{secret}"
@@ -152,12 +153,12 @@ class KeyStore:
         if match is None:
             return None
         stored = self._cached(match.group("id"))
-        if stored is None or stored.get("revoked_at"):
+        if stored is None or stored.revoked_at:
             return None
-        if not hmac.compare_digest(_digest(match.group("secret")), stored["secret_sha256"]):
+        if not hmac.compare_digest(_digest(match.group("secret")), stored.secret_sha256 or ""):
             return None
         return Principal(
-            key_id=match.group("id"), tenant=stored["tenant"], admin=stored["role"] == "admin"
+            key_id=match.group("id"), tenant=stored.tenant, admin=stored.role == "admin"
         )
 
     def principal(self, key_id: str) -> Principal | None:
@@ -165,9 +166,9 @@ class KeyStore:
         session that authenticated with it once checks this on each request); None else.
         The bootstrap admin key is not a stored key: its holder's sessions check Settings."""
         stored = self._cached(key_id)
-        if stored is None or stored.get("revoked_at"):
+        if stored is None or stored.revoked_at:
             return None
-        return Principal(key_id=key_id, tenant=stored["tenant"], admin=stored["role"] == "admin")
+        return Principal(key_id=key_id, tenant=stored.tenant, admin=stored.role == "admin")
 
     def revoke(self, key_id: str, now: datetime) -> None:
         with self._lock:
@@ -175,11 +176,11 @@ class KeyStore:
         if not self.records.update_key(key_id, {"revoked_at": now.isoformat()}):
             raise NotFoundError(f"no API key {key_id}")
 
-    def list(self, tenant: str | None = None) -> list[dict[str, Any]]:
+    def list(self, tenant: str | None = None) -> list[ListedKey]:
         """The keys (of ``tenant``), oldest first, without their secrets' hashes."""
         return self.records.list_keys(tenant)
 
-    def _cached(self, key_id: str) -> dict[str, Any] | None:
+    def _cached(self, key_id: str) -> KeyDocument | None:
         """The key's document, read at most once per ``cache_s`` (only keys that exist). While
         the store cannot be reached, a key read in the last ``stale_s`` still authenticates:
         the store that would hold its revocation is down, so nothing newer can be known, and

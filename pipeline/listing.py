@@ -19,7 +19,7 @@ from typing import Any
 
 from pipeline.errors import InvalidInputError
 from pipeline.filters import translate_filters
-from pipeline.models import Scope, history_id
+from pipeline.models import MemoryView, Scope, history_id
 from pipeline.store.elastic import scope_filter
 from pipeline.store.protocol import HistoryDoc, ServingStore
 from pipeline.store.queries import listing_body, not_expired, validity
@@ -31,7 +31,7 @@ MAX_PAGE_SIZE = 1000
 
 @dataclass(frozen=True)
 class Page:
-    items: list[dict[str, Any]]
+    items: list[MemoryView]  # a listing reads the fields a view shows (``VIEW_SOURCE_FIELDS``)
     cursor: str | None  # None: this was the last page
 
 
@@ -58,7 +58,7 @@ def list_memories(
     clauses += validity(as_of, include_replaced)
     pit, after = decode_cursor(cursor) if cursor else (open_pit(store, scope), None)
     hits = page_of(store, clauses, pit, after, page_size)
-    items = [{"id": h["_id"], **h["_source"]} for h in hits]
+    items = [MemoryView.from_source(h["_id"], h["_source"]) for h in hits]
     if len(hits) < page_size:
         close_pit(store, pit)
         return Page(items, None)
@@ -97,32 +97,33 @@ def delete_all(
     deleted = 0
     store.make_visible()  # a memory stored a moment ago must not escape its deletion
     for page in iter_pages(store, scope, filters):
-        gone = store.delete_memories({item["id"]: owner(item, scope) for item in page.items})
+        gone = store.delete_memories({item.id: owner(item, scope) for item in page.items})
         rows = [
-            deletion_row(item, owner(item, scope), now) for item in page.items if item["id"] in gone
+            deletion_row(item, owner(item, scope), now) for item in page.items if item.id in gone
         ]
         store.write_history(rows)
         deleted += len(gone)
     return deleted
 
 
-def owner(item: dict[str, Any], scope: Scope) -> Scope:
+def owner(item: MemoryView, scope: Scope) -> Scope:
     """The full scope of a listed memory (a listing of an agent spans its users)."""
-    fields = {k: item.get(k) for k in ("user_id", "agent_id", "run_id")}
-    return Scope(tenant=scope.tenant, **fields)
+    return Scope(
+        tenant=scope.tenant, user_id=item.user_id, agent_id=item.agent_id, run_id=item.run_id
+    )
 
 
-def deletion_row(item: dict[str, Any], scope: Scope, now: datetime) -> HistoryDoc:
+def deletion_row(item: MemoryView, scope: Scope, now: datetime) -> HistoryDoc:
     """The DELETE row of a listed memory, under ``scope``: the memory's own full scope, so
     that erasing its user finds the row (it keeps the text)."""
     return HistoryDoc(
-        id=history_id(item["id"], "DELETE", now.isoformat()),
-        memory_id=item["id"],
+        id=history_id(item.id, "DELETE", now.isoformat()),
+        memory_id=item.id,
         scope=scope,
         event="DELETE",
         job_id="",
         created_at=now,
-        old=item.get("text"),
+        old=item.memory or None,
     )
 
 

@@ -26,6 +26,7 @@ from pipeline.provenance import provenance_of
 from pipeline.search import Reranker, Searcher, SearchQuery
 from pipeline.state import JobState
 from pipeline.store.protocol import ServingStore
+from pipeline.store.reads import MemoryRecord
 from pipeline.validity import mem0_event
 
 Messages = AddRequest | str | Sequence[Mapping[str, Any]]
@@ -168,7 +169,7 @@ class Memory:
         )
         if page.cursor is not None:
             close_cursor(store, page.cursor)
-        return {"results": [view(item) for item in page.items]}
+        return {"results": [listed_view(item) for item in page.items]}
 
     def update(
         self, memory_id: str, data: str | None = None, metadata: dict[str, Any] | None = None
@@ -203,7 +204,7 @@ class Memory:
         replacement by a newer memory is an UPDATE (as mem0 shows it) that names the newer
         one in ``replaced_by``."""
         rows = crud.memory_history(self._serving(), self.tenant, memory_id)
-        return [{**row, "event": mem0_event(row["event"])} for row in rows]
+        return [row.public() | {"event": mem0_event(row.event)} for row in rows]
 
     def _scope(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> Scope:
         return Scope(tenant=self.tenant, user_id=user_id, agent_id=agent_id, run_id=run_id)
@@ -243,10 +244,14 @@ def messages_in(messages: str | Sequence[Mapping[str, Any]]) -> list[MessageIn]:
     return [MessageIn.model_validate(dict(m)) for m in messages]
 
 
-def view(source: dict[str, Any]) -> dict[str, Any]:
-    """A memory (``{"id", **fields}``) as the API shows it."""
-    fields = {k: v for k, v in source.items() if k != "id"}
-    return MemoryView.from_source(source["id"], fields).model_dump(mode="json", exclude_none=True)
+def view(memory: MemoryRecord) -> dict[str, Any]:
+    """A memory as the API shows it."""
+    return MemoryView.from_record(memory).model_dump(mode="json", exclude_none=True)
+
+
+def listed_view(item: MemoryView) -> dict[str, Any]:
+    """A listed memory as the API shows it."""
+    return item.model_dump(mode="json", exclude_none=True)
 
 
 def result_of(record: JobRecord) -> dict[str, Any]:

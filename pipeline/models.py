@@ -10,7 +10,7 @@ import unicodedata
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+if TYPE_CHECKING:  # the read model imports this module
+    from pipeline.store.reads import MemoryRecord
 
 NAMESPACE = uuid.UUID("6f1c1b1e-8a1e-4bb8-9d4e-6d656d710001")
 _ID_PATTERN = r"^[^\s]{1,128}$"
@@ -326,6 +329,12 @@ class MemoryView(BaseModel):
         """From an Elasticsearch ``_source`` (its ``text`` becomes ``memory``)."""
         fields = {k: v for k, v in source.items() if k in VIEW_SOURCE_FIELDS and k != "text"}
         return cls(id=memory_id, memory=source.get("text", ""), **fields, **extra)
+
+    @classmethod
+    def from_record(cls, record: MemoryRecord, **extra: Any) -> Self:
+        """From a memory read by id (``pipeline.store.reads``)."""
+        fields = record.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
+        return cls.from_source(record.id, fields, **extra)
 
 
 VIEW_SOURCE_FIELDS = (

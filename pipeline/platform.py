@@ -24,6 +24,7 @@ from pipeline.explorer import ScopeKind
 from pipeline.listing import delete_all
 from pipeline.models import Scope
 from pipeline.store.protocol import ServingStore
+from pipeline.store.reads import MemoryRecord
 
 ENTITY_PAGE = 1000  # buckets per composite-aggregation page
 MAX_FEEDBACK_REASON_CHARS = 2000
@@ -129,7 +130,7 @@ def record_feedback(
     feedback: Feedback | None,
     reason: str | None,
     now: datetime,
-) -> dict[str, Any]:
+) -> MemoryRecord:
     """Keep ``feedback`` (None clears it) and its ``reason`` on the memory, with the time it
     was given; the memory as stored afterwards. ``NotFoundError`` if the memory is not the
     tenant's; ``InvalidInputError`` for a reason over ``MAX_FEEDBACK_REASON_CHARS``."""
@@ -144,5 +145,5 @@ def record_feedback(
         "feedback_reason": reason if feedback else None,
         "feedback_at": now.isoformat() if feedback else None,
     }
-    store.update_memory(memory_id, fields, crud.scope_of(current))
+    store.update_memory(memory_id, fields, current.scope)
     return crud.get_memory(store, tenant, memory_id)

@@ -20,14 +20,13 @@ provenance has no ``source_ids``: ``known`` is false and the list is empty.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from pipeline.store.protocol import ServingStore
-from pipeline.store.routing import source_routing
+from pipeline.store.reads import MemoryRecord, StoredMessage
+from pipeline.store.routing import owner_routing
 
 
 class SourceMessage(BaseModel):
@@ -61,30 +60,31 @@ class Provenance(BaseModel):
     missing: int = 0
 
 
-def provenance_of(store: ServingStore, memory: Mapping[str, Any]) -> Provenance:
-    """The provenance of a stored memory (its ``_source``): its messages in one read on its
-    scope's shard, its job record in another. Raises what the store raises."""
-    ids = [str(i) for i in memory.get("source_ids") or []]
-    found = store.get_messages(ids, source_routing(memory)) if ids else {}
-    tenant = memory.get("tenant")  # an imported memory's ids never reach another tenant's
-    sources = [source_message(i, found[i]) for i in ids if found.get(i, {}).get("tenant") == tenant]
+def provenance_of(store: ServingStore, memory: MemoryRecord) -> Provenance:
+    """The provenance of a stored memory: its messages in one read on its scope's shard, its
+    job record in another. Raises what the store raises."""
+    ids = memory.source_ids
+    routing = owner_routing(memory.tenant, memory.user_id, memory.agent_id, memory.run_id)
+    found = store.get_messages(ids, routing) if ids else {}
+    tenant = memory.tenant  # an imported memory's ids never reach another tenant's
+    sources = [source_message(found[i]) for i in ids if i in found and found[i].tenant == tenant]
     return Provenance(
         known=bool(ids),
-        job=source_job(store, str(memory.get("job_id") or "")),
+        job=source_job(store, memory.job_id or ""),
         sources=sources,
         missing=len(ids) - len(sources),
     )
 
 
-def source_message(message_id: str, source: Mapping[str, Any]) -> SourceMessage:
+def source_message(message: StoredMessage) -> SourceMessage:
     return SourceMessage(
-        id=message_id,
-        role=str(source.get("role", "")),
-        name=source.get("name"),
-        content=str(source.get("content", "")),
-        timestamp=source.get("created_at"),
-        job_id=str(source.get("job_id", "")),
-        seq=int(source.get("seq", 0)),
+        id=message.id,
+        role=message.role,
+        name=message.name,
+        content=message.content,
+        timestamp=message.created_at,
+        job_id=message.job_id,
+        seq=message.seq,
     )
 
 

@@ -4,7 +4,7 @@ the index versions of ``memq reprocess``."""
 from __future__ import annotations
 
 from datetime import date
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response, status
 
@@ -34,6 +34,7 @@ from api.schemas import (
     UsageReportPublic,
 )
 from pipeline.models import Identifier
+from pipeline.store.reads import ListedKey
 from pipeline.usage import month_of, usage_report, utc_day
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -47,7 +48,7 @@ def create_key(body: KeyCreate, keys: KeysDep, clock: ClockDep, _admin: AdminDep
 
 
 @router.get("/keys", response_model=list[KeyPublic])
-def list_keys(keys: KeysDep, _admin: AdminDep, tenant: str | None = None) -> list[dict[str, Any]]:
+def list_keys(keys: KeysDep, _admin: AdminDep, tenant: str | None = None) -> list[ListedKey]:
     return keys.list(tenant)
 
 

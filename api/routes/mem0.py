@@ -42,6 +42,7 @@ from api.schemas import (
     Mem0Updated,
     MemoryCreate,
     MemoryDetail,
+    MemoryPublic,
     Message,
 )
 from pipeline import crud
@@ -180,7 +181,7 @@ def get_all(
 
 def walk_to(
     store: ServingStore, scope: Scope, rest: dict[str, Any] | None, page: int, page_size: int
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[MemoryPublic], str | None]:
     """The items of page ``page``, and whether more follow (its point in time is given back
     either way: mem0's clients page by number, not by cursor)."""
     cursor, items = None, []
@@ -211,7 +212,7 @@ def search(
     found = searcher.search_reported(query)
     return found.mem0_answer(
         [
-            mem0_memory({**h.model_dump(exclude={"explain"}), "text": h.memory})
+            mem0_memory(MemoryPublic.from_source(h.id, {**h.model_dump(), "text": h.memory}))
             | {"score": h.score}
             for h in found.hits
         ]
@@ -253,7 +254,7 @@ def update(
         text=body.get("text"),
         metadata=body.get("metadata"),
     )
-    return mem0_memory(updated) | {"message": "Memory updated successfully!"}
+    return mem0_memory(memory_public(updated)) | {"message": "Memory updated successfully!"}
 
 
 @router.delete("/v1/memories/{memory_id}/", response_model=Message, dependencies=[WriteLimited])
@@ -286,17 +287,17 @@ def delete_everything(
 
 
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[Mem0HistoryEntry])
-def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list[Mem0HistoryEntry]:
     rows = crud.memory_history(store, principal.tenant, memory_id)
     return [
-        {
-            "id": r["id"],
-            "memory_id": r["memory_id"],
-            "event": mem0_event(r["event"]),
-            "old_memory": r.get("old"),
-            "new_memory": r.get("new"),
-            "created_at": r.get("created_at"),
-        }
+        Mem0HistoryEntry(
+            id=r.id,
+            memory_id=r.memory_id,
+            event=mem0_event(r.event),
+            old_memory=r.old,
+            new_memory=r.new,
+            created_at=r.created_at,
+        )
         for r in rows
     ]
 
@@ -352,6 +353,6 @@ def batch_items(body: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
-def mem0_memory(item: dict[str, Any]) -> dict[str, Any]:
-    public = memory_public(item).model_dump(mode="json")
+def mem0_memory(memory: MemoryPublic) -> dict[str, Any]:
+    public = memory.model_dump(mode="json")
     return {k: v for k, v in public.items() if v is not None}

@@ -153,9 +153,9 @@ def feedback(
         now=clock(),
     )
     return {
-        "id": memory["id"],
-        "feedback": memory.get("feedback"),
-        "feedback_reason": memory.get("feedback_reason"),
+        "id": memory.id,
+        "feedback": memory.feedback,
+        "feedback_reason": memory.feedback_reason,
         "message": "Feedback recorded" if verdict else "Feedback cleared",
     }
 

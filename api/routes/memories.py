@@ -62,6 +62,7 @@ from pipeline.models import AwareDatetime
 from pipeline.search import SearchQuery
 from pipeline.search_models import AS_OF, INCLUDE_REPLACED
 from pipeline.store.protocol import ServingStore
+from pipeline.store.reads import HistoryRow
 
 log = logging.getLogger("memq.api")
 router = APIRouter(prefix="/v1", tags=["memories"], dependencies=[UnicodeBody, ReadLimited])
@@ -168,7 +169,7 @@ def get_all(
             include_replaced=include_replaced,
         ),
     )
-    return MemoryPage(results=[memory_public(i) for i in page.items], next_cursor=page.cursor)
+    return MemoryPage(results=page.items, next_cursor=page.cursor)
 
 
 def parse_filters(raw: str | None) -> dict[str, Any] | None:
@@ -278,7 +279,7 @@ def delete_memory(
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[HistoryEntry])
-def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list[dict[str, Any]]:
+def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list[HistoryRow]:
     """ADD, UPDATE and DELETE events of a memory, oldest first."""
     return crud.memory_history(store, principal.tenant, memory_id)
 

@@ -136,7 +136,7 @@ def confirm_delete(
     memory = crud.get_memory(store, session.tenant, memory_id)
     context = {
         "title": "Delete this memory?",
-        "items": [f"the memory “{memory['text']}”"],
+        "items": [f"the memory “{memory.text}”"],
         "keeps": "Its history keeps a DELETE row.",
         "action": str(request.url_for("ui_delete_memory", memory_id=memory_id)),
         "button": "Delete the memory",
@@ -158,7 +158,8 @@ def delete_memory(
     limits.charge(session.tenant, "write")
     memory = crud.get_memory(store, session.tenant, memory_id)
     crud.delete_memory(store, session.tenant, memory_id, clock())
-    ids = {k: memory[k] for k in ("user_id", "agent_id", "run_id") if memory.get(k)}
+    ids = memory.scope.fields()
+    ids.pop("tenant")
     return see_other(f"{request.url_for('ui_memories_page')}?{urlencode(ids)}")
 
 

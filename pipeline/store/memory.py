@@ -21,6 +21,7 @@ from pipeline.store.protocol import (
     StoredHash,
     WriteOutcome,
 )
+from pipeline.store.reads import KeyDocument, ListedKey, MemoryRecord, StoreHealth
 from pipeline.validity import Closure, Replacement, as_time, changes_of, closure_of, merged
 
 
@@ -217,11 +218,10 @@ class InMemoryStore:
         with self._lock:
             return {job_id: self.jobs.get(job_id) for job_id in job_ids}
 
-    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
-        """A memory's source without its vector, or None."""
+    def get_memory(self, memory_id: str) -> MemoryRecord | None:
         with self._lock:
             held = self.memories.get(memory_id)
-        return None if held is None else {k: v for k, v in held.items() if k != "embedding"}
+        return None if held is None else MemoryRecord.from_source(memory_id, held)
 
     def entities_by_name(self, scope: Scope, names: Sequence[str]) -> dict[str, str]:
         """The scope's entities whose normalized text is one of ``names``: name -> entity id."""
@@ -245,20 +245,20 @@ class InMemoryStore:
                 and all(self.entities[i].get(k) == v for k, v in wanted.items())
             }
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> StoreHealth:
         """Always reachable: it is this process."""
-        return {"cluster": "in-memory", "status": "green", "nodes": 1}
+        return StoreHealth(cluster="in-memory", status="green", nodes=1)
 
-    def create_key(self, key_id: str, document: dict[str, Any]) -> None:
+    def create_key(self, key_id: str, document: KeyDocument) -> None:
         with self._lock:
             if key_id in self.keys:
                 raise PermanentError(f"create an API key: key {key_id} already exists")
-            self.keys[key_id] = dict(document)
+            self.keys[key_id] = document.model_dump(mode="json", exclude_none=True)
 
-    def get_key(self, key_id: str) -> dict[str, Any] | None:
+    def get_key(self, key_id: str) -> KeyDocument | None:
         with self._lock:
             held = self.keys.get(key_id)
-            return None if held is None else dict(held)
+            return None if held is None else KeyDocument.model_validate(held)
 
     def update_key(self, key_id: str, fields: dict[str, Any]) -> bool:
         with self._lock:
@@ -271,11 +271,11 @@ class InMemoryStore:
         with self._lock:
             return list(self.keys)
 
-    def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
+    def list_keys(self, tenant: str | None = None) -> list[ListedKey]:
         with self._lock:
             held = [
-                {"id": key_id, **{k: v for k, v in doc.items() if k != "secret_sha256"}}
+                ListedKey.from_source(key_id, doc).model_copy(update={"secret_sha256": None})
                 for key_id, doc in self.keys.items()
                 if tenant is None or doc.get("tenant") == tenant
             ]
-        return sorted(held, key=lambda key: str(key.get("created_at", "")))
+        return sorted(held, key=lambda key: key.created_at)

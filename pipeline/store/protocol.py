@@ -15,6 +15,16 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pipeline.filters import metadata_pairs, with_substrings
 from pipeline.jobs import JobRecord
 from pipeline.models import ContextMessage, ExistingMemory, Scope
+from pipeline.store.reads import (
+    EntityRef,
+    HistoryRow,
+    JobSummary,
+    KeyDocument,
+    ListedKey,
+    MemoryRecord,
+    StoredMessage,
+    StoreHealth,
+)
 from pipeline.validity import Closure, Replacement
 
 # JobRecord lives in pipeline.jobs, and stays importable from here
@@ -330,28 +340,28 @@ class ServingStore(Store, Protocol):
         """Entity id -> the ids of the memories it is linked to, for entities of ``scope``."""
         ...
 
-    def entities_of(self, scope: Scope, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The entities ``entity_ids`` of ``scope``: ``{"id", "text", "type"}`` each."""
+    def entities_of(self, scope: Scope, entity_ids: Sequence[str]) -> list[EntityRef]:
+        """The entities ``entity_ids`` of ``scope`` (ids that are gone are left out)."""
         ...
 
     def make_visible(self) -> None:
         """What was written to the memories is searchable when this returns."""
         ...
 
-    def get_memory(self, memory_id: str) -> dict[str, Any] | None:
-        """A memory's source without its vector, or None (its scope unknown: every shard)."""
+    def get_memory(self, memory_id: str) -> MemoryRecord | None:
+        """A memory, or None (its scope unknown: every shard)."""
         ...
 
-    def get_messages(self, ids: Sequence[str], routing: str) -> dict[str, dict[str, Any]]:
+    def get_messages(self, ids: Sequence[str], routing: str) -> dict[str, StoredMessage]:
         """The stored messages among ``ids``, which live on the shard of ``routing``: id ->
-        source; ids with no message are left out."""
+        message; ids with no message are left out."""
         ...
 
     def update_memory(self, memory_id: str, fields: dict[str, Any], scope: Scope) -> None:
         """Change fields of the memory ``memory_id``, which belongs to ``scope``."""
         ...
 
-    def memory_history(self, memory_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+    def memory_history(self, memory_id: str, limit: int = 1000) -> list[HistoryRow]:
         """History rows of a memory, oldest first."""
         ...
 
@@ -381,15 +391,17 @@ class ServingStore(Store, Protocol):
         """Jobs per status: all, or a tenant's (batch's, user's)."""
         ...
 
-    def jobs_in_status(self, status: str, limit: int) -> list[dict[str, Any]]: ...
+    def jobs_in_status(self, status: str, limit: int) -> list[JobSummary]:
+        """The latest ``limit`` jobs in ``status``."""
+        ...
 
     def refresh_jobs(self) -> None: ...
 
     def search_jobs(self, body: dict[str, Any]) -> list[tuple[JobRecord, list[Any]]]: ...
 
-    def health(self) -> dict[str, Any]:
-        """``{"cluster", "status", "nodes"}`` of the storage behind the store (``status`` is
-        ``green``, ``yellow`` or ``red``); ``TransientError`` when it cannot be reached."""
+    def health(self) -> StoreHealth:
+        """The storage behind the store (``status`` is ``green``, ``yellow`` or ``red``);
+        ``TransientError`` when it cannot be reached."""
         ...
 
 
@@ -399,11 +411,11 @@ class KeyRecords(Protocol):
     Writes are visible to every reader when they return. Failures raise ``TransientError``
     or ``PermanentError``."""
 
-    def create_key(self, key_id: str, document: dict[str, Any]) -> None:
+    def create_key(self, key_id: str, document: KeyDocument) -> None:
         """Store a new key; ``PermanentError`` when ``key_id`` is already taken."""
         ...
 
-    def get_key(self, key_id: str) -> dict[str, Any] | None:
+    def get_key(self, key_id: str) -> KeyDocument | None:
         """The key's document, or None when there is no such key."""
         ...
 
@@ -411,9 +423,8 @@ class KeyRecords(Protocol):
         """Set ``fields`` on the key's document; False when there is no such key."""
         ...
 
-    def list_keys(self, tenant: str | None = None) -> list[dict[str, Any]]:
-        """Every key (of ``tenant`` when given), oldest first: ``{"id", **document}`` without
-        the secret's hash."""
+    def list_keys(self, tenant: str | None = None) -> list[ListedKey]:
+        """Every key (of ``tenant`` when given), oldest first, without the secret's hash."""
         ...
 
     def key_ids(self) -> list[str]:

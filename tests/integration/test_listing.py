@@ -56,7 +56,7 @@ def collect(store: ElasticStore, scope: Scope, page_size: int, **kw: object) -> 
     cursor = None
     while True:
         page = list_memories(store, scope, page_size=page_size, cursor=cursor, **kw)  # type: ignore[arg-type]
-        seen += [item["id"] for item in page.items]
+        seen += [item.id for item in page.items]
         if page.cursor is None:
             return seen
         cursor = page.cursor
@@ -90,7 +90,7 @@ def test_pages_come_from_one_point_in_time(
     cursor = first.cursor
     while cursor is not None:
         page = list_memories(store, scope, page_size=20, cursor=cursor)
-        rest += [item["id"] for item in page.items]
+        rest += [item.id for item in page.items]
         cursor = page.cursor
     assert "late" not in rest and len(first.items) + len(rest) == 50
 

@@ -166,6 +166,6 @@ def test_an_index_from_before_routing_is_refused_then_moved_onto_routed_shards(
     ensure_indices(es, settings.es, settings.embedder.dims)  # accepted now
     for i in range(6):
         found = runtime.store.get_memory(f"m{i}")
-        assert found is not None and found["text"] == f"fact {i}"
+        assert found is not None and found.text == f"fact {i}"
         scope = Scope(tenant="old", user_id=f"u{i}")
         assert runtime.store.count_memories(scope) == 1  # on the one shard its routing names

@@ -35,6 +35,7 @@ from pipeline.store.protocol import (
     SessionMessages,
     StoredHash,
 )
+from pipeline.store.reads import KeyDocument, ListedKey
 from pipeline.validity import Replacement
 from tests.integration.test_routing import sharded_settings
 from workers.runtime import Runtime
@@ -190,7 +191,8 @@ def test_creating_a_held_id_is_a_conflict_reporting_the_stored_hash_and_job(
     assert again.created == [] and not again.failed
     assert again.conflicts == {doc.id: StoredHash(doc.hash, "first")}
     held = store.get_memory(doc.id)
-    assert held is not None and held["text"] == "Alice likes jazz" and "embedding" not in held
+    assert held is not None and held.text == "Alice likes jazz"
+    assert "embedding" not in held.model_dump()
     assert store.get_memory(f"missing-{uuid.uuid4().hex}") is None
 
 
@@ -245,7 +247,8 @@ def test_links_are_recorded_on_both_sides_and_accumulate(
     store.link_entities([EntityLink(lisbon, [first.id], lisbon.id)])
     store.link_entities([EntityLink(entity(deps, scope, "Lisbon"), [second.id], lisbon.id)])
     assert store.entity_links(scope, [lisbon.id]) == {lisbon.id: sorted([first.id, second.id])}
-    assert (store.get_memory(second.id) or {}).get("entity_ids") == [lisbon.id]
+    held = store.get_memory(second.id)
+    assert held is not None and held.entity_ids == [lisbon.id]
     visible(store, es)
     assert store.entities_by_name(scope, ["lisbon", "porto"]) == {"lisbon": lisbon.id}
     other = scope.model_copy(update={"user_id": f"{scope.user_id}-other"})
@@ -264,7 +267,8 @@ def test_a_merge_target_that_is_gone_is_created_again_and_memories_can_be_left_a
     lisboa = entity(deps, scope, "Lisboa")
     store.link_entities([EntityLink(lisboa, [doc.id], gone.id)], update_memories=False)
     assert store.entity_links(scope, [gone.id, lisboa.id]) == {gone.id: [doc.id]}
-    assert (store.get_memory(doc.id) or {}).get("entity_ids") == [gone.id]
+    held = store.get_memory(doc.id)
+    assert held is not None and held.entity_ids == [gone.id]
 
 
 def test_the_nearest_entity_of_the_scope_and_its_cosine(
@@ -312,7 +316,7 @@ def test_persist_run_twice_reports_the_same_memories_and_writes_once(
     assert again.counts.get("duplicates", 0) == 0
     for stored in first.stored:
         held = store.get_memory(stored.id)
-        assert held is not None and held["job_id"] == request.job_id()
+        assert held is not None and held.job_id == request.job_id()
 
 
 def test_an_id_held_by_an_edited_memory_moves_the_fact_to_a_job_derived_id(
@@ -326,7 +330,7 @@ def test_an_id_held_by_an_edited_memory_moves_the_fact_to_a_job_derived_id(
     [moved] = result["results"]
     assert moved["id"] != taken and moved["memory"] == "I play chess on Sundays"
     held = store.get_memory(taken)
-    assert held is not None and held["text"] == "I play chess on Saturdays now"
+    assert held is not None and held.text == "I play chess on Saturdays now"
 
 
 def test_a_lost_race_on_one_fact_is_a_duplicate_not_a_second_memory(
@@ -339,7 +343,7 @@ def test_a_lost_race_on_one_fact_is_a_duplicate_not_a_second_memory(
     state = persist(deps, state)
     assert state.stored == [] and state.counts["duplicates"] == 1
     held = store.get_memory(winner["results"][0]["id"])
-    assert held is not None and held["job_id"] == early
+    assert held is not None and held.job_id == early
 
 
 # -- validity: replacements (pipeline.validity) ------------------------------------------------
@@ -352,7 +356,7 @@ def dated(deps: Deps, scope: Scope, text: str, year: int) -> MemoryDoc:
 def validity_of(store: ElasticStore | InMemoryStore, memory_id_: str) -> tuple[object, ...]:
     held = store.get_memory(memory_id_)
     assert held is not None
-    return held.get("valid_until"), held.get("replaced_by"), held.get("replaces")
+    return held.valid_until, held.replaced_by, held.replaces
 
 
 def test_a_replacement_closes_the_older_memory_links_both_and_replays_to_nothing_new(
@@ -365,7 +369,7 @@ def test_a_replacement_closes_the_older_memory_links_both_and_replays_to_nothing
     assert closure is not None and (closure.closed, closure.by) == (lisbon.id, berlin.id)
     assert closure.closed_text == lisbon.text and closure.at == berlin.observed_at
     until, replaced_by, _ = validity_of(store, lisbon.id)
-    assert until is not None and datetime.fromisoformat(str(until)) == berlin.observed_at
+    assert until == berlin.observed_at
     assert replaced_by == [berlin.id]
     assert validity_of(store, berlin.id) == (None, None, [lisbon.id])
     before = (validity_of(store, lisbon.id), validity_of(store, berlin.id))
@@ -405,14 +409,10 @@ def test_concurrent_replacements_of_one_memory_all_land_with_the_earliest_end(
     assert datetime.fromisoformat(str(until)) == newer[0].observed_at
 
 
-def key_document(tenant: str, created_at: datetime, secret: str = "a" * 64) -> dict[str, str]:
-    return {
-        "tenant": tenant,
-        "name": "contract",
-        "role": "tenant",
-        "secret_sha256": secret,
-        "created_at": created_at.isoformat(),
-    }
+def key_document(tenant: str, created_at: datetime, secret: str = "a" * 64) -> KeyDocument:
+    return KeyDocument(
+        tenant=tenant, name="contract", role="tenant", secret_sha256=secret, created_at=created_at
+    )
 
 
 def test_a_key_is_created_once_read_back_and_updated(store: ElasticStore | InMemoryStore) -> None:
@@ -422,10 +422,11 @@ def test_a_key_is_created_once_read_back_and_updated(store: ElasticStore | InMem
         store.create_key(key_id, key_document("someone-else", NOW, secret="b" * 64))
     assert store.get_key(key_id) == key_document("contract-keys", NOW)
     assert store.get_key(missing) is None
-    revoked = (NOW + timedelta(hours=1)).isoformat()
-    assert store.update_key(key_id, {"revoked_at": revoked}) is True
-    assert store.get_key(key_id) == {**key_document("contract-keys", NOW), "revoked_at": revoked}
-    assert store.update_key(missing, {"revoked_at": revoked}) is False
+    revoked = NOW + timedelta(hours=1)
+    assert store.update_key(key_id, {"revoked_at": revoked.isoformat()}) is True
+    held = store.get_key(key_id)
+    assert held == key_document("contract-keys", NOW).model_copy(update={"revoked_at": revoked})
+    assert store.update_key(missing, {"revoked_at": revoked.isoformat()}) is False
     assert store.get_key(missing) is None
 
 
@@ -438,15 +439,15 @@ def test_keys_are_listed_oldest_first_per_tenant_without_their_secret(
     store.create_key(ids[0], key_document(tenant, NOW))
     store.create_key(ids[2], key_document(other, NOW))
     listed = store.list_keys(tenant)
-    assert [key["id"] for key in listed] == ids[:2]
-    shown = {k: v for k, v in key_document(tenant, NOW).items() if k != "secret_sha256"}
-    assert listed[0] == {"id": ids[0], **shown}
-    assert all("secret_sha256" not in key for key in listed)
-    assert {key["id"] for key in store.list_keys()} >= set(ids)
+    assert [key.id for key in listed] == ids[:2]
+    shown = key_document(tenant, NOW).model_dump(exclude={"secret_sha256"})
+    assert listed[0] == ListedKey(id=ids[0], **shown)
+    assert all(key.secret_sha256 is None for key in listed)
+    assert {key.id for key in store.list_keys()} >= set(ids)
 
 
 def test_the_store_reports_its_health(store: ElasticStore | InMemoryStore) -> None:
     health = store.health()
-    assert set(health) == {"cluster", "status", "nodes"}
-    assert health["status"] in {"green", "yellow"}
-    assert health["nodes"] >= 1
+    assert health.cluster
+    assert health.status in {"green", "yellow"}
+    assert health.nodes >= 1
