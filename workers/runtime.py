@@ -32,8 +32,6 @@ from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
 from pipeline.usage_redis import RedisUsage
 from workers.chat_buffer import ChatBuffer
-from workers.keeper import Keeper
-from workers.leases import RunLeases
 from workers.metrics import WorkerMetrics
 from workers.names import (
     CHAT_FLUSH_TASK,
@@ -45,7 +43,9 @@ from workers.names import (
     WAIT_TASK,
     phase_task_name,
 )
-from workers.state_store import RedisStateStore
+from workers.scheduler.keeper import Keeper
+from workers.scheduler.leases import RunLeases
+from workers.scheduler.state_store import RedisStateStore
 
 log = logging.getLogger("memq.worker")
 

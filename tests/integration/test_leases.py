@@ -1,5 +1,5 @@
-"""Run ownership on the real Redis (``workers.leases``): one owner per phase of a run, what a
-late or duplicate message learns, and what the reaper may take."""
+"""Run ownership on the real Redis (``workers.scheduler.leases``): one owner per phase of a
+run, what a late or duplicate message learns, and what the reaper may take."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from workers.app import MemqCelery
-from workers.leases import GATHERING, Claim, RunLeases
+from workers.scheduler.leases import GATHERING, Claim, RunLeases
 
 pytestmark = pytest.mark.integration
 

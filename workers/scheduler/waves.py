@@ -15,7 +15,7 @@ the clock alone: an earlier rule that also waited for the calls to go quiet held
 short call for a second and more while its batch-mates kept answering, and a hosted-like
 model's run was 1.13 times faster without it (docs/BENCHMARKS.md). 0 keeps every batch whole.
 
-A wave is sent as a job sent on alone is (``workers.batches.send_run``): its run is
+A wave is sent as a job sent on alone is (``workers.scheduler.batches.send_run``): its run is
 scheduled and leased first, then the states that name it are saved, then its chain is sent.
 Its jobs leave the batch (their states name the wave), so the batch's later tasks and the
 reaper's recovery of the batch skip them, and a wave lost with its worker is recovered like
@@ -45,8 +45,8 @@ from pipeline.batch import BatchResult
 from pipeline.errors import MemqError
 from pipeline.phases import PhaseSpec, next_phase
 from pipeline.state import JobState
-from workers.batches import batch_ended, send_run
 from workers.runtime import MemqCelery
+from workers.scheduler.batches import batch_ended, send_run
 
 log = logging.getLogger("memq.worker")
 

@@ -1,12 +1,12 @@
 """Whose turn it is: jobs of one session run one at a time, in the order they were accepted.
 
-A job that finds its session idle when accepted is ready at once (``workers.batches``). A job
-behind others has no task of its own while it waits: when a job ends, it leaves the line and
-makes the job now at the head ready (the hand-on). A hand-on lost to a worker killed at the
-wrong moment costs a delay, never the job: the reaper's walk of the lines
-(``workers.tasks.rescue_heads``) makes a head ready that was never started. A job may thus be
-made ready twice for one attempt; the first batch to take its turn runs it, the other leaves it
-out.
+A job that finds its session idle when accepted is ready at once (``workers.scheduler.batches``). A
+job behind others has no task of its own while it waits: when a job ends, it leaves the line and
+makes the job now at the head ready (the hand-on). A hand-on lost to a worker killed at the wrong
+moment costs a delay, never the job: the reaper's walk of the lines
+(``workers.scheduler.reaper.rescue_heads``) makes a head ready that was never started. A job may
+thus be made ready twice for one attempt; the first batch to take its turn runs it, the other leaves
+it out.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import logging
 from kombu.exceptions import OperationalError
 
 from pipeline.errors import TransientError
-from workers.batches import make_ready_all
 from workers.runtime import MemqCelery
+from workers.scheduler.batches import make_ready_all
 
 log = logging.getLogger("memq.worker")
 

@@ -4,8 +4,8 @@ Broker messages carry only ids; the state of a job (its request and each phase's
 lives under ``memq:{namespace}:job:{id}:state`` until the job ends, and a batch's task reads
 and writes the states of all its jobs in one round trip. The turnstile is a Redis list per
 session: jobs of one session run one at a time, in the order they were accepted
-(``workers.turns`` says who starts whom). A job whose turn has come waits in its lane's ready
-list until a gather task takes it into a batch (``workers.batches``).
+(``workers.scheduler.turns`` says who starts whom). A job whose turn has come waits in its
+lane's ready list until a gather task takes it into a batch (``workers.scheduler.batches``).
 """
 
 from __future__ import annotations
@@ -430,8 +430,8 @@ class RedisStateStore:
         """True when ``job_id`` heads its session's line. A head whose state is gone (it ended
         or expired without leaving the line) is removed, so one lost job cannot block a
         session. A head that still has its state keeps its place however long it has waited or
-        run: while it runs, its batch's lease says it is alive (``workers.leases``), and when
-        that lease lapses the reaper sends it on or ends it, which frees the line. Age alone
+        run: while it runs, its batch's lease says it is alive (``workers.scheduler.leases``), and
+        when that lease lapses the reaper sends it on or ends it, which frees the line. Age alone
         says nothing under a long backlog."""
         key = self._session(session_key)
         with redis_errors("check the session line"):

@@ -1,11 +1,11 @@
 """Ownership of a batch run, in Redis: who runs it now, and until when.
 
-A *run* is a batch's trip down the phases (its id is the batch id, or a job's id and a suffix
-when a job is sent on alone). Its record, ``memq:{ns}:run:{id}``, holds the phase the run is
-at, its jobs, its lane and its owner: the execution token of the task running that phase, or
-empty while the next phase's message waits in the broker. While a task owns the run, the run
-sits in the ``leases`` sorted set scored by the lease's expiry, which the owner's process
-renews (``workers.keeper``); a run whose score passed has lost its owner, and the reaper takes
+A *run* is a batch's trip down the phases (its id is the batch id, or a job's id and a suffix when a
+job is sent on alone). Its record, ``memq:{ns}:run:{id}``, holds the phase the run is at, its jobs,
+its lane and its owner: the execution token of the task running that phase, or empty while the next
+phase's message waits in the broker. While a task owns the run, the run sits in the ``leases``
+sorted set scored by the lease's expiry, which the owner's process renews
+(``workers.scheduler.keeper``); a run whose score passed has lost its owner, and the reaper takes
 it. A run also sits there, ownerless, while its next message is held back (a countdown) in a
 worker's memory, where the broker could lose it with that worker.
 
@@ -23,7 +23,7 @@ from enum import StrEnum
 import redis
 
 from pipeline.redis_errors import redis_errors
-from workers.state_store import BATCH_TTL_S, STATE_TTL_S
+from workers.scheduler.state_store import BATCH_TTL_S, STATE_TTL_S
 
 GATHERING = "gather"  # the phase of a run whose gather task has not launched its chain yet
 

@@ -73,7 +73,7 @@ def send_gather(
 def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
     """Take a batch of ready jobs, mark them running and send their chain; returns the ids of
     the jobs it runs (none when another gather took them first). ``token`` owns the batch's
-    run (``workers.leases``) and hands it on to the first phase."""
+    run (``workers.scheduler.leases``) and hands it on to the first phase."""
     runtime = app.runtime
     taken = take(app, batch_id, lane)
     if taken is None:  # delivered again after its chain was sent

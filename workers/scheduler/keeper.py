@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.config import WorkerConfig
-from workers.leases import RunLeases
+from workers.scheduler.leases import RunLeases
 
 log = logging.getLogger("memq.worker")
 

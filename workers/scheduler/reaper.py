@@ -1,0 +1,203 @@
+"""The reaper: recovers what lost its owner. Run by one keeper at a time
+(``workers.scheduler.keeper``) every ``reaper_interval_s``, and by a task that finds an earlier
+delivery of its own message died running it (``claim_run``).
+
+It takes the runs whose lease lapsed and sends their jobs on (a gather again under the same
+id), walks a slice of the session lines for a head that nothing runs, finishes intakes that
+died half-way, takes in jobs accepted while a store was down, and sends a gather to each lane
+with ready jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from pipeline.errors import TransientError, WorkerLostError
+from pipeline.phases import PHASES
+from pipeline.redis_errors import redis_errors
+from pipeline.state import JobState, Phase
+from workers.aof import rewrite_aof_if_due
+from workers.failures import record_failure
+from workers.intake import drain_parked, finish_intakes, record_held
+from workers.runtime import MemqCelery, queue_for
+from workers.scheduler.batches import (
+    BACKFILL,
+    LIVE,
+    batch_ended,
+    make_ready,
+    send_alone,
+    send_gather,
+)
+from workers.scheduler.keeper import Held
+from workers.scheduler.leases import GATHERING, Claim, RunRecord
+
+log = logging.getLogger("memq.worker")
+
+
+def claim_run(app: MemqCelery, task_id: str, run_id: str, phase: str, lane: str = "") -> str | None:
+    """Own ``phase`` of the run for this execution of the task ``task_id`` (its lease then
+    renewed by the keeper); None when this execution must do nothing: the run ended or moved
+    on, another execution owns it, or an earlier delivery of this message died running it
+    (then the run is recovered here at once, as the reaper would)."""
+    token = f"{task_id}:{uuid.uuid4().hex}"
+    leases = app.runtime.leases
+    verdict = leases.claim(
+        run_id, phase, task_id=task_id, token=token, expires=app.keeper.expiry(), lane=lane
+    )
+    if verdict is Claim.OWN:
+        app.keeper.hold(task_id, Held(run_id, token, phase))
+        return token
+    if verdict is Claim.REDELIVERED:
+        log.warning("run %s: redelivered after its worker died in %s", run_id, phase)
+        record = leases.take(run_id, float("inf"))
+        if record is not None:
+            recover_run(app, record)
+    return None
+
+
+LINES_PER_SWEEP = 500
+
+
+def reap(app: MemqCelery) -> None:
+    """Take every run whose lease lapsed and recover it (``recover_run``), look at a slice of
+    the session lines for a head that nothing runs (``rescue_heads``), finish the intakes that
+    died between a job's record and its start (``finish_intakes``), take in the jobs accepted
+    while a store was down (``take_in_held_jobs``), and send a gather to each lane that has
+    jobs ready (``nudge_lanes``)."""
+    leases = app.runtime.leases
+    now = app.runtime.clock().timestamp()
+    for run_id in leases.lapsed(now):
+        if still_queued(app, run_id):
+            continue
+        record = leases.take(run_id, now)
+        if record is not None:
+            log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
+            recover_run(app, record)
+    rescue_heads(app, app.runtime.states.line_heads(LINES_PER_SWEEP), now)
+    take_in_held_jobs(app)
+    finish_intakes(app, now - app.runtime.settings.worker.orphan_after_s)
+    nudge_lanes(app)
+    with redis_errors("rewrite the append-only file"):
+        rewrite_aof_if_due(app.runtime.redis)  # an erasure's, when its turn came meanwhile
+
+
+def take_in_held_jobs(app: MemqCelery) -> None:
+    """Jobs accepted while one store was down: records written for those held in Redis
+    (``record_held``), lines joined by those parked in Elasticsearch (``drain_parked``). Each
+    is tried whatever the other does; a store still down leaves its part for the next sweep."""
+    try:
+        record_held(app)
+    except TransientError as exc:
+        log.warning("jobs accepted without a record wait for Elasticsearch: %s", exc)
+    drain_parked(app)
+
+
+def nudge_lanes(app: MemqCelery) -> None:
+    """One gather for each lane with ready jobs. Gathers are sent when a job is made ready and
+    when a batch ends; this one covers a gather lost with its worker, so a ready job never
+    waits for the next arrival. A gather with nothing to take, or no batch slot free, ends at
+    once."""
+    for lane in (LIVE, BACKFILL):
+        if app.runtime.states.ready_count(lane):
+            send_gather(app, lane)
+
+
+def still_queued(app: MemqCelery, run_id: str) -> bool:
+    """A run nobody owns whose phase's queue still has messages waiting: its message is most
+    likely among them (the workers are busy or down), so its deadline moves on instead of its
+    jobs being sent again, which would only add to the queue. A message lost with a worker
+    that had reserved it is not in the queue: once the queue is empty, the run is recovered."""
+    runtime = app.runtime
+    waiting = runtime.leases.waiting(run_id)
+    if waiting is None or waiting[0] == GATHERING:
+        return False
+    phase, lane = waiting
+    spec = next((s for s in PHASES if s.phase.value == phase), None)
+    if spec is None:
+        return False
+    queue = queue_for(spec.workload, runtime.settings.queues, lane == BACKFILL)
+    with redis_errors("read a queue's depth"):
+        depth = int(runtime.redis.llen(queue))
+    return depth > 0 and runtime.leases.defer(run_id, app.keeper.pickup_by())
+
+
+def rescue_heads(app: MemqCelery, heads: list[tuple[str, str]], now: float) -> None:
+    """A session's line head with no live owner is run, so nothing waits behind a job that no
+    longer runs: one whose state is gone leaves the line (the next is made ready); one whose
+    run is gone (no record: its batch ended without it, or predates run records) is sent on
+    alone from its first unfinished phase; one never started (intake or hand-on lost) is made
+    ready once it was accepted ``orphan_after_s`` ago and is not among its lane's ready jobs
+    (or that lane has none: a marker that outlived its list entry costs no more than that).
+
+    ``heads`` are (line, job id) pairs. Their states, their runs and their acceptance times are
+    each read in one round trip for the whole slice: a sweep over hundreds of busy lines, one
+    read at a time, was a tenth of the I/O worker's time under load."""
+    runtime = app.runtime
+    states = runtime.states.load_many([job_id for _, job_id in heads])
+    live = runtime.leases.existing([s.run for s in states if s is not None and s.run is not None])
+    unstarted = [s.job_id for s in states if s is not None and s.run is None]
+    accepted = runtime.states.accepted_many(unstarted)
+    for (line, job_id), state in zip(heads, states, strict=True):
+        if state is None:
+            hand_on_from(app, line, job_id)
+        elif state.run is not None:
+            if state.run not in live:
+                send_on_runless(app, state)
+        elif state.unrecorded:
+            continue  # accepted while Elasticsearch was down: record_held starts it
+        elif now - (accepted.get(job_id) or now) > runtime.settings.worker.orphan_after_s:
+            start_orphan(app, state)
+
+
+def send_on_runless(app: MemqCelery, state: JobState) -> None:
+    """The head names a run that is gone: sent on alone from its first unfinished phase."""
+    log.warning("job %s heads its line with no run: sent on", state.job_id)
+    phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
+    send_alone(app, state, phase, 0, retry=False)
+
+
+def hand_on_from(app: MemqCelery, line: str, job_id: str) -> None:
+    """The head's state is gone (it ended): it leaves its line, and the job behind it is made
+    ready."""
+    runtime = app.runtime
+    following = runtime.states.leave_line_at(line, job_id)
+    if following is not None and (waiting := runtime.states.load(following)) is not None:
+        make_ready(app, following, waiting.backfill)
+
+
+def start_orphan(app: MemqCelery, state: JobState) -> None:
+    """A head accepted long ago and never started: made ready, unless it waits among its lane's
+    ready jobs already."""
+    states = app.runtime.states
+    lane = BACKFILL if state.backfill else LIVE
+    if not (states.is_ready(lane, state.job_id) and states.ready_count(lane)):
+        log.warning("job %s heads its line and was never started: made ready", state.job_id)
+        make_ready(app, state.job_id, state.backfill)
+
+
+def recover_run(app: MemqCelery, record: RunRecord) -> None:
+    """A run lost its owner. An unlaunched batch: its gather is sent again under the same id
+    (it takes the same jobs). Otherwise each job still in the run is sent on alone from the
+    phase the run was at, so a job that kills its worker takes no batch-mate down again; a job
+    whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
+    runtime = app.runtime
+    if record.phase == GATHERING:
+        send_gather(app, record.lane, task_id=record.run_id)
+        return
+    phase = Phase(record.phase)
+    limit = runtime.settings.worker.max_deliveries
+    for state in runtime.states.load_many(record.jobs):
+        if state is None or state.run != record.run_id:
+            continue  # ended, or left the batch
+        lost = runtime.leases.delivered(state.job_id) if record.owned else 0
+        if lost >= limit:
+            reason = (
+                f"its worker died {lost} times while running phase {phase.value} (killed, out "
+                f"of memory, or over the {runtime.settings.worker.task_time_limit_s} s time "
+                "limit); not run again"
+            )
+            record_failure(app, state.job_id, WorkerLostError(reason))
+        else:
+            send_alone(app, state, phase, 0, retry=False)
+    batch_ended(app, record.run_id)
