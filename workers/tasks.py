@@ -61,6 +61,7 @@ from workers.scheduler.batches import (
 )
 from workers.scheduler.leases import GATHERING
 from workers.scheduler.reaper import claim_run, reap
+from workers.scheduler.state_store import Lane
 from workers.scheduler.turns import hand_on
 from workers.scheduler.waves import run_in_waves
 from workers.webhooks import send_webhooks
@@ -173,7 +174,7 @@ def register_tasks(app: MemqCelery) -> None:
         """Take a batch of ready jobs and send it down the phases; returns its job ids (what
         Flower shows as the result)."""
         with retried(self, policy):
-            return gather_run(app, self, lane)
+            return gather_run(app, self, Lane(lane))
 
     @app.task(name=RECORD_TASK, bind=True, max_retries=None, shared=False)
     def record_end(
@@ -219,7 +220,7 @@ def prepare_run(app: MemqCelery, job_ids: list[str]) -> int:
         return 0
 
 
-def gather_run(app: MemqCelery, task: JobTask, lane: str) -> list[str]:
+def gather_run(app: MemqCelery, task: JobTask, lane: Lane) -> list[str]:
     """The gather task's run: claimed under the task's id, which is the batch's id."""
     batch_id = str(task.request.id)
     token = claim_run(app, batch_id, batch_id, GATHERING, lane)

@@ -32,16 +32,13 @@ from pipeline.state import JobState, Phase
 from workers.chain import batch_chain
 from workers.names import GATHER_TASK, PREPARE_TASK
 from workers.runtime import MemqCelery, queue_for
+from workers.scheduler.state_store import Lane, Taken, TakeOutcome
 
 log = logging.getLogger("memq.worker")
 
-LIVE, BACKFILL = "live", "backfill"
+LIVE, BACKFILL = Lane.LIVE, Lane.BACKFILL
 LOST_BATCH_S = 120.0  # a batch that has not ended after this long no longer holds a slot
 RECHECK_S = 1.0
-
-
-def lane_of(backfill: bool) -> str:
-    return BACKFILL if backfill else LIVE
 
 
 def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
@@ -52,7 +49,7 @@ def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
 def make_ready_all(app: MemqCelery, job_ids: list[str], backfill: bool) -> None:
     """``make_ready`` for jobs of one lane at once (those a batch's end hands on to): one
     gather for all of them, where one each would leave all but the first nothing to take."""
-    runtime, lane = app.runtime, lane_of(backfill)
+    runtime, lane = app.runtime, Lane.of(backfill)
     runtime.states.push_ready(lane, *job_ids)
     try:
         send_gather(app, lane)
@@ -62,7 +59,7 @@ def make_ready_all(app: MemqCelery, job_ids: list[str], backfill: bool) -> None:
 
 
 def send_gather(
-    app: MemqCelery, lane: str, countdown: float | None = None, task_id: str | None = None
+    app: MemqCelery, lane: Lane, countdown: float | None = None, task_id: str | None = None
 ) -> None:
     """A gather task for ``lane``, on the I/O queue of that lane (``task_id``: the batch id of
     a gather sent again)."""
@@ -70,24 +67,24 @@ def send_gather(
     app.send_task(GATHER_TASK, args=(lane,), queue=queue, countdown=countdown, task_id=task_id)
 
 
-def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
+def gather(app: MemqCelery, batch_id: str, lane: Lane, token: str) -> list[str]:
     """Take a batch of ready jobs, mark them running and send their chain; returns the ids of
     the jobs it runs (none when another gather took them first). ``token`` owns the batch's
     run (``workers.scheduler.leases``) and hands it on to the first phase."""
     runtime = app.runtime
     taken = take(app, batch_id, lane)
-    if taken is None:  # delivered again after its chain was sent
+    if taken.outcome is TakeOutcome.LAUNCHED:  # delivered again after its chain was sent
         return []
-    if isinstance(taken, int):  # every batch slot is taken; jobs wait for one
+    if taken.outcome is TakeOutcome.NO_SLOT:  # every batch slot is taken; jobs wait for one
         recheck_later(app, lane)
         return []
-    if taken and linger(app, lane, len(taken)):
+    if taken.jobs and linger(app, lane, len(taken.jobs)):
         time.sleep(runtime.settings.worker.batch_wait_ms / 1000)
         more = take(app, batch_id, lane)
-        taken = more if isinstance(more, list) else taken
-    if not taken:
+        taken = more if more.outcome is TakeOutcome.TAKEN else taken
+    if not taken.jobs:
         return []
-    jobs = admit(app, batch_id, lane, list(dict.fromkeys(taken)))
+    jobs = admit(app, batch_id, lane, list(dict.fromkeys(taken.jobs)))
     if not jobs:
         runtime.states.launched(batch_id)
         batch_ended(app, batch_id)
@@ -115,7 +112,7 @@ def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
     return ids
 
 
-def embed_ahead(app: MemqCelery, lane: str, jobs: list[JobState]) -> None:
+def embed_ahead(app: MemqCelery, lane: Lane, jobs: list[JobState]) -> None:
     """Send the jobs next in the batch's sessions' lines to have their new turns embedded
     while this batch runs (``memq.batch.prepare``, on the CPU queue): their retrieval then
     finds the vectors instead of calling the model when their turn comes. Live lane only (see
@@ -132,7 +129,7 @@ def embed_ahead(app: MemqCelery, lane: str, jobs: list[JobState]) -> None:
         log.warning("no turns embedded ahead of their jobs: %s", exc)
 
 
-def embeds_ahead(lane: str) -> bool:
+def embeds_ahead(lane: Lane) -> bool:
     """Whether a batch of the lane has the next jobs of its sessions embedded ahead: live
     traffic's, whose batches wait on the LLM while the CPU worker is idle, so the embedding
     moves off the path of the next batch; not a backfill's, whose batches keep the CPU
@@ -141,7 +138,7 @@ def embeds_ahead(lane: str) -> bool:
     return lane == LIVE
 
 
-def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
+def take(app: MemqCelery, batch_id: str, lane: Lane) -> Taken:
     runtime, worker = app.runtime, app.runtime.settings.worker
     now = runtime.clock().timestamp()
     limit, in_flight = worker.batch_max_jobs, worker.batches_in_flight
@@ -156,7 +153,7 @@ def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
     )
 
 
-def spreads(lane: str) -> bool:
+def spreads(lane: Lane) -> bool:
     """Whether the lane's jobs are spread evenly over its batch slots: a backfill's, whose
     batches run every phase on the CPU worker's processes, one process each; not live
     traffic's, where halved batches measured slower against a shared embeddings endpoint
@@ -164,7 +161,7 @@ def spreads(lane: str) -> bool:
     return lane == BACKFILL
 
 
-def recheck_later(app: MemqCelery, lane: str) -> None:
+def recheck_later(app: MemqCelery, lane: Lane) -> None:
     """Every batch slot is taken: the batches that end will gather what waits. In case none
     does (its worker died), one gather per lane comes back a second later, so no ready job
     waits on a lost batch for longer than LOST_BATCH_S."""
@@ -180,7 +177,7 @@ def batch_ended(app: MemqCelery, batch_id: str) -> None:
         send_gather(app, lane)
 
 
-def linger(app: MemqCelery, lane: str, taken: int) -> bool:
+def linger(app: MemqCelery, lane: Lane, taken: int) -> bool:
     """Wait for the batch to fill only while jobs arrive fast enough that another is due
     within the wait (``arrivals_due``): a lone job, or a client sending one conversation after
     another, starts at once."""
@@ -198,7 +195,7 @@ def arrivals_due(per_second: int, wait_ms: int) -> bool:
     return per_second >= 2 and per_second * wait_ms >= 1000
 
 
-def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list[JobState]:
+def admit(app: MemqCelery, batch_id: str, lane: Lane, job_ids: list[str]) -> list[JobState]:
     """The jobs this batch runs: each still has its state, heads its session's line (one made
     ready out of turn is left out: it is still in its line, and the hand-on of the job ahead
     of it makes it ready again, so a session's order holds whatever put it in the list), and
@@ -274,7 +271,7 @@ def send_run(
     ids = [state.job_id for state in states]
     backfill = states[0].backfill
     expires = app.keeper.expiry() + countdown
-    runtime.leases.schedule(run_id, phase.value, ids, lane_of(backfill), expires)
+    runtime.leases.schedule(run_id, phase.value, ids, Lane.of(backfill), expires)
     runtime.states.save_many(states)
     queues = runtime.settings.queues
     chain = batch_chain(

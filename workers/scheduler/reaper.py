@@ -23,7 +23,6 @@ from workers.intake import drain_parked, finish_intakes, record_held
 from workers.runtime import MemqCelery, queue_for
 from workers.scheduler.batches import (
     BACKFILL,
-    LIVE,
     batch_ended,
     make_ready,
     send_alone,
@@ -31,11 +30,14 @@ from workers.scheduler.batches import (
 )
 from workers.scheduler.keeper import Held
 from workers.scheduler.leases import GATHERING, Claim, RunRecord
+from workers.scheduler.state_store import Lane
 
 log = logging.getLogger("memq.worker")
 
 
-def claim_run(app: MemqCelery, task_id: str, run_id: str, phase: str, lane: str = "") -> str | None:
+def claim_run(
+    app: MemqCelery, task_id: str, run_id: str, phase: str, lane: Lane | None = None
+) -> str | None:
     """Own ``phase`` of the run for this execution of the task ``task_id`` (its lease then
     renewed by the keeper); None when this execution must do nothing: the run ended or moved
     on, another execution owns it, or an earlier delivery of this message died running it
@@ -43,7 +45,7 @@ def claim_run(app: MemqCelery, task_id: str, run_id: str, phase: str, lane: str 
     token = f"{task_id}:{uuid.uuid4().hex}"
     leases = app.runtime.leases
     verdict = leases.claim(
-        run_id, phase, task_id=task_id, token=token, expires=app.keeper.expiry(), lane=lane
+        run_id, phase, task_id=task_id, token=token, expires=app.keeper.expiry(), lane=lane or ""
     )
     if verdict is Claim.OWN:
         app.keeper.hold(task_id, Held(run_id, token, phase))
@@ -98,7 +100,7 @@ def nudge_lanes(app: MemqCelery) -> None:
     when a batch ends; this one covers a gather lost with its worker, so a ready job never
     waits for the next arrival. A gather with nothing to take, or no batch slot free, ends at
     once."""
-    for lane in (LIVE, BACKFILL):
+    for lane in Lane:
         if app.runtime.states.ready_count(lane):
             send_gather(app, lane)
 
@@ -170,7 +172,7 @@ def start_orphan(app: MemqCelery, state: JobState) -> None:
     """A head accepted long ago and never started: made ready, unless it waits among its lane's
     ready jobs already."""
     states = app.runtime.states
-    lane = BACKFILL if state.backfill else LIVE
+    lane = Lane.of(state.backfill)
     if not (states.is_ready(lane, state.job_id) and states.ready_count(lane)):
         log.warning("job %s heads its line and was never started: made ready", state.job_id)
         make_ready(app, state.job_id, state.backfill)
@@ -183,7 +185,7 @@ def recover_run(app: MemqCelery, record: RunRecord) -> None:
     whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
     runtime = app.runtime
     if record.phase == GATHERING:
-        send_gather(app, record.lane, task_id=record.run_id)
+        send_gather(app, Lane(record.lane), task_id=record.run_id)
         return
     phase = Phase(record.phase)
     limit = runtime.settings.worker.max_deliveries

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum, StrEnum
 
 import redis
 
@@ -28,6 +30,35 @@ BATCH_TTL_S = 86_400
 # The fewest jobs a batch takes when the lane's jobs are spread over its slots: below this a
 # second batch costs more (its hops, its calls) than it runs beside the first.
 SPREAD_FROM = 8
+
+
+class Lane(StrEnum):
+    """Where a job waits and runs: live traffic, or a backfill's jobs, which keep to their own
+    ready list, batch slots and queue so they never starve live traffic. Its value is what the
+    gather task's message and a run's record carry."""
+
+    LIVE = "live"
+    BACKFILL = "backfill"
+
+    @classmethod
+    def of(cls, backfill: bool) -> Lane:
+        return cls.BACKFILL if backfill else cls.LIVE
+
+
+class TakeOutcome(Enum):
+    """What a gather's ``take_batch`` found."""
+
+    TAKEN = "taken"  # the batch's jobs (none when nothing was ready)
+    NO_SLOT = "no slot"  # every batch slot of the lane is taken: ready jobs wait for one
+    LAUNCHED = "launched"  # the batch's chain was sent already: a late redelivery takes nothing
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The jobs of a batch, with what ``take_batch`` found."""
+
+    outcome: TakeOutcome
+    jobs: list[str] = field(default_factory=list)
 
 
 class RedisStateStore:
@@ -124,11 +155,11 @@ class RedisStateStore:
         now: float,
         lost_s: float,
         spread: bool = False,
-    ) -> list[str] | int | None:
+    ) -> Taken:
         """The jobs of batch ``batch_id``: those it already holds, topped up from the lane's
         ready list to ``limit``. A new batch takes none while ``in_flight`` batches of the lane
-        run (started less than ``lost_s`` ago): then -1 if jobs are waiting. None once the
-        batch was launched.
+        run (started less than ``lost_s`` ago): then ``NO_SLOT`` if jobs are waiting.
+        ``LAUNCHED`` once the batch was launched.
 
         With ``spread``, the lane's jobs (ready, and in its other running batches) are spread
         over its ``in_flight`` slots: a batch takes its even share of them, and never less than
@@ -150,9 +181,11 @@ class RedisStateStore:
                 spread_from=SPREAD_FROM,
                 spread=spread,
             )
-        if taken is None or isinstance(taken, int):
-            return taken
-        return [raw.decode() for raw in taken]
+        if taken is None:
+            return Taken(TakeOutcome.LAUNCHED)
+        if isinstance(taken, int):
+            return Taken(TakeOutcome.NO_SLOT)
+        return Taken(TakeOutcome.TAKEN, [raw.decode() for raw in taken])
 
     def room_for_more(self, lane: str, in_flight: int, since: float) -> bool:
         """Jobs wait in the lane's ready list and a batch slot is free (batches started
@@ -165,7 +198,7 @@ class RedisStateStore:
             waiting, running = pipe.execute()
         return bool(waiting) and int(running) < in_flight
 
-    def batch_ended(self, batch_id: str, lanes: tuple[str, ...]) -> list[str]:
+    def batch_ended(self, batch_id: str, lanes: tuple[Lane, ...]) -> list[Lane]:
         """The batch no longer counts as in flight; returns the lanes with jobs still ready."""
         with redis_errors("end a batch"):
             pipe = self.client.pipeline()
