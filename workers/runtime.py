@@ -40,7 +40,6 @@ from workers.names import (
     PREPARE_TASK,
     RECORD_TASK,
     REPROCESS_TASK,
-    WAIT_TASK,
     phase_task_name,
 )
 from workers.scheduler.keeper import Keeper
@@ -200,7 +199,6 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
     queues = settings.queues
     routes = {
         HEALTH_TASK: {"queue": queues.io},
-        WAIT_TASK: {"queue": queues.io},
         GATHER_TASK: {"queue": queues.io},
         CHAT_FLUSH_TASK: {"queue": queues.io},
         RECORD_TASK: {"queue": queues.io},

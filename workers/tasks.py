@@ -22,7 +22,7 @@ import time
 from typing import Any, cast
 
 from celery import Task
-from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from celery.exceptions import SoftTimeLimitExceeded
 
 from pipeline.batch import BatchResult
 from pipeline.errors import (
@@ -48,7 +48,6 @@ from workers.names import (
     HEALTH_TASK,
     PREPARE_TASK,
     RECORD_TASK,
-    WAIT_TASK,
     phase_task_name,
 )
 from workers.retry import RetryPolicy, retried
@@ -56,9 +55,9 @@ from workers.runtime import MemqCelery, Runtime
 from workers.scheduler.batches import (
     batch_ended,
     gather,
-    make_ready,
     send_alone,
 )
+from workers.scheduler.keeper import Held
 from workers.scheduler.leases import GATHERING
 from workers.scheduler.reaper import claim_run, reap
 from workers.scheduler.state_store import Lane
@@ -70,10 +69,9 @@ log = logging.getLogger("memq.worker")
 
 
 class JobTask(Task):  # type: ignore[type-arg]
-    """Base of every job task: when a task finally fails, the record of each of its jobs says
-    why. A ``PermanentError`` (or a bug) ends a job ``failed``; a transient failure that
-    outlived its retries ends it ``dead``, listed for replay. Either way the session line
-    moves on."""
+    """Base of the tasks that own a run (``GatherTask``, ``PhaseTask``): the run's lease is
+    given up when the task succeeds, retries or fails, and each kind says in ``failed`` what
+    becomes of its jobs when it fails for good."""
 
     runtime: Runtime
     ignore_result = True  # a job's outcome is its record; nothing reads task results
@@ -111,16 +109,57 @@ class JobTask(Task):  # type: ignore[type-arg]
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         app = cast("MemqCelery", self.app)
         held = app.keeper.release(task_id)
-        if self.name == GATHER_TASK:  # its jobs go back to the ready list for another gather
-            app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
-            batch_ended(app, task_id)
-            release_run(app, held, unfinished=False)
-            return
-        if self.name == WAIT_TASK:
-            job_id = args[0] if args else kwargs.get("job_id")
-            if job_id is not None:
-                record_failure(app, job_id, exc)
-            return
+        self.failed(app, task_id=task_id, held=held, exc=exc, args=args, kwargs=kwargs)
+
+    def failed(
+        self,
+        app: MemqCelery,
+        *,
+        task_id: str,
+        held: Held | None,
+        exc: Exception,
+        args: Any,
+        kwargs: Any,
+    ) -> None:
+        """What this kind of task does when it fails for good (``held``: the run it owned,
+        now released)."""
+        raise NotImplementedError
+
+
+class GatherTask(JobTask):
+    """The gather task: on failure its jobs go back to the ready list for another gather."""
+
+    def failed(
+        self,
+        app: MemqCelery,
+        *,
+        task_id: str,
+        held: Held | None,
+        exc: Exception,
+        args: Any,
+        kwargs: Any,
+    ) -> None:
+        app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
+        batch_ended(app, task_id)
+        release_run(app, held, unfinished=False)
+
+
+class PhaseTask(JobTask):
+    """A phase task: when it fails for good, the record of each job still in its batch's run
+    says why. A ``PermanentError`` (or a bug) ends a job ``failed``; a transient failure that
+    outlived its retries ends it ``dead``, listed for replay. Either way the session line
+    moves on."""
+
+    def failed(
+        self,
+        app: MemqCelery,
+        *,
+        task_id: str,
+        held: Held | None,
+        exc: Exception,
+        args: Any,
+        kwargs: Any,
+    ) -> None:
         batch_id, job_ids = (args[0], args[1]) if len(args) >= 2 else (None, [])
         unfinished = False
         for state in app.runtime.states.load_many(list(job_ids)):
@@ -152,25 +191,14 @@ def register_tasks(app: MemqCelery) -> None:
         return {"worker": socket.gethostname(), "elasticsearch": elasticsearch_health(runtime.es)}
 
     @app.task(
-        name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
+        name=GATHER_TASK,
+        bind=True,
+        base=GatherTask,
+        max_retries=None,
+        runtime=runtime,
+        shared=False,
     )
-    def wait_turn(self: JobTask, job_id: str, fault_since: float | None = None) -> str:
-        """Make the job ready if its turn has come. Nothing sends this task any longer (a job behind
-        others is started by the hand-on, ``workers.scheduler.turns``); it stays registered for the
-        messages a worker of an earlier version left in the queue. A Redis or broker fault is
-        retried against the deadline."""
-        with retried(self, policy):
-            state = runtime.states.load(job_id)
-            if state is None:
-                raise Ignore()
-            if runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock()):
-                make_ready(app, job_id, state.backfill)
-        return job_id
-
-    @app.task(
-        name=GATHER_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
-    )
-    def gather_batch(self: JobTask, lane: str, fault_since: float | None = None) -> list[str]:
+    def gather_batch(self: GatherTask, lane: str, fault_since: float | None = None) -> list[str]:
         """Take a batch of ready jobs and send it down the phases; returns its job ids (what
         Flower shows as the result)."""
         with retried(self, policy):
@@ -237,13 +265,13 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, policy: RetryPolicy) -> Non
     @app.task(
         name=phase_task_name(spec.phase),
         bind=True,
-        base=JobTask,
+        base=PhaseTask,
         max_retries=None,  # the deadline bounds retries (workers.retry), not a count
         runtime=app.runtime,
         shared=False,  # this app's alone: a second app in the process must not inherit them
     )
     def phase_task(
-        self: JobTask, batch_id: str, job_ids: list[str], fault_since: float | None = None
+        self: PhaseTask, batch_id: str, job_ids: list[str], fault_since: float | None = None
     ) -> list[str]:
         with log_context(phase=spec.phase.value, batch=batch_id), retried(self, policy):
             token = claim_run(app, str(self.request.id), batch_id, spec.phase.value)
