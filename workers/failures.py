@@ -16,7 +16,8 @@ from pipeline.phases import PHASES, Workload
 from pipeline.state import JobState
 from pipeline.usage import charge_of
 from workers.names import FAILED_TASK, RECORD_TASK
-from workers.runtime import MemqCelery, queue_for
+from workers.queues import queue_for
+from workers.runtime import MemqCelery
 from workers.scheduler.keeper import Held
 from workers.scheduler.turns import hand_on
 
@@ -94,7 +95,7 @@ def end_job(
     current = runtime.states.load(state.job_id)
     if current is not None and current.attempts == state.attempts:
         runtime.states.forget(state.job_id, state.attempts)
-        hand_on(app, [(state.request.scope.key, state.job_id)])
+        hand_on(app.scheduler, [(state.request.scope.key, state.job_id)])
 
 
 class JobFailedError(Exception):

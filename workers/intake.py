@@ -215,14 +215,14 @@ def _record_one(app: MemqCelery, state: JobState) -> None:
         return
     runtime.states.save(state.with_(unrecorded=False))
     if runtime.states.heads_line(state.request.scope.key, state.job_id):
-        make_ready(app, state.job_id, state.backfill)
+        make_ready(app.scheduler, state.job_id, state.backfill)
 
 
 def withdraw(app: MemqCelery, state: JobState) -> None:
     """Forget a held job and take it out of its line; the job behind it gets its turn, as
     when a job ends (``workers.scheduler.turns.hand_on``)."""
     app.runtime.states.forget(state.job_id, state.attempts)
-    hand_on(app, [(state.request.scope.key, state.job_id)])
+    hand_on(app.scheduler, [(state.request.scope.key, state.job_id)])
 
 
 def held_job(app: MemqCelery, job_id: str) -> JobRecord | None:
@@ -273,7 +273,7 @@ def start(app: MemqCelery, job_id: str, backfill: bool, idle: bool) -> None:
     hand-on, ``workers.scheduler.turns``), and the reaper's walk of the lines catches a lost
     hand-on."""
     if idle:
-        make_ready(app, job_id, backfill)
+        make_ready(app.scheduler, job_id, backfill)
 
 
 def finish_intakes(app: MemqCelery, begun_before: float, limit: int = 100) -> None:

@@ -19,11 +19,11 @@ import redis
 from celery import Celery
 from elasticsearch import Elasticsearch
 
-from pipeline.config import QueueConfig, Settings
+from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding.shared import SharedVectors
 from pipeline.models import utcnow
-from pipeline.phases import PHASES, Workload
+from pipeline.phases import PHASES
 from pipeline.protocols import Embedder
 from pipeline.search import Searcher
 from pipeline.services import build_deps, make_reranker, make_searcher, webhook_sender
@@ -42,6 +42,8 @@ from workers.names import (
     REPROCESS_TASK,
     phase_task_name,
 )
+from workers.queues import queue_for
+from workers.scheduler.core import CelerySender, Scheduler
 from workers.scheduler.keeper import Keeper
 from workers.scheduler.leases import RunLeases
 from workers.scheduler.state_store import RedisStateStore
@@ -61,6 +63,20 @@ class MemqCelery(Celery):
         self.conf.update(celery_config(settings))
         # the reaper is set where the tasks are registered (workers.tasks): it sends them
         self.keeper = Keeper(lambda: self.runtime.leases, settings.worker, reap=lambda: None)
+
+    @cached_property
+    def scheduler(self) -> Scheduler:
+        """The scheduler over this process's Redis, keeper and broker (``workers.scheduler``)."""
+        runtime = self.runtime
+        return Scheduler(
+            states=runtime.states,
+            leases=runtime.leases,
+            keeper=self.keeper,
+            worker=runtime.settings.worker,
+            sender=CelerySender(self, runtime.settings.queues),
+            clock=runtime.clock,
+            records=lambda: runtime.store,
+        )
 
 
 @dataclass
@@ -149,13 +165,6 @@ class Runtime:
     @cached_property
     def searcher(self) -> Searcher:
         return make_searcher(self.settings, self.store, self.deps, self.clock)
-
-
-def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:
-    """Backfill jobs keep to their own queue so live traffic is never starved by them."""
-    if backfill:
-        return queues.backfill
-    return queues.cpu if workload is Workload.CPU else queues.io
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -140,7 +140,7 @@ class GatherTask(JobTask):
         kwargs: Any,
     ) -> None:
         app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
-        batch_ended(app, task_id)
+        batch_ended(app.scheduler, task_id)
         release_run(app, held, unfinished=False)
 
 
@@ -166,7 +166,7 @@ class PhaseTask(JobTask):
             if state is not None and state.run == batch_id:
                 unfinished |= not record_failure(app, state.job_id, exc)
         if batch_id is not None:
-            batch_ended(app, batch_id)
+            batch_ended(app.scheduler, batch_id)
         release_run(app, held, unfinished=unfinished)
 
 
@@ -255,7 +255,7 @@ def gather_run(app: MemqCelery, task: JobTask, lane: Lane) -> list[str]:
     if token is None:
         task.request.chain = None  # nothing of this execution goes on down the chain
         return []
-    taken = gather(app, batch_id, lane, token)
+    taken = gather(app.scheduler, batch_id, lane, token)
     if not taken:
         app.runtime.leases.close(batch_id, token)
     return taken
@@ -304,17 +304,18 @@ def run_phase_task(
     states = [s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id]
     if not states:  # every job ended or left the batch
         runtime.leases.close(batch_id, token)
-        batch_ended(app, batch_id)
+        batch_ended(app.scheduler, batch_id)
         return None
     todo = [s for s in states if not s.is_done(spec.phase)]
     with runtime.metrics.phase(spec.phase.value), log_context(**run_log_fields(states)):
         if spec.each is not None and todo and runtime.settings.worker.wave_ms > 0:
             result = run_in_waves(
-                app,
+                app.scheduler,
                 spec,
                 batch_id,
                 token,
                 states,
+                deps=runtime.deps,
                 fallback=lambda left: run_guarded(spec, left, runtime),
             )
         else:
@@ -337,7 +338,7 @@ def hand_on_run(app: MemqCelery, phase: Phase, batch_id: str, token: str) -> Non
     following = next_phase(phase)
     if following is None:
         app.runtime.leases.close(batch_id, token)
-        batch_ended(app, batch_id)  # after the hand-ons: one gather takes what waits
+        batch_ended(app.scheduler, batch_id)  # after the hand-ons: one gather takes what waits
         return
     app.runtime.leases.hand_on(batch_id, token, following.value, expires=app.keeper.expiry())
 
@@ -383,7 +384,7 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
             extra=state.log_fields(),
         )
         runtime.states.forget(state.job_id, state.attempts)
-    hand_on(app, [(state.request.scope.key, state.job_id) for state in states])
+    hand_on(app.scheduler, [(state.request.scope.key, state.job_id) for state in states])
 
 
 def settle_failures(
@@ -412,6 +413,6 @@ def settle_failures(
                 extra=state.log_fields(),
             )
             delay = policy.delay_s(state.retries, exc.retry_after_s)
-            send_alone(app, state, phase, delay, since)
+            send_alone(app.scheduler, state, phase, delay, since)
         else:
             record_failure(app, state.job_id, exc)

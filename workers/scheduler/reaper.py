@@ -20,7 +20,8 @@ from pipeline.state import JobState, Phase
 from workers.aof import rewrite_aof_if_due
 from workers.failures import record_failure
 from workers.intake import drain_parked, finish_intakes, record_held
-from workers.runtime import MemqCelery, queue_for
+from workers.queues import queue_for
+from workers.runtime import MemqCelery
 from workers.scheduler.batches import (
     BACKFILL,
     batch_ended,
@@ -102,7 +103,7 @@ def nudge_lanes(app: MemqCelery) -> None:
     once."""
     for lane in Lane:
         if app.runtime.states.ready_count(lane):
-            send_gather(app, lane)
+            send_gather(app.scheduler, lane)
 
 
 def still_queued(app: MemqCelery, run_id: str) -> bool:
@@ -156,7 +157,7 @@ def send_on_runless(app: MemqCelery, state: JobState) -> None:
     """The head names a run that is gone: sent on alone from its first unfinished phase."""
     log.warning("job %s heads its line with no run: sent on", state.job_id)
     phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
-    send_alone(app, state, phase, 0, retry=False)
+    send_alone(app.scheduler, state, phase, 0, retry=False)
 
 
 def hand_on_from(app: MemqCelery, line: str, job_id: str) -> None:
@@ -165,7 +166,7 @@ def hand_on_from(app: MemqCelery, line: str, job_id: str) -> None:
     runtime = app.runtime
     following = runtime.states.leave_line_at(line, job_id)
     if following is not None and (waiting := runtime.states.load(following)) is not None:
-        make_ready(app, following, waiting.backfill)
+        make_ready(app.scheduler, following, waiting.backfill)
 
 
 def start_orphan(app: MemqCelery, state: JobState) -> None:
@@ -175,7 +176,7 @@ def start_orphan(app: MemqCelery, state: JobState) -> None:
     lane = Lane.of(state.backfill)
     if not (states.is_ready(lane, state.job_id) and states.ready_count(lane)):
         log.warning("job %s heads its line and was never started: made ready", state.job_id)
-        make_ready(app, state.job_id, state.backfill)
+        make_ready(app.scheduler, state.job_id, state.backfill)
 
 
 def recover_run(app: MemqCelery, record: RunRecord) -> None:
@@ -185,7 +186,7 @@ def recover_run(app: MemqCelery, record: RunRecord) -> None:
     whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
     runtime = app.runtime
     if record.phase == GATHERING:
-        send_gather(app, Lane(record.lane), task_id=record.run_id)
+        send_gather(app.scheduler, Lane(record.lane), task_id=record.run_id)
         return
     phase = Phase(record.phase)
     limit = runtime.settings.worker.max_deliveries
@@ -201,5 +202,5 @@ def recover_run(app: MemqCelery, record: RunRecord) -> None:
             )
             record_failure(app, state.job_id, WorkerLostError(reason))
         else:
-            send_alone(app, state, phase, 0, retry=False)
-    batch_ended(app, record.run_id)
+            send_alone(app.scheduler, state, phase, 0, retry=False)
+    batch_ended(app.scheduler, record.run_id)
