@@ -231,7 +231,7 @@ def test_a_job_ending_starts_the_next_one_of_its_session(
 
     ahead, behind = in_line(celery_app, scope, "x"), in_line(celery_app, scope, "Ann rows")
     celery_app.runtime.states.delete(ahead.job_id)
-    hand_on(celery_app, [(scope.key, ahead.job_id)])
+    hand_on(celery_app.scheduler, [(scope.key, ahead.job_id)])
     record = wait_job(store, behind.job_id)
     assert record.status == JobStatus.SUCCEEDED and record.results[0].text == "Ann rows"
 
