@@ -43,7 +43,7 @@ from workers.names import (
     phase_task_name,
 )
 from workers.queues import queue_for
-from workers.scheduler.core import CelerySender, Scheduler
+from workers.scheduler.core import Scheduler
 from workers.scheduler.keeper import Keeper
 from workers.scheduler.leases import RunLeases
 from workers.scheduler.state_store import RedisStateStore
@@ -64,19 +64,9 @@ class MemqCelery(Celery):
         # the reaper is set where the tasks are registered (workers.tasks): it sends them
         self.keeper = Keeper(lambda: self.runtime.leases, settings.worker, reap=lambda: None)
 
-    @cached_property
-    def scheduler(self) -> Scheduler:
-        """The scheduler over this process's Redis, keeper and broker (``workers.scheduler``)."""
-        runtime = self.runtime
-        return Scheduler(
-            states=runtime.states,
-            leases=runtime.leases,
-            keeper=self.keeper,
-            worker=runtime.settings.worker,
-            sender=CelerySender(self, runtime.settings.queues),
-            clock=runtime.clock,
-            records=lambda: runtime.store,
-        )
+    # the scheduler over this process's Redis, keeper and broker, built with the app
+    # (``workers.app.create_celery``: it also needs how a job fails, ``workers.failures``)
+    scheduler: Scheduler
 
 
 @dataclass

@@ -251,7 +251,7 @@ def prepare_run(app: MemqCelery, job_ids: list[str]) -> int:
 def gather_run(app: MemqCelery, task: JobTask, lane: Lane) -> list[str]:
     """The gather task's run: claimed under the task's id, which is the batch's id."""
     batch_id = str(task.request.id)
-    token = claim_run(app, batch_id, batch_id, GATHERING, lane)
+    token = claim_run(app.scheduler, batch_id, batch_id, GATHERING, lane)
     if token is None:
         task.request.chain = None  # nothing of this execution goes on down the chain
         return []
@@ -274,7 +274,7 @@ def register_phase(app: MemqCelery, spec: PhaseSpec, policy: RetryPolicy) -> Non
         self: PhaseTask, batch_id: str, job_ids: list[str], fault_since: float | None = None
     ) -> list[str]:
         with log_context(phase=spec.phase.value, batch=batch_id), retried(self, policy):
-            token = claim_run(app, str(self.request.id), batch_id, spec.phase.value)
+            token = claim_run(app.scheduler, str(self.request.id), batch_id, spec.phase.value)
             if token is None:
                 self.request.chain = None  # nothing of this execution goes on down the chain
                 return []

@@ -277,9 +277,10 @@ def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twic
     states.push_ready(LIVE, queued.job_id)  # a ready job the lane's next gather will take
     now = datetime.now(UTC).timestamp()
     with caplog.at_level("WARNING", logger="memq.worker"):
-        rescue_heads(celery_app, [(f"line-of-{queued.job_id}", queued.job_id)], now)
+        rescue_heads(celery_app.scheduler, [(f"line-of-{queued.job_id}", queued.job_id)], now)
         assert not [r for r in caplog.records if "never started" in r.getMessage()]
-        rescue_heads(celery_app, [(f"line-of-{lost.job_id}", lost.job_id)], now)  # a gather
+        lost_head = [(f"line-of-{lost.job_id}", lost.job_id)]
+        rescue_heads(celery_app.scheduler, lost_head, now)  # a gather
         rescued = [r for r in caplog.records if "never started" in r.getMessage()]
         assert [r.args for r in rescued] == [(lost.job_id,)]
     for job_id, text in ((lost.job_id, "Cy knits"), (queued.job_id, "Di hikes")):

@@ -1,8 +1,9 @@
 """The scheduler's steps over its memory stores, a memory job store and a sender that keeps the
-messages it is given instead of handing them to a broker: making jobs ready, a gather taking a
-batch (one job per session, a redelivery, every slot taken), the hand-on to a session's next
-job, and a job sent on alone. The broker, Celery and the phases are the integration tests'
-(``test_batches.py``, ``test_worker_loss.py``)."""
+messages it is given instead of handing them to a broker: making jobs ready, a gather taking a batch
+(one job per session, a redelivery, every slot taken), the hand-on to a session's next job, a job
+sent on alone, and the reaper (a lapsed batch split, a lapsed gather sent again, a job that killed
+its worker too often ended, a queued message waited for, lines rescued). The broker, Celery and the
+phases are the integration tests' (``test_batches.py``, ``test_worker_loss.py``)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from kombu.exceptions import OperationalError
 
 from pipeline.config import WorkerConfig
-from pipeline.errors import TransientError
+from pipeline.errors import TransientError, WorkerLostError
 from pipeline.jobs import JobStatus
 from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.phases import Workload
 from pipeline.state import JobState, Phase
 from pipeline.store.memory import InMemoryStore
 from workers.scheduler.batches import RECHECK_S, gather, make_ready, send_alone
@@ -24,6 +26,7 @@ from workers.scheduler.core import Scheduler
 from workers.scheduler.keeper import Keeper
 from workers.scheduler.leases import GATHERING, Claim
 from workers.scheduler.memory import MemoryRunLeases, MemoryStateStore
+from workers.scheduler.reaper import claim_run, nudge_lanes, recover_lapsed, rescue_heads
 from workers.scheduler.state_store import Lane
 from workers.scheduler.turns import hand_on
 
@@ -38,6 +41,7 @@ class Sent:
     prepared: list[list[str]] = field(default_factory=list)
     chains: list[tuple[str, list[str], Phase, float | None]] = field(default_factory=list)
     refuse: bool = False
+    depth: int = 0  # messages waiting in every queue
 
     def gather(
         self, lane: Lane, *, countdown: float | None = None, task_id: str | None = None
@@ -62,6 +66,9 @@ class Sent:
         self._check()
         self.chains.append((run_id, job_ids, start, countdown))
 
+    def queued(self, workload: Workload, lane: Lane) -> int:
+        return self.depth
+
     def _check(self) -> None:
         if self.refuse:
             raise OperationalError("the broker is down")
@@ -74,12 +81,14 @@ class World:
     leases: MemoryRunLeases
     sent: Sent
     records: InMemoryStore
+    failed: dict[str, BaseException]
 
 
 def make_world(batch_max_jobs: int = 8) -> World:
     states, leases, sent, records = MemoryStateStore(), MemoryRunLeases(), Sent(), InMemoryStore()
     worker = WorkerConfig(batch_wait_ms=0, batch_max_jobs=batch_max_jobs, batches_in_flight=2)
     keeper = Keeper(lambda: leases, worker, reap=lambda: None, clock=NOW.timestamp)
+    failed: dict[str, BaseException] = {}
     sched = Scheduler(
         states=states,
         leases=leases,
@@ -88,8 +97,9 @@ def make_world(batch_max_jobs: int = 8) -> World:
         sender=sent,
         clock=lambda: NOW,
         records=lambda: records,
+        fail_job=lambda job_id, exc: failed.setdefault(job_id, exc) is exc,
     )
-    return World(sched, states, leases, sent, records)
+    return World(sched, states, leases, sent, records, failed)
 
 
 @pytest.fixture
@@ -195,3 +205,87 @@ def test_a_job_sent_on_alone_is_a_leased_run_of_its_own(world: World) -> None:
     assert saved is not None and saved.run == run_id and saved.retries == 1
     assert world.leases.leases[run_id] == world.sched.expiry() + 4.0  # held back: leased
     assert world.leases.waiting(run_id) == (Phase.EMBED.value, Lane.LIVE.value)
+
+
+# -- the reaper ---------------------------------------------------------------------------------
+
+
+def launched(world: World, *sessions: str) -> list[JobState]:
+    """A batch ``b1`` of one job per session, launched and running its first phase under a
+    lease that lapses at ``world.sched.expiry()``."""
+    jobs = [accepted(world, session) for session in sessions]
+    for job in jobs:
+        make_ready(world.sched, job.job_id, backfill=False)
+    gathered(world, "b1")
+    claim = world.leases.claim(
+        "b1", Phase.CONTEXT.value, task_id="t", token="t:a", expires=world.sched.expiry()
+    )
+    assert claim is Claim.OWN
+    return jobs
+
+
+def test_a_lapsed_batch_sends_each_job_on_alone(world: World) -> None:
+    jobs = launched(world, "ann", "bob")
+    world.sent.chains.clear()
+    recover_lapsed(world.sched, world.sched.expiry() + 1)
+    alone = {ids[0]: (start, countdown) for _, ids, start, countdown in world.sent.chains}
+    assert alone == {job.job_id: (Phase.CONTEXT, 0) for job in jobs}
+    assert not world.leases.exists("b1")
+    assert all(world.leases.deliveries[job.job_id] == 1 for job in jobs)
+
+
+def test_a_lapse_before_its_time_or_while_its_message_is_queued_waits(world: World) -> None:
+    launched(world, "ann")
+    world.sent.chains.clear()
+    recover_lapsed(world.sched, world.sched.expiry() - 1)  # not lapsed yet
+    assert world.leases.hand_on("b1", "t:a", Phase.RETRIEVE.value, expires=NOW.timestamp())
+    world.sent.depth = 3  # the workers are busy: the message is most likely in the queue
+    recover_lapsed(world.sched, world.sched.expiry())
+    assert world.sent.chains == []
+    assert world.leases.leases["b1"] == world.sched.pickup_by()  # deferred
+
+
+def test_a_job_whose_worker_died_too_often_ends_dead(world: World) -> None:
+    (job,) = launched(world, "ann")
+    for _ in range(world.sched.worker.max_deliveries - 1):
+        world.leases.delivered(job.job_id)
+    world.sent.chains.clear()
+    recover_lapsed(world.sched, world.sched.expiry() + 1)
+    assert isinstance(world.failed[job.job_id], WorkerLostError)
+    assert world.sent.chains == []
+
+
+def test_a_gather_lost_before_its_launch_is_sent_again_under_its_id(world: World) -> None:
+    make_ready(world.sched, accepted(world, "ann").job_id, backfill=False)
+    world.leases.claim(
+        "g1", GATHERING, task_id="g1", token="g1:a", expires=NOW.timestamp(), lane="live"
+    )
+    world.sent.gathers.clear()
+    recover_lapsed(world.sched, NOW.timestamp() + 1)
+    assert world.sent.gathers == [(Lane.LIVE, None, "g1")]
+
+
+def test_a_redelivered_task_recovers_its_run_at_once(world: World) -> None:
+    (job,) = launched(world, "ann")
+    world.sent.chains.clear()
+    assert claim_run(world.sched, "t", "b1", Phase.CONTEXT.value) is None  # t died owning it
+    assert [ids for _, ids, _, _ in world.sent.chains] == [[job.job_id]]
+
+
+def test_the_line_heads_nothing_runs_are_rescued(world: World) -> None:
+    ended, behind = accepted(world, "ann"), accepted(world, "ann")
+    world.states.delete(ended.job_id)  # its state is gone: the job behind it is made ready
+    orphan = accepted(world, "bob")  # accepted long ago, never made ready
+    runless = accepted(world, "cid").with_(run="gone")  # its run's record is gone
+    world.states.save(runless)
+    later = NOW.timestamp() + world.sched.worker.orphan_after_s + 1
+    rescue_heads(world.sched, world.states.line_heads(100), later)
+    assert world.states.is_ready(Lane.LIVE, behind.job_id)
+    assert world.states.is_ready(Lane.LIVE, orphan.job_id)
+    assert [ids for _, ids, _, _ in world.sent.chains] == [[runless.job_id]]
+
+
+def test_a_lane_with_ready_jobs_is_sent_a_gather(world: World) -> None:
+    world.states.push_ready(Lane.BACKFILL, "job-1")
+    nudge_lanes(world.sched)
+    assert world.sent.gathers == [(Lane.BACKFILL, None, None)]

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+import redis
 from celery import Celery
 
 from pipeline.config import QueueConfig, WorkerConfig
 from pipeline.phases import Workload
+from pipeline.redis_errors import redis_errors
 from pipeline.state import Phase
 from pipeline.store.protocol import Store
 from workers.chain import batch_chain
@@ -43,6 +45,10 @@ class Sender(Protocol):
         """Embed ahead the new turns of these jobs (``memq.batch.prepare``)."""
         ...
 
+    def queued(self, workload: Workload, lane: Lane) -> int:
+        """How many messages wait in the queue of ``workload``'s tasks of ``lane``."""
+        ...
+
     def chain(
         self,
         run_id: str,
@@ -60,9 +66,10 @@ class Sender(Protocol):
 class CelerySender:
     """``Sender`` over a Celery app: each message on its queue (``workers.queues``)."""
 
-    def __init__(self, app: Celery, queues: QueueConfig) -> None:
+    def __init__(self, app: Celery, queues: QueueConfig, broker: redis.Redis) -> None:
         self.app = app
         self.queues = queues
+        self.broker = broker  # the broker's Redis: a queue is a list there
 
     def gather(
         self, lane: Lane, *, countdown: float | None = None, task_id: str | None = None
@@ -75,6 +82,11 @@ class CelerySender:
     def prepare(self, job_ids: list[str]) -> None:
         queue = queue_for(Workload.CPU, self.queues, backfill=False)
         self.app.send_task(PREPARE_TASK, args=(job_ids,), queue=queue)
+
+    def queued(self, workload: Workload, lane: Lane) -> int:
+        queue = queue_for(workload, self.queues, lane == Lane.BACKFILL)
+        with redis_errors("read a queue's depth"):
+            return int(self.broker.llen(queue))
 
     def chain(
         self,
@@ -112,6 +124,9 @@ class Scheduler:
     sender: Sender
     clock: Callable[[], datetime]
     records: Callable[[], Store]
+    # ends a job that cannot go on, its record saying why (``workers.failures.record_failure``);
+    # False when even that could not be scheduled (the broker is gone too)
+    fail_job: Callable[[str, BaseException], bool]
 
     def expiry(self) -> float:
         """When a lease taken now lapses."""

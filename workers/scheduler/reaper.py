@@ -18,9 +18,7 @@ from pipeline.phases import PHASES
 from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase
 from workers.aof import rewrite_aof_if_due
-from workers.failures import record_failure
 from workers.intake import drain_parked, finish_intakes, record_held
-from workers.queues import queue_for
 from workers.runtime import MemqCelery
 from workers.scheduler.batches import (
     BACKFILL,
@@ -29,6 +27,7 @@ from workers.scheduler.batches import (
     send_alone,
     send_gather,
 )
+from workers.scheduler.core import Scheduler
 from workers.scheduler.keeper import Held
 from workers.scheduler.leases import GATHERING, Claim, RunRecord
 from workers.scheduler.state_store import Lane
@@ -37,25 +36,25 @@ log = logging.getLogger("memq.worker")
 
 
 def claim_run(
-    app: MemqCelery, task_id: str, run_id: str, phase: str, lane: Lane | None = None
+    sched: Scheduler, task_id: str, run_id: str, phase: str, lane: Lane | None = None
 ) -> str | None:
     """Own ``phase`` of the run for this execution of the task ``task_id`` (its lease then
     renewed by the keeper); None when this execution must do nothing: the run ended or moved
     on, another execution owns it, or an earlier delivery of this message died running it
     (then the run is recovered here at once, as the reaper would)."""
     token = f"{task_id}:{uuid.uuid4().hex}"
-    leases = app.runtime.leases
+    leases = sched.leases
     verdict = leases.claim(
-        run_id, phase, task_id=task_id, token=token, expires=app.keeper.expiry(), lane=lane or ""
+        run_id, phase, task_id=task_id, token=token, expires=sched.expiry(), lane=lane or ""
     )
     if verdict is Claim.OWN:
-        app.keeper.hold(task_id, Held(run_id, token, phase))
+        sched.keeper.hold(task_id, Held(run_id, token, phase))
         return token
     if verdict is Claim.REDELIVERED:
         log.warning("run %s: redelivered after its worker died in %s", run_id, phase)
         record = leases.take(run_id, float("inf"))
         if record is not None:
-            recover_run(app, record)
+            recover_run(sched, record)
     return None
 
 
@@ -68,21 +67,27 @@ def reap(app: MemqCelery) -> None:
     died between a job's record and its start (``finish_intakes``), take in the jobs accepted
     while a store was down (``take_in_held_jobs``), and send a gather to each lane that has
     jobs ready (``nudge_lanes``)."""
-    leases = app.runtime.leases
-    now = app.runtime.clock().timestamp()
-    for run_id in leases.lapsed(now):
-        if still_queued(app, run_id):
-            continue
-        record = leases.take(run_id, now)
-        if record is not None:
-            log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
-            recover_run(app, record)
-    rescue_heads(app, app.runtime.states.line_heads(LINES_PER_SWEEP), now)
+    sched = app.scheduler
+    now = sched.clock().timestamp()
+    recover_lapsed(sched, now)
+    rescue_heads(sched, sched.states.line_heads(LINES_PER_SWEEP), now)
     take_in_held_jobs(app)
-    finish_intakes(app, now - app.runtime.settings.worker.orphan_after_s)
-    nudge_lanes(app)
+    finish_intakes(app, now - sched.worker.orphan_after_s)
+    nudge_lanes(sched)
     with redis_errors("rewrite the append-only file"):
         rewrite_aof_if_due(app.runtime.redis)  # an erasure's, when its turn came meanwhile
+
+
+def recover_lapsed(sched: Scheduler, now: float) -> None:
+    """Every run whose lease lapsed before ``now``, taken and recovered (``recover_run``),
+    unless its message still waits in its queue (``still_queued``)."""
+    for run_id in sched.leases.lapsed(now):
+        if still_queued(sched, run_id):
+            continue
+        record = sched.leases.take(run_id, now)
+        if record is not None:
+            log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
+            recover_run(sched, record)
 
 
 def take_in_held_jobs(app: MemqCelery) -> None:
@@ -96,36 +101,33 @@ def take_in_held_jobs(app: MemqCelery) -> None:
     drain_parked(app)
 
 
-def nudge_lanes(app: MemqCelery) -> None:
+def nudge_lanes(sched: Scheduler) -> None:
     """One gather for each lane with ready jobs. Gathers are sent when a job is made ready and
     when a batch ends; this one covers a gather lost with its worker, so a ready job never
     waits for the next arrival. A gather with nothing to take, or no batch slot free, ends at
     once."""
     for lane in Lane:
-        if app.runtime.states.ready_count(lane):
-            send_gather(app.scheduler, lane)
+        if sched.states.ready_count(lane):
+            send_gather(sched, lane)
 
 
-def still_queued(app: MemqCelery, run_id: str) -> bool:
+def still_queued(sched: Scheduler, run_id: str) -> bool:
     """A run nobody owns whose phase's queue still has messages waiting: its message is most
     likely among them (the workers are busy or down), so its deadline moves on instead of its
     jobs being sent again, which would only add to the queue. A message lost with a worker
     that had reserved it is not in the queue: once the queue is empty, the run is recovered."""
-    runtime = app.runtime
-    waiting = runtime.leases.waiting(run_id)
+    waiting = sched.leases.waiting(run_id)
     if waiting is None or waiting[0] == GATHERING:
         return False
     phase, lane = waiting
     spec = next((s for s in PHASES if s.phase.value == phase), None)
     if spec is None:
         return False
-    queue = queue_for(spec.workload, runtime.settings.queues, lane == BACKFILL)
-    with redis_errors("read a queue's depth"):
-        depth = int(runtime.redis.llen(queue))
-    return depth > 0 and runtime.leases.defer(run_id, app.keeper.pickup_by())
+    depth = sched.sender.queued(spec.workload, Lane.BACKFILL if lane == BACKFILL else Lane.LIVE)
+    return depth > 0 and sched.leases.defer(run_id, sched.pickup_by())
 
 
-def rescue_heads(app: MemqCelery, heads: list[tuple[str, str]], now: float) -> None:
+def rescue_heads(sched: Scheduler, heads: list[tuple[str, str]], now: float) -> None:
     """A session's line head with no live owner is run, so nothing waits behind a job that no
     longer runs: one whose state is gone leaves the line (the next is made ready); one whose
     run is gone (no record: its batch ended without it, or predates run records) is sent on
@@ -136,71 +138,68 @@ def rescue_heads(app: MemqCelery, heads: list[tuple[str, str]], now: float) -> N
     ``heads`` are (line, job id) pairs. Their states, their runs and their acceptance times are
     each read in one round trip for the whole slice: a sweep over hundreds of busy lines, one
     read at a time, was a tenth of the I/O worker's time under load."""
-    runtime = app.runtime
-    states = runtime.states.load_many([job_id for _, job_id in heads])
-    live = runtime.leases.existing([s.run for s in states if s is not None and s.run is not None])
+    states = sched.states.load_many([job_id for _, job_id in heads])
+    live = sched.leases.existing([s.run for s in states if s is not None and s.run is not None])
     unstarted = [s.job_id for s in states if s is not None and s.run is None]
-    accepted = runtime.states.accepted_many(unstarted)
+    accepted = sched.states.accepted_many(unstarted)
     for (line, job_id), state in zip(heads, states, strict=True):
         if state is None:
-            hand_on_from(app, line, job_id)
+            hand_on_from(sched, line, job_id)
         elif state.run is not None:
             if state.run not in live:
-                send_on_runless(app, state)
+                send_on_runless(sched, state)
         elif state.unrecorded:
             continue  # accepted while Elasticsearch was down: record_held starts it
-        elif now - (accepted.get(job_id) or now) > runtime.settings.worker.orphan_after_s:
-            start_orphan(app, state)
+        elif now - (accepted.get(job_id) or now) > sched.worker.orphan_after_s:
+            start_orphan(sched, state)
 
 
-def send_on_runless(app: MemqCelery, state: JobState) -> None:
+def send_on_runless(sched: Scheduler, state: JobState) -> None:
     """The head names a run that is gone: sent on alone from its first unfinished phase."""
     log.warning("job %s heads its line with no run: sent on", state.job_id)
     phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
-    send_alone(app.scheduler, state, phase, 0, retry=False)
+    send_alone(sched, state, phase, 0, retry=False)
 
 
-def hand_on_from(app: MemqCelery, line: str, job_id: str) -> None:
+def hand_on_from(sched: Scheduler, line: str, job_id: str) -> None:
     """The head's state is gone (it ended): it leaves its line, and the job behind it is made
     ready."""
-    runtime = app.runtime
-    following = runtime.states.leave_line_at(line, job_id)
-    if following is not None and (waiting := runtime.states.load(following)) is not None:
-        make_ready(app.scheduler, following, waiting.backfill)
+    following = sched.states.leave_line_at(line, job_id)
+    if following is not None and (waiting := sched.states.load(following)) is not None:
+        make_ready(sched, following, waiting.backfill)
 
 
-def start_orphan(app: MemqCelery, state: JobState) -> None:
+def start_orphan(sched: Scheduler, state: JobState) -> None:
     """A head accepted long ago and never started: made ready, unless it waits among its lane's
     ready jobs already."""
-    states = app.runtime.states
+    states = sched.states
     lane = Lane.of(state.backfill)
     if not (states.is_ready(lane, state.job_id) and states.ready_count(lane)):
         log.warning("job %s heads its line and was never started: made ready", state.job_id)
-        make_ready(app.scheduler, state.job_id, state.backfill)
+        make_ready(sched, state.job_id, state.backfill)
 
 
-def recover_run(app: MemqCelery, record: RunRecord) -> None:
+def recover_run(sched: Scheduler, record: RunRecord) -> None:
     """A run lost its owner. An unlaunched batch: its gather is sent again under the same id
     (it takes the same jobs). Otherwise each job still in the run is sent on alone from the
     phase the run was at, so a job that kills its worker takes no batch-mate down again; a job
     whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
-    runtime = app.runtime
     if record.phase == GATHERING:
-        send_gather(app.scheduler, Lane(record.lane), task_id=record.run_id)
+        send_gather(sched, Lane(record.lane), task_id=record.run_id)
         return
     phase = Phase(record.phase)
-    limit = runtime.settings.worker.max_deliveries
-    for state in runtime.states.load_many(record.jobs):
+    limit = sched.worker.max_deliveries
+    for state in sched.states.load_many(record.jobs):
         if state is None or state.run != record.run_id:
             continue  # ended, or left the batch
-        lost = runtime.leases.delivered(state.job_id) if record.owned else 0
+        lost = sched.leases.delivered(state.job_id) if record.owned else 0
         if lost >= limit:
             reason = (
                 f"its worker died {lost} times while running phase {phase.value} (killed, out "
-                f"of memory, or over the {runtime.settings.worker.task_time_limit_s} s time "
+                f"of memory, or over the {sched.worker.task_time_limit_s} s time "
                 "limit); not run again"
             )
-            record_failure(app, state.job_id, WorkerLostError(reason))
+            sched.fail_job(state.job_id, WorkerLostError(reason))
         else:
-            send_alone(app.scheduler, state, phase, 0, retry=False)
-    batch_ended(app.scheduler, record.run_id)
+            send_alone(sched, state, phase, 0, retry=False)
+    batch_ended(sched, record.run_id)
