@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 from celery import Task
@@ -68,6 +69,18 @@ from workers.webhooks import send_webhooks
 log = logging.getLogger("memq.worker")
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A task that failed for good: its id, the run it owned (now released), the error, and
+    the arguments of its message."""
+
+    task_id: str
+    held: Held | None
+    exc: Exception
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 class JobTask(Task):  # type: ignore[type-arg]
     """Base of the tasks that own a run (``GatherTask``, ``PhaseTask``): the run's lease is
     given up when the task succeeds, retries or fails, and each kind says in ``failed`` what
@@ -109,39 +122,21 @@ class JobTask(Task):  # type: ignore[type-arg]
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         app = cast("MemqCelery", self.app)
         held = app.keeper.release(task_id)
-        self.failed(app, task_id=task_id, held=held, exc=exc, args=args, kwargs=kwargs)
+        self.failed(app, Failure(task_id, held, exc, tuple(args or ()), dict(kwargs or {})))
 
-    def failed(
-        self,
-        app: MemqCelery,
-        *,
-        task_id: str,
-        held: Held | None,
-        exc: Exception,
-        args: Any,
-        kwargs: Any,
-    ) -> None:
-        """What this kind of task does when it fails for good (``held``: the run it owned,
-        now released)."""
+    def failed(self, app: MemqCelery, failure: Failure) -> None:
+        """What this kind of task does when it fails for good."""
         raise NotImplementedError
 
 
 class GatherTask(JobTask):
     """The gather task: on failure its jobs go back to the ready list for another gather."""
 
-    def failed(
-        self,
-        app: MemqCelery,
-        *,
-        task_id: str,
-        held: Held | None,
-        exc: Exception,
-        args: Any,
-        kwargs: Any,
-    ) -> None:
-        app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
-        batch_ended(app.scheduler, task_id)
-        release_run(app, held, unfinished=False)
+    def failed(self, app: MemqCelery, failure: Failure) -> None:
+        lane = failure.args[0] if failure.args else failure.kwargs["lane"]
+        app.runtime.states.release_batch(failure.task_id, lane)
+        batch_ended(app.scheduler, failure.task_id)
+        release_run(app, failure.held, unfinished=False)
 
 
 class PhaseTask(JobTask):
@@ -150,24 +145,16 @@ class PhaseTask(JobTask):
     outlived its retries ends it ``dead``, listed for replay. Either way the session line
     moves on."""
 
-    def failed(
-        self,
-        app: MemqCelery,
-        *,
-        task_id: str,
-        held: Held | None,
-        exc: Exception,
-        args: Any,
-        kwargs: Any,
-    ) -> None:
+    def failed(self, app: MemqCelery, failure: Failure) -> None:
+        args = failure.args
         batch_id, job_ids = (args[0], args[1]) if len(args) >= 2 else (None, [])
         unfinished = False
         for state in app.runtime.states.load_many(list(job_ids)):
             if state is not None and state.run == batch_id:
-                unfinished |= not record_failure(app, state.job_id, exc)
+                unfinished |= not record_failure(app, state.job_id, failure.exc)
         if batch_id is not None:
             batch_ended(app.scheduler, batch_id)
-        release_run(app, held, unfinished=unfinished)
+        release_run(app, failure.held, unfinished=unfinished)
 
 
 def register_failure_report(app: MemqCelery) -> None:
