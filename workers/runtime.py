@@ -26,10 +26,15 @@ from pipeline.models import utcnow
 from pipeline.phases import PHASES
 from pipeline.protocols import Embedder
 from pipeline.search import Searcher
-from pipeline.services import build_deps, make_reranker, make_searcher, webhook_sender
+from pipeline.services import (
+    build_deps,
+    build_store,
+    make_reranker,
+    make_searcher,
+    webhook_sender,
+)
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
-from pipeline.store.indices import ensure_indices
 from pipeline.usage_redis import RedisUsage
 from workers.chat_buffer import ChatBuffer
 from workers.metrics import WorkerMetrics
@@ -111,8 +116,7 @@ class Runtime:
 
     @cached_property
     def store(self) -> ElasticStore:
-        names = ensure_indices(self.es, self.settings.es, self.settings.embedder.dims)
-        return ElasticStore(self.es, names)
+        return build_store(self.settings, self.es)
 
     @cached_property
     def metrics(self) -> WorkerMetrics:
