@@ -10,8 +10,8 @@ failure of every job at once (Elasticsearch down) retries the batch task itself.
 are retried against a deadline, not a count (``workers.retry``); the LLM adapter retries its own
 calls to a server that answers, and raises ``RetriesExhaustedError``, which is not retried again. A
 job's final record that cannot be written is written by a task of its own, retried against the same
-deadline. A run whose owner died is recovered by the reaper (``reap``), which the keepers take turns
-to run.
+deadline (``workers.failures``). A run whose owner died is recovered by the reaper
+(``workers.scheduler.reaper``), which the keepers take turns to run.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 Celery moves the messages (queues, acks, retries, countdowns); this package decides what the
 messages are about: a session's jobs one at a time and in order, jobs gathered into batches,
 at most a few batches of a lane at once, and nothing lost when a worker dies. Its state lives
-in Redis, changed by Lua scripts where two steps must not interleave.
+in Redis, changed by Lua scripts where two steps must not interleave (one ``.lua`` file each,
+called by name through ``scripts``). The functions take a ``Scheduler`` (``core``): the state
+behind its Protocols (``protocols``; kept in memory by ``memory`` for the unit tests), the
+keeper, the settings, and a ``Sender`` for the messages, which Celery sends.
 
 Glossary (the words the modules use, each for one thing):
 
@@ -13,11 +16,11 @@ Glossary (the words the modules use, each for one thing):
   attempt.
 - **hand-on**: a job that ends leaves its line and makes the job now at the head ready
   (``turns``); a run's owner hands the run on to its next phase (``leases``).
-- **lane**: ``live`` or ``backfill``: each has its own ready list, batch slots and
-  queues, so a backfill never starves live traffic.
+- **lane**: ``live`` or ``backfill`` (``Lane``): each has its own ready list, batch slots
+  and queues, so a backfill never starves live traffic.
 - **ready list**: the jobs of a lane whose turn has come, waiting for a gather.
-- **gather**: the task that takes a batch of ready jobs (``take_batch``) and sends its chain of
-  phase tasks (``batches``).
+- **gather**: the task that takes a batch of ready jobs (``take_batch``, which says what it
+  found: ``Taken``) and sends its chain of phase tasks (``batches``).
 - **slot**: one of the ``batches_in_flight`` batches of a lane that may run at once.
 - **run**: one trip down the phases by a batch (its id is the gather's task id), by a job sent
   on alone, or by a wave; it has a record in Redis with its phase, jobs, lane and owner.
