@@ -29,7 +29,7 @@ from pipeline.reprocess import ReprocessRun, embedder_spec
 from pipeline.store.reprocess import REEMBED, Reembedded
 
 if TYPE_CHECKING:
-    from workers.state_store import RedisStateStore
+    from workers.scheduler.state_store import RedisStateStore
 
 EXIT_BAD_INPUT = 2
 
@@ -193,7 +193,7 @@ def states_of(settings: Settings) -> RedisStateStore:
     """Where the reprocess lock is (``workers.reprocess``)."""
     import redis
 
-    from workers.state_store import RedisStateStore
+    from workers.scheduler.state_store import RedisStateStore
 
     return RedisStateStore(redis.Redis.from_url(settings.redis.url), settings.es.index_prefix)
 

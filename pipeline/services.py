@@ -15,6 +15,7 @@ from datetime import datetime
 from functools import cached_property
 
 import redis
+from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
 from pipeline.deps import Deps, Limits
@@ -46,9 +47,9 @@ class Services:
     @cached_property
     def store(self) -> ElasticStore:
         """The store, its indices made or checked on first use."""
-        client = make_client(self.settings.es)
-        names = ensure_indices(client, self.settings.es, self.settings.embedder.dims)
-        return ElasticStore(client, names, self.miss_refresh_interval_s)
+        return build_store(
+            self.settings, make_client(self.settings.es), self.miss_refresh_interval_s
+        )
 
     @cached_property
     def keys(self) -> KeyStore:
@@ -64,6 +65,15 @@ class Services:
     @cached_property
     def searcher(self) -> Searcher:
         return make_searcher(self.settings, self.store, self.deps, self.clock)
+
+
+def build_store(
+    settings: Settings, client: Elasticsearch, miss_refresh_interval_s: float = 0.0
+) -> ElasticStore:
+    """The store over ``client``, its indices made or checked now: how the API and the workers
+    both build theirs."""
+    names = ensure_indices(client, settings.es, settings.embedder.dims)
+    return ElasticStore(client, names, miss_refresh_interval_s)
 
 
 def make_searcher(

@@ -14,10 +14,12 @@ from celery.signals import setup_logging, worker_init, worker_process_init, work
 from pipeline.config import Settings
 from pipeline.telemetry import configure_tracing
 from workers.chat import register_chat_tasks
+from workers.failures import record_failure
 from workers.metrics import scrape_registry, serve_metrics
 from workers.names import HEALTH_TASK
 from workers.reprocess import register_reprocess_tasks
 from workers.runtime import MemqCelery, celery_config
+from workers.scheduler.core import CelerySender, Scheduler
 from workers.tasks import register_tasks
 from workers.webhooks import register_webhook_tasks
 
@@ -44,6 +46,7 @@ def __getattr__(name: str) -> MemqCelery:
 def create_celery(settings: Settings) -> MemqCelery:
     """Build the app and register every task on it."""
     app = MemqCelery(settings)
+    app.scheduler = scheduler_of(app)
     register_tasks(app)
     register_chat_tasks(app)
     register_webhook_tasks(app)
@@ -52,6 +55,22 @@ def create_celery(settings: Settings) -> MemqCelery:
     connect_tracing(app)
     keep_memq_logging()
     return app
+
+
+def scheduler_of(app: MemqCelery) -> Scheduler:
+    """The app's scheduler (``workers.scheduler.core``): its Redis state, the keeper, the
+    worker settings, the job records (built on first use) and Celery to send its messages."""
+    runtime = app.runtime
+    return Scheduler(
+        states=runtime.states,
+        leases=runtime.leases,
+        keeper=app.keeper,
+        worker=runtime.settings.worker,
+        sender=CelerySender(app, runtime.settings.queues, runtime.redis),
+        clock=runtime.clock,
+        records=lambda: runtime.store,
+        fail_job=lambda job_id, exc: record_failure(app, job_id, exc),
+    )
 
 
 def keep_memq_logging() -> None:

@@ -8,7 +8,7 @@ from pipeline.config import QueueConfig
 from pipeline.phases import PHASES
 from pipeline.state import Phase
 from workers.names import phase_task_name
-from workers.runtime import queue_for
+from workers.queues import queue_for
 
 
 def batch_chain(

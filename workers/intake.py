@@ -22,9 +22,9 @@ from pipeline.jobs import JobRecord, JobStatus, job_record
 from pipeline.models import NAMESPACE, AddRequest
 from pipeline.state import JobState
 from pipeline.usage import check_spendable
-from workers.batches import make_ready
 from workers.runtime import MemqCelery
-from workers.turns import hand_on
+from workers.scheduler.batches import make_ready
+from workers.scheduler.turns import hand_on
 
 __all__ = [
     "Accepted",
@@ -215,14 +215,14 @@ def _record_one(app: MemqCelery, state: JobState) -> None:
         return
     runtime.states.save(state.with_(unrecorded=False))
     if runtime.states.heads_line(state.request.scope.key, state.job_id):
-        make_ready(app, state.job_id, state.backfill)
+        make_ready(app.scheduler, state.job_id, state.backfill)
 
 
 def withdraw(app: MemqCelery, state: JobState) -> None:
     """Forget a held job and take it out of its line; the job behind it gets its turn, as
-    when a job ends (``workers.turns.hand_on``)."""
+    when a job ends (``workers.scheduler.turns.hand_on``)."""
     app.runtime.states.forget(state.job_id, state.attempts)
-    hand_on(app, [(state.request.scope.key, state.job_id)])
+    hand_on(app.scheduler, [(state.request.scope.key, state.job_id)])
 
 
 def held_job(app: MemqCelery, job_id: str) -> JobRecord | None:
@@ -270,9 +270,10 @@ def enqueue(app: MemqCelery, state: JobState) -> None:
 def start(app: MemqCelery, job_id: str, backfill: bool, idle: bool) -> None:
     """First in an idle session's line: nobody else will start this job, so it is ready now.
     Behind others: nothing to send. The job ahead of it makes it ready when it ends (the
-    hand-on, ``workers.turns``), and the reaper's walk of the lines catches a lost hand-on."""
+    hand-on, ``workers.scheduler.turns``), and the reaper's walk of the lines catches a lost
+    hand-on."""
     if idle:
-        make_ready(app, job_id, backfill)
+        make_ready(app.scheduler, job_id, backfill)
 
 
 def finish_intakes(app: MemqCelery, begun_before: float, limit: int = 100) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pipeline.state import Phase
 
 HEALTH_TASK = "memq.health"
-WAIT_TASK = "memq.job.wait_turn"
 GATHER_TASK = "memq.batch.gather"
 CHAT_FLUSH_TASK = "memq.chat.flush"
 RECORD_TASK = "memq.job.record_end"

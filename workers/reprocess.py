@@ -44,7 +44,7 @@ from pipeline.reprocess import ReprocessRun, run_reprocess
 from pipeline.store.reprocess import Reembedded
 from workers.names import REPROCESS_TASK
 from workers.runtime import MemqCelery
-from workers.state_store import RedisStateStore
+from workers.scheduler.state_store import RedisStateStore
 
 log = logging.getLogger("memq.worker")
 

@@ -19,21 +19,24 @@ import redis
 from celery import Celery
 from elasticsearch import Elasticsearch
 
-from pipeline.config import QueueConfig, Settings
+from pipeline.config import Settings
 from pipeline.deps import Deps
 from pipeline.embedding.shared import SharedVectors
 from pipeline.models import utcnow
-from pipeline.phases import PHASES, Workload
+from pipeline.phases import PHASES
 from pipeline.protocols import Embedder
 from pipeline.search import Searcher
-from pipeline.services import build_deps, make_reranker, make_searcher, webhook_sender
+from pipeline.services import (
+    build_deps,
+    build_store,
+    make_reranker,
+    make_searcher,
+    webhook_sender,
+)
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
-from pipeline.store.indices import ensure_indices
 from pipeline.usage_redis import RedisUsage
 from workers.chat_buffer import ChatBuffer
-from workers.keeper import Keeper
-from workers.leases import RunLeases
 from workers.metrics import WorkerMetrics
 from workers.names import (
     CHAT_FLUSH_TASK,
@@ -42,10 +45,13 @@ from workers.names import (
     PREPARE_TASK,
     RECORD_TASK,
     REPROCESS_TASK,
-    WAIT_TASK,
     phase_task_name,
 )
-from workers.state_store import RedisStateStore
+from workers.queues import queue_for
+from workers.scheduler.core import Scheduler
+from workers.scheduler.keeper import Keeper
+from workers.scheduler.leases import RunLeases
+from workers.scheduler.state_store import RedisStateStore
 
 log = logging.getLogger("memq.worker")
 
@@ -62,6 +68,10 @@ class MemqCelery(Celery):
         self.conf.update(celery_config(settings))
         # the reaper is set where the tasks are registered (workers.tasks): it sends them
         self.keeper = Keeper(lambda: self.runtime.leases, settings.worker, reap=lambda: None)
+
+    # the scheduler over this process's Redis, keeper and broker, built with the app
+    # (``workers.app.create_celery``: it also needs how a job fails, ``workers.failures``)
+    scheduler: Scheduler
 
 
 @dataclass
@@ -106,8 +116,7 @@ class Runtime:
 
     @cached_property
     def store(self) -> ElasticStore:
-        names = ensure_indices(self.es, self.settings.es, self.settings.embedder.dims)
-        return ElasticStore(self.es, names)
+        return build_store(self.settings, self.es)
 
     @cached_property
     def metrics(self) -> WorkerMetrics:
@@ -152,13 +161,6 @@ class Runtime:
         return make_searcher(self.settings, self.store, self.deps, self.clock)
 
 
-def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:
-    """Backfill jobs keep to their own queue so live traffic is never starved by them."""
-    if backfill:
-        return queues.backfill
-    return queues.cpu if workload is Workload.CPU else queues.io
-
-
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings: at-least-once delivery, JSON only, routing per queue."""
     queues = settings.queues
@@ -200,7 +202,6 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
     queues = settings.queues
     routes = {
         HEALTH_TASK: {"queue": queues.io},
-        WAIT_TASK: {"queue": queues.io},
         GATHER_TASK: {"queue": queues.io},
         CHAT_FLUSH_TASK: {"queue": queues.io},
         RECORD_TASK: {"queue": queues.io},

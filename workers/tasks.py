@@ -1,17 +1,17 @@
 """The task registry: every memq task, with its explicit name, registered on one app.
 
-Each phase task is a thin adapter over a batch: claim the batch's run (``workers.leases``: one
-owner at a time, its lease renewed by the process's keeper while the task runs), load the
-states of its jobs from Redis (one round trip), run the phase function from ``pipeline.phases``
-over them, save them (one round trip), hand the run on to the next phase, and let the chain call
-the next task. A job the phase could not finish leaves the batch: a permanent failure ends it
-``failed``; a transient one sends it on alone, to retry that phase with backoff, while its
-batch-mates go on; a failure of every job at once (Elasticsearch down) retries the batch task
-itself. Transient faults are retried against a deadline, not a count (``workers.retry``); the
-LLM adapter retries its own calls to a server that answers, and raises
-``RetriesExhaustedError``, which is not retried again. A job's final record that cannot be
-written is written by a task of its own, retried against the same deadline. A run whose owner
-died is recovered by the reaper (``reap``), which the keepers take turns to run.
+Each phase task is a thin adapter over a batch: claim the batch's run (``workers.scheduler.leases``:
+one owner at a time, its lease renewed by the process's keeper while the task runs), load the states
+of its jobs from Redis (one round trip), run the phase function from ``pipeline.phases`` over them,
+save them (one round trip), hand the run on to the next phase, and let the chain call the next task.
+A job the phase could not finish leaves the batch: a permanent failure ends it ``failed``; a
+transient one sends it on alone, to retry that phase with backoff, while its batch-mates go on; a
+failure of every job at once (Elasticsearch down) retries the batch task itself. Transient faults
+are retried against a deadline, not a count (``workers.retry``); the LLM adapter retries its own
+calls to a server that answers, and raises ``RetriesExhaustedError``, which is not retried again. A
+job's final record that cannot be written is written by a task of its own, retried against the same
+deadline (``workers.failures``). A run whose owner died is recovered by the reaper
+(``workers.scheduler.reaper``), which the keepers take turns to run.
 """
 
 from __future__ import annotations
@@ -19,65 +19,72 @@ from __future__ import annotations
 import logging
 import socket
 import time
-import uuid
+from dataclasses import dataclass
 from typing import Any, cast
 
 from celery import Task
-from celery.exceptions import Ignore, SoftTimeLimitExceeded
-from kombu.exceptions import OperationalError
+from celery.exceptions import SoftTimeLimitExceeded
 
 from pipeline.batch import BatchResult
 from pipeline.errors import (
     MemqError,
     PermanentError,
-    RetriesExhaustedError,
     TransientError,
-    WorkerLostError,
 )
 from pipeline.health import elasticsearch_health
-from pipeline.jobs import JobStatus, job_record
+from pipeline.jobs import JobStatus
 from pipeline.logs import log_context
-from pipeline.phases import PHASES, PhaseSpec, Workload, next_phase, run_batch
+from pipeline.phases import PHASES, PhaseSpec, next_phase, run_batch
 from pipeline.phases.retrieve import embed_queries_ahead
-from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState, Phase, run_log_fields
-from pipeline.usage import charge_of
-from workers.aof import rewrite_aof_if_due
-from workers.batches import (
-    BACKFILL,
-    LIVE,
-    batch_ended,
-    gather,
-    make_ready,
-    send_alone,
-    send_gather,
+from workers.failures import (
+    JobFailedError,
+    end_job,
+    record_failure,
+    release_run,
 )
-from workers.intake import drain_parked, finish_intakes, record_held
-from workers.keeper import Held
-from workers.leases import GATHERING, Claim, RunRecord
 from workers.names import (
     FAILED_TASK,
     GATHER_TASK,
     HEALTH_TASK,
     PREPARE_TASK,
     RECORD_TASK,
-    WAIT_TASK,
     phase_task_name,
 )
 from workers.retry import RetryPolicy, retried
-from workers.runtime import MemqCelery, Runtime, queue_for
-from workers.turns import hand_on
-from workers.waves import run_in_waves
+from workers.runtime import MemqCelery, Runtime
+from workers.scheduler.batches import (
+    batch_ended,
+    gather,
+    send_alone,
+)
+from workers.scheduler.keeper import Held
+from workers.scheduler.leases import GATHERING
+from workers.scheduler.reaper import claim_run, reap
+from workers.scheduler.state_store import Lane
+from workers.scheduler.turns import hand_on
+from workers.scheduler.waves import run_in_waves
 from workers.webhooks import send_webhooks
 
 log = logging.getLogger("memq.worker")
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A task that failed for good: its id, the run it owned (now released), the error, and
+    the arguments of its message."""
+
+    task_id: str
+    held: Held | None
+    exc: Exception
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 class JobTask(Task):  # type: ignore[type-arg]
-    """Base of every job task: when a task finally fails, the record of each of its jobs says
-    why. A ``PermanentError`` (or a bug) ends a job ``failed``; a transient failure that
-    outlived its retries ends it ``dead``, listed for replay. Either way the session line
-    moves on."""
+    """Base of the tasks that own a run (``GatherTask``, ``PhaseTask``): the run's lease is
+    given up when the task succeeds, retries or fails, and each kind says in ``failed`` what
+    becomes of its jobs when it fails for good."""
 
     runtime: Runtime
     ignore_result = True  # a job's outcome is its record; nothing reads task results
@@ -115,131 +122,39 @@ class JobTask(Task):  # type: ignore[type-arg]
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         app = cast("MemqCelery", self.app)
         held = app.keeper.release(task_id)
-        if self.name == GATHER_TASK:  # its jobs go back to the ready list for another gather
-            app.runtime.states.release_batch(task_id, args[0] if args else kwargs["lane"])
-            batch_ended(app, task_id)
-            release_run(app, held, unfinished=False)
-            return
-        if self.name == WAIT_TASK:
-            job_id = args[0] if args else kwargs.get("job_id")
-            if job_id is not None:
-                record_failure(app, job_id, exc)
-            return
+        self.failed(app, Failure(task_id, held, exc, tuple(args or ()), dict(kwargs or {})))
+
+    def failed(self, app: MemqCelery, failure: Failure) -> None:
+        """What this kind of task does when it fails for good."""
+        raise NotImplementedError
+
+
+class GatherTask(JobTask):
+    """The gather task: on failure its jobs go back to the ready list for another gather."""
+
+    def failed(self, app: MemqCelery, failure: Failure) -> None:
+        lane = failure.args[0] if failure.args else failure.kwargs["lane"]
+        app.runtime.states.release_batch(failure.task_id, lane)
+        batch_ended(app.scheduler, failure.task_id)
+        release_run(app, failure.held, unfinished=False)
+
+
+class PhaseTask(JobTask):
+    """A phase task: when it fails for good, the record of each job still in its batch's run
+    says why. A ``PermanentError`` (or a bug) ends a job ``failed``; a transient failure that
+    outlived its retries ends it ``dead``, listed for replay. Either way the session line
+    moves on."""
+
+    def failed(self, app: MemqCelery, failure: Failure) -> None:
+        args = failure.args
         batch_id, job_ids = (args[0], args[1]) if len(args) >= 2 else (None, [])
         unfinished = False
         for state in app.runtime.states.load_many(list(job_ids)):
             if state is not None and state.run == batch_id:
-                unfinished |= not record_failure(app, state.job_id, exc)
+                unfinished |= not record_failure(app, state.job_id, failure.exc)
         if batch_id is not None:
-            batch_ended(app, batch_id)
-        release_run(app, held, unfinished=unfinished)
-
-
-RECORD_AGAIN_S = 60.0
-
-
-def release_run(app: MemqCelery, held: Held | None, *, unfinished: bool) -> None:
-    """A task failed for good: its run ends, unless a job's failure could not be recorded (the
-    store is down). That run stays leased, ownerless, for RECORD_AGAIN_S: the reaper then runs
-    the phase again, so the job is swept later instead of stranded."""
-    if held is None:
-        return
-    leases = app.runtime.leases
-    if unfinished:
-        expires = app.keeper.expiry() + RECORD_AGAIN_S
-        leases.hand_on(held.run_id, held.token, held.phase, expires=expires)
-    else:
-        leases.close(held.run_id, held.token)
-
-
-def record_failure(app: MemqCelery, job_id: str, exc: BaseException) -> bool:
-    """Write the job's final record, then free its state and hand the session line on. A
-    record that cannot be written now (Elasticsearch down) is left to ``record_end``, retried
-    against the deadline; until it is written the state stays, so nothing is lost. False when
-    even that cannot be sent (the broker is gone too): the state stays, and the run's lease
-    brings the job back later. A job replayed meanwhile is left alone (the new run owns it)."""
-    runtime = app.runtime
-    state = runtime.states.load(job_id)
-    if state is None:
-        log.error("job %s failed after its state was gone: %s", job_id, exc)
-        return True
-    dead = isinstance(exc, TransientError | RetriesExhaustedError)
-    status = JobStatus.DEAD if dead else JobStatus.FAILED
-    reason = getattr(exc, "reason", None) or f"internal error: {exc.__class__.__name__}: {exc}"
-    phase = next((s.phase.value for s in PHASES if not state.is_done(s.phase)), None)
-    try:
-        end_job(app, state, status, phase, reason)
-    except TransientError as error:
-        log.error("job %s: cannot record %s yet, retrying: %s", job_id, status.value, error)
-        queue = queue_for(Workload.IO, runtime.settings.queues, state.backfill)
-        end = {"job_id": job_id, "attempts": state.attempts, "status": status.value}
-        try:
-            app.send_task(
-                RECORD_TASK, kwargs={**end, "phase": phase, "reason": reason}, queue=queue
-            )
-        except OperationalError as lost:  # the broker is gone too: the state stays
-            log.error("job %s: cannot schedule its record either: %s", job_id, lost)
-            return False
-    return True
-
-
-def end_job(
-    app: MemqCelery, state: JobState, status: JobStatus, phase: str | None, reason: str
-) -> None:
-    """Record the job ``status`` with ``reason`` and charge its usage to its tenant, then
-    free its state and hand the line on (unless it was replayed meanwhile). Raises
-    ``TransientError`` when the record cannot be written or the charge applied; nothing else
-    has happened then (the charge is applied once however often this runs)."""
-    runtime = app.runtime
-    record = job_record(state, status, runtime.clock(), phase=phase, reason=reason)
-    runtime.store.save_job(record)
-    runtime.usage.charge([charge_of(record)])
-    runtime.metrics.jobs_ended(status.value)
-    log.warning(
-        "job %s %s in phase %s: %s",
-        state.job_id,
-        status.value,
-        phase,
-        reason,
-        extra={**state.log_fields(), "phase": phase},
-    )
-    report_failure(app, state, status, phase, reason)
-    current = runtime.states.load(state.job_id)
-    if current is not None and current.attempts == state.attempts:
-        runtime.states.forget(state.job_id, state.attempts)
-        hand_on(app, [(state.request.scope.key, state.job_id)])
-
-
-class JobFailedError(Exception):
-    """What ``memq.job.failed`` raises: a failed or dead job, with its reason."""
-
-
-def failure_report_id(job_id: str, attempts: int) -> str:
-    """The task id of the report of a job's failure (one per attempt: a replay that fails
-    again is reported again)."""
-    return f"memq-job-failed-{job_id}-{attempts}"
-
-
-def report_failure(
-    app: MemqCelery, state: JobState, status: JobStatus, phase: str | None, reason: str
-) -> None:
-    """Make a failed or dead job visible where Celery's tasks are watched (Flower). A job's
-    phases run as tasks over micro-batches, and one job failing leaves its batch's task a
-    success (its batch-mates went on), so Flower would show every task of a failed job green.
-    One more task, ``memq.job.failed``, fails on purpose with the job's reason: Flower lists it
-    as FAILURE, and its result (in the result backend) names the job and why. It touches no
-    job state; a broker that cannot take it costs only this report (logged)."""
-    queue = queue_for(Workload.IO, app.runtime.settings.queues, state.backfill)
-    fields = {"job_id": state.job_id, "status": status.value, "phase": phase, "reason": reason}
-    try:
-        app.send_task(
-            FAILED_TASK,
-            kwargs=fields,
-            queue=queue,
-            task_id=failure_report_id(state.job_id, state.attempts),
-        )
-    except OperationalError as exc:
-        log.warning("job %s: cannot report its failure to Flower: %s", state.job_id, exc)
+            batch_ended(app.scheduler, batch_id)
+        release_run(app, failure.held, unfinished=unfinished)
 
 
 def register_failure_report(app: MemqCelery) -> None:
@@ -263,29 +178,18 @@ def register_tasks(app: MemqCelery) -> None:
         return {"worker": socket.gethostname(), "elasticsearch": elasticsearch_health(runtime.es)}
 
     @app.task(
-        name=WAIT_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
+        name=GATHER_TASK,
+        bind=True,
+        base=GatherTask,
+        max_retries=None,
+        runtime=runtime,
+        shared=False,
     )
-    def wait_turn(self: JobTask, job_id: str, fault_since: float | None = None) -> str:
-        """Make the job ready if its turn has come. Nothing sends this task any longer (a job
-        behind others is started by the hand-on, ``workers.turns``); it stays registered for
-        the messages a worker of an earlier version left in the queue. A Redis or broker fault
-        is retried against the deadline."""
-        with retried(self, policy):
-            state = runtime.states.load(job_id)
-            if state is None:
-                raise Ignore()
-            if runtime.states.my_turn(state.request.scope.key, job_id, runtime.clock()):
-                make_ready(app, job_id, state.backfill)
-        return job_id
-
-    @app.task(
-        name=GATHER_TASK, bind=True, base=JobTask, max_retries=None, runtime=runtime, shared=False
-    )
-    def gather_batch(self: JobTask, lane: str, fault_since: float | None = None) -> list[str]:
+    def gather_batch(self: GatherTask, lane: str, fault_since: float | None = None) -> list[str]:
         """Take a batch of ready jobs and send it down the phases; returns its job ids (what
         Flower shows as the result)."""
         with retried(self, policy):
-            return gather_run(app, self, lane)
+            return gather_run(app, self, Lane(lane))
 
     @app.task(name=RECORD_TASK, bind=True, max_retries=None, shared=False)
     def record_end(
@@ -318,10 +222,10 @@ def register_tasks(app: MemqCelery) -> None:
 
 
 def prepare_run(app: MemqCelery, job_ids: list[str]) -> int:
-    """The new turns of jobs waiting behind a batch's (``workers.batches.embed_ahead`` sends
-    them as the batch starts), embedded through the query embedder, which keeps them for their
-    retrieval to find. Best effort: nothing waits for it, and a fault only leaves retrieval
-    the model call it would have saved."""
+    """The new turns of jobs waiting behind a batch's (``workers.scheduler.batches.embed_ahead``
+    sends them as the batch starts), embedded through the query embedder, which keeps them for their
+    retrieval to find. Best effort: nothing waits for it, and a fault only leaves retrieval the
+    model call it would have saved."""
     try:
         states = app.runtime.states.load_many(job_ids)
         waiting = [s for s in states if s is not None and not s.is_done(Phase.RETRIEVE)]
@@ -331,205 +235,35 @@ def prepare_run(app: MemqCelery, job_ids: list[str]) -> int:
         return 0
 
 
-def gather_run(app: MemqCelery, task: JobTask, lane: str) -> list[str]:
+def gather_run(app: MemqCelery, task: JobTask, lane: Lane) -> list[str]:
     """The gather task's run: claimed under the task's id, which is the batch's id."""
     batch_id = str(task.request.id)
-    token = claim_run(app, task, batch_id, GATHERING, lane)
+    token = claim_run(app.scheduler, batch_id, batch_id, GATHERING, lane)
     if token is None:
+        task.request.chain = None  # nothing of this execution goes on down the chain
         return []
-    taken = gather(app, batch_id, lane, token)
+    taken = gather(app.scheduler, batch_id, lane, token)
     if not taken:
         app.runtime.leases.close(batch_id, token)
     return taken
-
-
-def claim_run(
-    app: MemqCelery, task: JobTask, run_id: str, phase: str, lane: str = ""
-) -> str | None:
-    """Own ``phase`` of the run for this execution of ``task`` (its lease then renewed by the
-    keeper); None when this execution must do nothing: the run ended or moved on, another
-    execution owns it, or an earlier delivery of this message died running it (then the run
-    is recovered here at once, as the reaper would)."""
-    task_id = str(task.request.id)
-    token = f"{task_id}:{uuid.uuid4().hex}"
-    leases = app.runtime.leases
-    verdict = leases.claim(
-        run_id, phase, task_id=task_id, token=token, expires=app.keeper.expiry(), lane=lane
-    )
-    if verdict is Claim.OWN:
-        app.keeper.hold(task_id, Held(run_id, token, phase))
-        return token
-    if verdict is Claim.REDELIVERED:
-        log.warning("run %s: redelivered after its worker died in %s", run_id, phase)
-        record = leases.take(run_id, float("inf"))
-        if record is not None:
-            recover_run(app, record)
-    task.request.chain = None  # nothing of this execution goes on down the chain
-    return None
-
-
-LINES_PER_SWEEP = 500
-
-
-def reap(app: MemqCelery) -> None:
-    """Take every run whose lease lapsed and recover it (``recover_run``), look at a slice of
-    the session lines for a head that nothing runs (``rescue_heads``), finish the intakes that
-    died between a job's record and its start (``finish_intakes``), take in the jobs accepted
-    while a store was down (``take_in_held_jobs``), and send a gather to each lane that has
-    jobs ready (``nudge_lanes``)."""
-    leases = app.runtime.leases
-    now = app.runtime.clock().timestamp()
-    for run_id in leases.lapsed(now):
-        if still_queued(app, run_id):
-            continue
-        record = leases.take(run_id, now)
-        if record is not None:
-            log.warning("run %s lost its owner in %s: recovering it", run_id, record.phase)
-            recover_run(app, record)
-    rescue_heads(app, app.runtime.states.line_heads(LINES_PER_SWEEP), now)
-    take_in_held_jobs(app)
-    finish_intakes(app, now - app.runtime.settings.worker.orphan_after_s)
-    nudge_lanes(app)
-    with redis_errors("rewrite the append-only file"):
-        rewrite_aof_if_due(app.runtime.redis)  # an erasure's, when its turn came meanwhile
-
-
-def take_in_held_jobs(app: MemqCelery) -> None:
-    """Jobs accepted while one store was down: records written for those held in Redis
-    (``record_held``), lines joined by those parked in Elasticsearch (``drain_parked``). Each
-    is tried whatever the other does; a store still down leaves its part for the next sweep."""
-    try:
-        record_held(app)
-    except TransientError as exc:
-        log.warning("jobs accepted without a record wait for Elasticsearch: %s", exc)
-    drain_parked(app)
-
-
-def nudge_lanes(app: MemqCelery) -> None:
-    """One gather for each lane with ready jobs. Gathers are sent when a job is made ready and
-    when a batch ends; this one covers a gather lost with its worker, so a ready job never
-    waits for the next arrival. A gather with nothing to take, or no batch slot free, ends at
-    once."""
-    for lane in (LIVE, BACKFILL):
-        if app.runtime.states.ready_count(lane):
-            send_gather(app, lane)
-
-
-def still_queued(app: MemqCelery, run_id: str) -> bool:
-    """A run nobody owns whose phase's queue still has messages waiting: its message is most
-    likely among them (the workers are busy or down), so its deadline moves on instead of its
-    jobs being sent again, which would only add to the queue. A message lost with a worker
-    that had reserved it is not in the queue: once the queue is empty, the run is recovered."""
-    runtime = app.runtime
-    waiting = runtime.leases.waiting(run_id)
-    if waiting is None or waiting[0] == GATHERING:
-        return False
-    phase, lane = waiting
-    spec = next((s for s in PHASES if s.phase.value == phase), None)
-    if spec is None:
-        return False
-    queue = queue_for(spec.workload, runtime.settings.queues, lane == BACKFILL)
-    with redis_errors("read a queue's depth"):
-        depth = int(runtime.redis.llen(queue))
-    return depth > 0 and runtime.leases.defer(run_id, app.keeper.pickup_by())
-
-
-def rescue_heads(app: MemqCelery, heads: list[tuple[str, str]], now: float) -> None:
-    """A session's line head with no live owner is run, so nothing waits behind a job that no
-    longer runs: one whose state is gone leaves the line (the next is made ready); one whose
-    run is gone (no record: its batch ended without it, or predates run records) is sent on
-    alone from its first unfinished phase; one never started (intake or hand-on lost) is made
-    ready once it was accepted ``orphan_after_s`` ago and is not among its lane's ready jobs
-    (or that lane has none: a marker that outlived its list entry costs no more than that).
-
-    ``heads`` are (line, job id) pairs. Their states, their runs and their acceptance times are
-    each read in one round trip for the whole slice: a sweep over hundreds of busy lines, one
-    read at a time, was a tenth of the I/O worker's time under load."""
-    runtime = app.runtime
-    states = runtime.states.load_many([job_id for _, job_id in heads])
-    live = runtime.leases.existing([s.run for s in states if s is not None and s.run is not None])
-    unstarted = [s.job_id for s in states if s is not None and s.run is None]
-    accepted = runtime.states.accepted_many(unstarted)
-    for (line, job_id), state in zip(heads, states, strict=True):
-        if state is None:
-            hand_on_from(app, line, job_id)
-        elif state.run is not None:
-            if state.run not in live:
-                send_on_runless(app, state)
-        elif state.unrecorded:
-            continue  # accepted while Elasticsearch was down: record_held starts it
-        elif now - (accepted.get(job_id) or now) > runtime.settings.worker.orphan_after_s:
-            start_orphan(app, state)
-
-
-def send_on_runless(app: MemqCelery, state: JobState) -> None:
-    """The head names a run that is gone: sent on alone from its first unfinished phase."""
-    log.warning("job %s heads its line with no run: sent on", state.job_id)
-    phase = next((s.phase for s in PHASES if not state.is_done(s.phase)), Phase.FINALIZE)
-    send_alone(app, state, phase, 0, retry=False)
-
-
-def hand_on_from(app: MemqCelery, line: str, job_id: str) -> None:
-    """The head's state is gone (it ended): it leaves its line, and the job behind it is made
-    ready."""
-    runtime = app.runtime
-    following = runtime.states.leave_line_at(line, job_id)
-    if following is not None and (waiting := runtime.states.load(following)) is not None:
-        make_ready(app, following, waiting.backfill)
-
-
-def start_orphan(app: MemqCelery, state: JobState) -> None:
-    """A head accepted long ago and never started: made ready, unless it waits among its lane's
-    ready jobs already."""
-    states = app.runtime.states
-    lane = BACKFILL if state.backfill else LIVE
-    if not (states.is_ready(lane, state.job_id) and states.ready_count(lane)):
-        log.warning("job %s heads its line and was never started: made ready", state.job_id)
-        make_ready(app, state.job_id, state.backfill)
-
-
-def recover_run(app: MemqCelery, record: RunRecord) -> None:
-    """A run lost its owner. An unlaunched batch: its gather is sent again under the same id
-    (it takes the same jobs). Otherwise each job still in the run is sent on alone from the
-    phase the run was at, so a job that kills its worker takes no batch-mate down again; a job
-    whose worker died ``max_deliveries`` times ends ``dead`` with the reason."""
-    runtime = app.runtime
-    if record.phase == GATHERING:
-        send_gather(app, record.lane, task_id=record.run_id)
-        return
-    phase = Phase(record.phase)
-    limit = runtime.settings.worker.max_deliveries
-    for state in runtime.states.load_many(record.jobs):
-        if state is None or state.run != record.run_id:
-            continue  # ended, or left the batch
-        lost = runtime.leases.delivered(state.job_id) if record.owned else 0
-        if lost >= limit:
-            reason = (
-                f"its worker died {lost} times while running phase {phase.value} (killed, out "
-                f"of memory, or over the {runtime.settings.worker.task_time_limit_s} s time "
-                "limit); not run again"
-            )
-            record_failure(app, state.job_id, WorkerLostError(reason))
-        else:
-            send_alone(app, state, phase, 0, retry=False)
-    batch_ended(app, record.run_id)
 
 
 def register_phase(app: MemqCelery, spec: PhaseSpec, policy: RetryPolicy) -> None:
     @app.task(
         name=phase_task_name(spec.phase),
         bind=True,
-        base=JobTask,
+        base=PhaseTask,
         max_retries=None,  # the deadline bounds retries (workers.retry), not a count
         runtime=app.runtime,
         shared=False,  # this app's alone: a second app in the process must not inherit them
     )
     def phase_task(
-        self: JobTask, batch_id: str, job_ids: list[str], fault_since: float | None = None
+        self: PhaseTask, batch_id: str, job_ids: list[str], fault_since: float | None = None
     ) -> list[str]:
         with log_context(phase=spec.phase.value, batch=batch_id), retried(self, policy):
-            token = claim_run(app, self, batch_id, spec.phase.value)
+            token = claim_run(app.scheduler, str(self.request.id), batch_id, spec.phase.value)
             if token is None:
+                self.request.chain = None  # nothing of this execution goes on down the chain
                 return []
             done = run_phase_task(
                 app, spec, batch_id, job_ids, token=token, fault_since=fault_since
@@ -557,17 +291,18 @@ def run_phase_task(
     states = [s for s in runtime.states.load_many(job_ids) if s is not None and s.run == batch_id]
     if not states:  # every job ended or left the batch
         runtime.leases.close(batch_id, token)
-        batch_ended(app, batch_id)
+        batch_ended(app.scheduler, batch_id)
         return None
     todo = [s for s in states if not s.is_done(spec.phase)]
     with runtime.metrics.phase(spec.phase.value), log_context(**run_log_fields(states)):
         if spec.each is not None and todo and runtime.settings.worker.wave_ms > 0:
             result = run_in_waves(
-                app,
+                app.scheduler,
                 spec,
                 batch_id,
                 token,
                 states,
+                deps=runtime.deps,
                 fallback=lambda left: run_guarded(spec, left, runtime),
             )
         else:
@@ -590,7 +325,7 @@ def hand_on_run(app: MemqCelery, phase: Phase, batch_id: str, token: str) -> Non
     following = next_phase(phase)
     if following is None:
         app.runtime.leases.close(batch_id, token)
-        batch_ended(app, batch_id)  # after the hand-ons: one gather takes what waits
+        batch_ended(app.scheduler, batch_id)  # after the hand-ons: one gather takes what waits
         return
     app.runtime.leases.hand_on(batch_id, token, following.value, expires=app.keeper.expiry())
 
@@ -636,7 +371,7 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
             extra=state.log_fields(),
         )
         runtime.states.forget(state.job_id, state.attempts)
-    hand_on(app, [(state.request.scope.key, state.job_id) for state in states])
+    hand_on(app.scheduler, [(state.request.scope.key, state.job_id) for state in states])
 
 
 def settle_failures(
@@ -665,6 +400,6 @@ def settle_failures(
                 extra=state.log_fields(),
             )
             delay = policy.delay_s(state.retries, exc.retry_after_s)
-            send_alone(app, state, phase, delay, since)
+            send_alone(app.scheduler, state, phase, delay, since)
         else:
             record_failure(app, state.job_id, exc)

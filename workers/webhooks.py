@@ -20,8 +20,9 @@ from pipeline.phases import Workload
 from pipeline.phases.finalize import notify_jobs
 from pipeline.state import JobState
 from workers.names import WEBHOOKS_TASK
+from workers.queues import queue_for
 from workers.retry import RetryPolicy, retried
-from workers.runtime import MemqCelery, queue_for
+from workers.runtime import MemqCelery
 
 
 def send_webhooks(app: MemqCelery, states: Sequence[JobState]) -> None:

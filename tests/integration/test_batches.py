@@ -30,8 +30,8 @@ from pipeline.store.indices import IndexNames
 from tests.fakellm import Fail, FakeLLMServer, Normal, fake_embedding
 from tests.integration.test_pipeline import facts_from_conversation
 from workers.app import MemqCelery
-from workers.batches import BACKFILL, LIVE
 from workers.names import GATHER_TASK
+from workers.scheduler.batches import BACKFILL, LIVE
 
 pytestmark = pytest.mark.integration
 

@@ -33,8 +33,8 @@ from tests.integration.test_batches import ask, ready, scope, wait_job
 from tests.integration.test_pipeline import facts_from_conversation
 from tests.processes import free_port
 from workers.app import MemqCelery
-from workers.batches import BACKFILL, LIVE
 from workers.names import GATHER_TASK
+from workers.scheduler.batches import BACKFILL, LIVE
 
 pytestmark = pytest.mark.integration
 

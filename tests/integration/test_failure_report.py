@@ -16,8 +16,8 @@ from tests.fakellm import Fail, FakeLLMServer
 from tests.integration.test_job_listing import add, new_tenant
 from tests.integration.test_services import flower_login
 from tests.processes import WorkerProcess
+from workers.failures import JobFailedError, failure_report_id
 from workers.runtime import MemqCelery
-from workers.tasks import JobFailedError, failure_report_id
 
 pytestmark = pytest.mark.integration
 

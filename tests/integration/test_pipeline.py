@@ -227,11 +227,11 @@ def test_a_job_ending_starts_the_next_one_of_its_session(
     celery_app: MemqCelery, store: ElasticStore, scope: Scope
 ) -> None:
     """The hand-on alone starts the job behind: this one was never given a chain of its own."""
-    from workers.turns import hand_on
+    from workers.scheduler.turns import hand_on
 
     ahead, behind = in_line(celery_app, scope, "x"), in_line(celery_app, scope, "Ann rows")
     celery_app.runtime.states.delete(ahead.job_id)
-    hand_on(celery_app, [(scope.key, ahead.job_id)])
+    hand_on(celery_app.scheduler, [(scope.key, ahead.job_id)])
     record = wait_job(store, behind.job_id)
     assert record.status == JobStatus.SUCCEEDED and record.results[0].text == "Ann rows"
 
@@ -264,8 +264,8 @@ def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twic
 ) -> None:
     """Other jobs waiting in the lane's ready list do not hold back a head that is not among
     them; a head that is among them is not made ready a second time."""
-    from workers.batches import LIVE
-    from workers.tasks import rescue_heads
+    from workers.scheduler.batches import LIVE
+    from workers.scheduler.reaper import rescue_heads
 
     states = celery_app.runtime.states
     long_ago = datetime.now(UTC) - timedelta(seconds=settings.worker.orphan_after_s + 1)
@@ -277,9 +277,10 @@ def test_a_head_never_started_is_rescued_while_other_jobs_are_ready_but_not_twic
     states.push_ready(LIVE, queued.job_id)  # a ready job the lane's next gather will take
     now = datetime.now(UTC).timestamp()
     with caplog.at_level("WARNING", logger="memq.worker"):
-        rescue_heads(celery_app, [(f"line-of-{queued.job_id}", queued.job_id)], now)
+        rescue_heads(celery_app.scheduler, [(f"line-of-{queued.job_id}", queued.job_id)], now)
         assert not [r for r in caplog.records if "never started" in r.getMessage()]
-        rescue_heads(celery_app, [(f"line-of-{lost.job_id}", lost.job_id)], now)  # a gather
+        lost_head = [(f"line-of-{lost.job_id}", lost.job_id)]
+        rescue_heads(celery_app.scheduler, lost_head, now)  # a gather
         rescued = [r for r in caplog.records if "never started" in r.getMessage()]
         assert [r.args for r in rescued] == [(lost.job_id,)]
     for job_id, text in ((lost.job_id, "Cy knits"), (queued.job_id, "Di hikes")):
@@ -403,7 +404,7 @@ def test_a_failure_is_recorded_then_its_state_freed(
     celery_app: MemqCelery, store: ElasticStore, scope: Scope
 ) -> None:
     from pipeline.errors import PermanentError
-    from workers.tasks import record_failure
+    from workers.failures import record_failure
 
     runtime = celery_app.runtime
     state = in_line(celery_app, scope, "x")
@@ -421,7 +422,7 @@ def test_a_failure_that_cannot_be_recorded_keeps_its_state_until_it_is(
     Elasticsearch), before the state is freed."""
     from pipeline.errors import PermanentError
     from workers.app import create_celery
-    from workers.tasks import record_failure
+    from workers.failures import record_failure
 
     down = settings.model_copy(
         update={

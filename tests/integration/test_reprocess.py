@@ -30,7 +30,7 @@ from tests.integration.private_stack import private_stack
 from tests.integration.test_api import Tenant, create_tenant, wait_until
 from tests.processes import MemqProcess, WorkerProcess, free_port
 from workers.app import MemqCelery
-from workers.state_store import RedisStateStore
+from workers.scheduler.state_store import RedisStateStore
 
 pytestmark = pytest.mark.integration
 

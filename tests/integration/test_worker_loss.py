@@ -36,9 +36,9 @@ from tests.integration.test_pipeline import facts_from_conversation
 from tests.private_services import PrivateRedis, free_port
 from tests.processes import WorkerProcess
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
-from workers.batches import LIVE
 from workers.intake import submit
 from workers.names import GATHER_TASK
+from workers.scheduler.batches import LIVE
 
 pytestmark = pytest.mark.integration
 

@@ -63,7 +63,11 @@ def modules_imported(path: Path, package: str) -> set[str]:
 
 
 def test_the_workers_modules_import_one_another_without_a_cycle() -> None:
-    modules = {f"workers.{path.stem}": path for path in sorted((ROOT / "workers").glob("*.py"))}
+    modules = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts): path
+        for path in sorted((ROOT / "workers").rglob("*.py"))
+        if path.stem != "__init__"
+    }
     graph = {
         name: modules_imported(path, "workers") & modules.keys() - {name}
         for name, path in modules.items()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.batches import arrivals_due
+from workers.scheduler.batches import arrivals_due
 
 
 @pytest.mark.parametrize(

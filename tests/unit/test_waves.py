@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.waves import wave_due
+from workers.scheduler.waves import wave_due
 
 
 def test_done_jobs_wait_for_their_batch_mates_only_the_wave_time() -> None:

@@ -15,7 +15,7 @@ the clock alone: an earlier rule that also waited for the calls to go quiet held
 short call for a second and more while its batch-mates kept answering, and a hosted-like
 model's run was 1.13 times faster without it (docs/BENCHMARKS.md). 0 keeps every batch whole.
 
-A wave is sent as a job sent on alone is (``workers.batches.send_run``): its run is
+A wave is sent as a job sent on alone is (``workers.scheduler.batches.send_run``): its run is
 scheduled and leased first, then the states that name it are saved, then its chain is sent.
 Its jobs leave the batch (their states name the wave), so the batch's later tasks and the
 reaper's recovery of the batch skip them, and a wave lost with its worker is recovered like
@@ -42,11 +42,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
 from pipeline.batch import BatchResult
+from pipeline.deps import Deps
 from pipeline.errors import MemqError
 from pipeline.phases import PhaseSpec, next_phase
 from pipeline.state import JobState
-from workers.batches import batch_ended, send_run
-from workers.runtime import MemqCelery
+from workers.scheduler.batches import batch_ended, send_run
+from workers.scheduler.core import Scheduler
 
 log = logging.getLogger("memq.worker")
 
@@ -62,12 +63,13 @@ def wave_due(now: float, first_held: float, wave_ms: int) -> bool:
 
 
 def run_in_waves(
-    app: MemqCelery,
+    sched: Scheduler,
     spec: PhaseSpec,
     batch_id: str,
     token: str,
     states: list[JobState],
     *,
+    deps: Deps,
     fallback: Callable[[list[JobState]], BatchResult],
 ) -> BatchResult:
     """``spec.each`` over the batch's jobs, sending those that are done on in waves while
@@ -76,8 +78,7 @@ def run_in_waves(
     that is not memq's) leaves the jobs not sent yet to ``fallback``, the phase's guarded
     batch run, which meets it again job by job."""
     assert spec.each is not None
-    runtime = app.runtime
-    wave_ms = runtime.settings.worker.wave_ms
+    wave_ms = sched.worker.wave_ms
     result = BatchResult(states=[s for s in states if s.is_done(spec.phase)])
     todo = [s for s in states if not s.is_done(spec.phase)]
     remaining = len(todo)
@@ -89,7 +90,7 @@ def run_in_waves(
     free_at = started + wave_ms / 1000 if frees_slot_while_waiting(states) else None
     freed = False  # the batch's slot, given up before the batch ends
     try:
-        for outcome in spec.each(todo, runtime.deps, TICK_S):
+        for outcome in spec.each(todo, deps, TICK_S):
             now = perf_counter()
             if outcome is not None:
                 remaining -= 1
@@ -103,13 +104,13 @@ def run_in_waves(
             if sending and remaining and held and wave_due(now, held[0][0], wave_ms):
                 waves += 1
                 wave = [state for _, state in held]
-                sending = send_wave(app, spec, batch_id, token, wave, number=waves)
+                sending = send_wave(sched, spec, batch_id, token, wave, number=waves)
                 if sending:
                     gone.update(state.job_id for state in wave)
                     held = []
-                    freed = freed or free_slot(app, batch_id, "a wave went on")
+                    freed = freed or free_slot(sched, batch_id, "a wave went on")
             if remaining and not freed and free_at is not None and now >= free_at:
-                freed = free_slot(app, batch_id, f"calls still out after {wave_ms} ms")
+                freed = free_slot(sched, batch_id, f"calls still out after {wave_ms} ms")
                 free_at = None  # tried once: otherwise a wave or the batch's end frees it
     except (SoftTimeLimitExceeded, MemqError):
         raise
@@ -121,7 +122,7 @@ def run_in_waves(
 
 
 def send_wave(
-    app: MemqCelery,
+    sched: Scheduler,
     spec: PhaseSpec,
     batch_id: str,
     token: str,
@@ -133,14 +134,13 @@ def send_wave(
     (unique: a retried execution of the batch's task numbers its waves from 1 again).
     False, sending nothing, when this execution no longer owns the batch (it lost its lease:
     the reaper sends the batch's jobs on, and nothing this execution computed is kept)."""
-    runtime = app.runtime
-    if not runtime.leases.owns(batch_id, token):
+    if not sched.leases.owns(batch_id, token):
         return False
     following = next_phase(spec.phase)
     assert following is not None  # extract is not the last phase
     wave = f"{batch_id}.w{number}-{uuid.uuid4().hex[:6]}"
     try:
-        send_run(app, wave, [state.with_(run=wave) for state in states], following)
+        send_run(sched, wave, [state.with_(run=wave) for state in states], following)
     except OperationalError as exc:  # its lease lapses and the reaper sends the jobs on
         log.warning("wave %s: not sent (%s); the reaper sends it on", wave, exc)
         return True
@@ -154,11 +154,11 @@ def frees_slot_while_waiting(states: list[JobState]) -> bool:
     return bool(states) and not states[0].backfill
 
 
-def free_slot(app: MemqCelery, batch_id: str, why: str) -> bool:
+def free_slot(sched: Scheduler, batch_id: str, why: str) -> bool:
     """Give the batch's slot up before it ends and gather what waits for one. Best effort:
     when Redis or the broker fails here, the batch frees its slot when it ends, as always."""
     try:
-        batch_ended(app, batch_id)
+        batch_ended(sched, batch_id)
     except (MemqError, OperationalError) as exc:
         log.warning("batch %s keeps its slot (%s): %s", batch_id, why, exc)
         return False

@@ -4,94 +4,61 @@ Broker messages carry only ids; the state of a job (its request and each phase's
 lives under ``memq:{namespace}:job:{id}:state`` until the job ends, and a batch's task reads
 and writes the states of all its jobs in one round trip. The turnstile is a Redis list per
 session: jobs of one session run one at a time, in the order they were accepted
-(``workers.turns`` says who starts whom). A job whose turn has come waits in its lane's ready
-list until a gather task takes it into a batch (``workers.batches``).
+(``workers.scheduler.turns`` says who starts whom). A job whose turn has come waits in its
+lane's ready list until a gather task takes it into a batch (``workers.scheduler.batches``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum, StrEnum
 
 import redis
 
 from pipeline.redis_errors import redis_errors
 from pipeline.state import JobState
+from workers.scheduler.scripts import Scripts
 
 log = logging.getLogger("memq.worker")
 
 STATE_TTL_S = 7 * 86_400
 DRAIN_LOCK = "drain-parked"
-# KEYS: lock. ARGV: owner, ttl (ms). The TTL moves only while the owner still holds the lock.
-RENEW_LOCK = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
 BATCH_TTL_S = 86_400
 # The fewest jobs a batch takes when the lane's jobs are spread over its slots: below this a
 # second batch costs more (its hops, its calls) than it runs beside the first.
 SPREAD_FROM = 8
-# Take up to ARGV[1] ready jobs into the batch KEYS[1] (kept, so a redelivered gather finds the
-# same jobs); false once the batch was launched (KEYS[3]), so a late redelivery takes nothing.
-# A new batch starts only while fewer than ARGV[3] batches of the lane are in flight (KEYS[4],
-# scored by start time; entries older than ARGV[5] are dropped as lost); otherwise the ready
-# jobs wait, and the next batch to end takes them. With ARGV[9] '1', a batch takes at most its
-# share of the lane's jobs (ready, and in its other batches in flight: ARGV[7] is the batches'
-# key prefix) over the ARGV[3] slots, and at least ARGV[8] (``RedisStateStore.take_batch``).
-TAKE_BATCH = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return false end
-local members = redis.call('LRANGE', KEYS[1], 0, -1)
-if #members == 0 then
-  if redis.call('LLEN', KEYS[2]) == 0 then return {} end
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[5])
-  if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[3]) then return -1 end
-end
-local want = tonumber(ARGV[1]) - #members
-local slots = tonumber(ARGV[3])
-if want > 0 and ARGV[9] == '1' and slots > 1 then
-  local others = 0
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
-    if id ~= ARGV[6] then others = others + redis.call('LLEN', ARGV[7] .. id) end
-  end
-  local lane = redis.call('LLEN', KEYS[2]) + others + #members
-  local share = math.max(tonumber(ARGV[8]), math.ceil(lane / slots))
-  if share - #members < want then want = share - #members end
-end
-if want > 0 then
-  local got = redis.call('LPOP', KEYS[2], want)
-  if got then
-    for _, id in ipairs(got) do
-      redis.call('RPUSH', KEYS[1], id)
-      table.insert(members, id)
-    end
-    redis.call('EXPIRE', KEYS[1], ARGV[2])
-    redis.call('ZADD', KEYS[4], ARGV[4], ARGV[6])
-  end
-end
-return members
-"""
-# KEYS: state, line, accepted, lines. ARGV: job id, state JSON, ttl, acceptance time. The state
-# and the job's place in its session's line, in one step: a job with a state is in its line
-# (until it ends). A job already in the line keeps its place (an intake finished twice).
-ENTER = """
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-if not redis.call('LPOS', KEYS[2], ARGV[1]) then
-  redis.call('RPUSH', KEYS[2], ARGV[1])
-  redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[3])
-end
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-redis.call('SADD', KEYS[4], KEYS[2])
-if redis.call('LINDEX', KEYS[2], 0) == ARGV[1] then return 1 end
-return 0
-"""
-LEAVE_LINE = """
-redis.call('LREM', KEYS[1], 0, ARGV[1])
-local head = redis.call('LINDEX', KEYS[1], 0)
-if not head then redis.call('SREM', KEYS[2], KEYS[1]) end
-return head
-"""
+
+
+class Lane(StrEnum):
+    """Where a job waits and runs: live traffic, or a backfill's jobs, which keep to their own
+    ready list, batch slots and queue so they never starve live traffic. Its value is what the
+    gather task's message and a run's record carry."""
+
+    LIVE = "live"
+    BACKFILL = "backfill"
+
+    @classmethod
+    def of(cls, backfill: bool) -> Lane:
+        return cls.BACKFILL if backfill else cls.LIVE
+
+
+class TakeOutcome(Enum):
+    """What a gather's ``take_batch`` found."""
+
+    TAKEN = "taken"  # the batch's jobs (none when nothing was ready)
+    NO_SLOT = "no slot"  # every batch slot of the lane is taken: ready jobs wait for one
+    LAUNCHED = "launched"  # the batch's chain was sent already: a late redelivery takes nothing
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The jobs of a batch, with what ``take_batch`` found."""
+
+    outcome: TakeOutcome
+    jobs: list[str] = field(default_factory=list)
 
 
 class RedisStateStore:
@@ -101,9 +68,7 @@ class RedisStateStore:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}"
-        self._enter = client.register_script(ENTER)
-        self._leave = client.register_script(LEAVE_LINE)
-        self._take = client.register_script(TAKE_BATCH)
+        self.scripts = Scripts(client)
 
     def _state(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}:state"
@@ -190,38 +155,37 @@ class RedisStateStore:
         now: float,
         lost_s: float,
         spread: bool = False,
-    ) -> list[str] | int | None:
+    ) -> Taken:
         """The jobs of batch ``batch_id``: those it already holds, topped up from the lane's
         ready list to ``limit``. A new batch takes none while ``in_flight`` batches of the lane
-        run (started less than ``lost_s`` ago): then -1 if jobs are waiting. None once the
-        batch was launched.
+        run (started less than ``lost_s`` ago): then ``NO_SLOT`` if jobs are waiting.
+        ``LAUNCHED`` once the batch was launched.
 
         With ``spread``, the lane's jobs (ready, and in its other running batches) are spread
         over its ``in_flight`` slots: a batch takes its even share of them, and never less than
         SPREAD_FROM (a small batch goes whole). So 20 sessions run as two trains of 10, each
         on a process of its own, rather than one of 17 beside one of 3 with a process idle."""
-        keys = [
-            self._batch(batch_id),
-            self._ready(lane),
-            self._launched(batch_id),
-            self._in_flight(lane),
-        ]
-        args: list[str | int | float] = [
-            limit,
-            BATCH_TTL_S,
-            in_flight,
-            now,
-            now - lost_s,
-            batch_id,
-            self._batch(""),
-            SPREAD_FROM,
-            int(spread),
-        ]
         with redis_errors("take a batch of ready jobs"):
-            taken = self._take(keys=keys, args=args)
-        if taken is None or isinstance(taken, int):
-            return taken
-        return [raw.decode() for raw in taken]
+            taken = self.scripts.take_batch(
+                batch=self._batch(batch_id),
+                ready=self._ready(lane),
+                launched=self._launched(batch_id),
+                in_flight=self._in_flight(lane),
+                limit=limit,
+                ttl_s=BATCH_TTL_S,
+                slots=in_flight,
+                now=now,
+                lost_before=now - lost_s,
+                batch_id=batch_id,
+                batch_prefix=self._batch(""),
+                spread_from=SPREAD_FROM,
+                spread=spread,
+            )
+        if taken is None:
+            return Taken(TakeOutcome.LAUNCHED)
+        if isinstance(taken, int):
+            return Taken(TakeOutcome.NO_SLOT)
+        return Taken(TakeOutcome.TAKEN, [raw.decode() for raw in taken])
 
     def room_for_more(self, lane: str, in_flight: int, since: float) -> bool:
         """Jobs wait in the lane's ready list and a batch slot is free (batches started
@@ -234,7 +198,7 @@ class RedisStateStore:
             waiting, running = pipe.execute()
         return bool(waiting) and int(running) < in_flight
 
-    def batch_ended(self, batch_id: str, lanes: tuple[str, ...]) -> list[str]:
+    def batch_ended(self, batch_id: str, lanes: tuple[Lane, ...]) -> list[Lane]:
         """The batch no longer counts as in flight; returns the lanes with jobs still ready."""
         with redis_errors("end a batch"):
             pipe = self.client.pipeline()
@@ -313,23 +277,25 @@ class RedisStateStore:
         """Save the job's state and join the end of its session's line, in one atomic step;
         True when the job heads the line (nobody is ahead: it is to be started now). A job
         already in the line keeps its place, so finishing an intake twice is harmless."""
-        key = self._session(state.request.scope.key)
-        keys = [self._state(state.job_id), key, self._accepted(state.job_id), self._lines]
-        args: list[str | int | float] = [
-            state.job_id,
-            state.model_dump_json(),
-            STATE_TTL_S,
-            now.timestamp(),
-        ]
         with redis_errors("join the session line"):
-            return bool(self._enter(keys=keys, args=args))
+            head = self.scripts.enter_line(
+                state=self._state(state.job_id),
+                line=self._session(state.request.scope.key),
+                accepted=self._accepted(state.job_id),
+                lines=self._lines,
+                job_id=state.job_id,
+                state_json=state.model_dump_json(),
+                ttl_s=STATE_TTL_S,
+                accepted_at=now.timestamp(),
+            )
+        return bool(head)
 
     def leave(self, state: JobState) -> None:
         """Undo ``enter`` for a job that could not be started (the broker refused it): out of
         its line, its state and acceptance time gone, as if never entered."""
         with redis_errors("leave the session line"):
             line = self._session(state.request.scope.key)
-            self._leave(keys=[line, self._lines], args=[state.job_id])
+            self.scripts.leave_line(line=line, lines=self._lines, job_id=state.job_id)
             self.client.delete(self._state(state.job_id), self._accepted(state.job_id))
 
     # -- intakes under way: accepted in Elasticsearch, not yet started -------------------------
@@ -399,7 +365,10 @@ class RedisStateStore:
         """Hold the lock ``name`` for ``ttl_s`` more while ``owner`` holds it; False when it
         lapsed or another holds it (the holder should stop)."""
         with redis_errors(f"renew the lock {name}"):
-            return bool(self.client.eval(RENEW_LOCK, 1, self._lock(name), owner, int(ttl_s * 1000)))
+            renewed = self.scripts.renew_lock(
+                lock=self._lock(name), owner=owner, ttl_ms=int(ttl_s * 1000)
+            )
+        return bool(renewed)
 
     def lock_owner(self, name: str) -> str | None:
         """Who holds the lock ``name``; None when nobody does."""
@@ -430,8 +399,8 @@ class RedisStateStore:
         """True when ``job_id`` heads its session's line. A head whose state is gone (it ended
         or expired without leaving the line) is removed, so one lost job cannot block a
         session. A head that still has its state keeps its place however long it has waited or
-        run: while it runs, its batch's lease says it is alive (``workers.leases``), and when
-        that lease lapses the reaper sends it on or ends it, which frees the line. Age alone
+        run: while it runs, its batch's lease says it is alive (``workers.scheduler.leases``), and
+        when that lease lapses the reaper sends it on or ends it, which frees the line. Age alone
         says nothing under a long backlog."""
         key = self._session(session_key)
         with redis_errors("check the session line"):
@@ -456,7 +425,8 @@ class RedisStateStore:
         """Leave the line; returns the job now at its head, read in the same atomic step (a job
         joining meanwhile is either seen here or finds itself at the head)."""
         with redis_errors("leave the session line"):
-            head = self._leave(keys=[self._session(session_key), self._lines], args=[job_id])
+            line = self._session(session_key)
+            head = self.scripts.leave_line(line=line, lines=self._lines, job_id=job_id)
         return head.decode() if isinstance(head, bytes) else None
 
     @property
@@ -498,7 +468,7 @@ class RedisStateStore:
     def leave_line_at(self, line: str, job_id: str) -> str | None:
         """``leave_line`` for a line known by its key (as ``line_heads`` names it)."""
         with redis_errors("leave the session line"):
-            head = self._leave(keys=[line, self._lines], args=[job_id])
+            head = self.scripts.leave_line(line=line, lines=self._lines, job_id=job_id)
         return head.decode() if isinstance(head, bytes) else None
 
     def accepted_at(self, job_id: str) -> float | None:

@@ -27,112 +27,101 @@ from kombu.exceptions import OperationalError
 
 from pipeline.errors import TransientError
 from pipeline.jobs import JobStatus, job_record
-from pipeline.phases import Workload
 from pipeline.state import JobState, Phase
-from workers.chain import batch_chain
-from workers.names import GATHER_TASK, PREPARE_TASK
-from workers.runtime import MemqCelery, queue_for
+from workers.scheduler.core import Scheduler
+from workers.scheduler.state_store import Lane, Taken, TakeOutcome
 
 log = logging.getLogger("memq.worker")
 
-LIVE, BACKFILL = "live", "backfill"
+LIVE, BACKFILL = Lane.LIVE, Lane.BACKFILL
 LOST_BATCH_S = 120.0  # a batch that has not ended after this long no longer holds a slot
 RECHECK_S = 1.0
 
 
-def lane_of(backfill: bool) -> str:
-    return BACKFILL if backfill else LIVE
-
-
-def make_ready(app: MemqCelery, job_id: str, backfill: bool) -> None:
+def make_ready(sched: Scheduler, job_id: str, backfill: bool) -> None:
     """The job's turn has come: queue it for the next batch of its lane and send a gather."""
-    make_ready_all(app, [job_id], backfill)
+    make_ready_all(sched, [job_id], backfill)
 
 
-def make_ready_all(app: MemqCelery, job_ids: list[str], backfill: bool) -> None:
+def make_ready_all(sched: Scheduler, job_ids: list[str], backfill: bool) -> None:
     """``make_ready`` for jobs of one lane at once (those a batch's end hands on to): one
     gather for all of them, where one each would leave all but the first nothing to take."""
-    runtime, lane = app.runtime, lane_of(backfill)
-    runtime.states.push_ready(lane, *job_ids)
+    lane = Lane.of(backfill)
+    sched.states.push_ready(lane, *job_ids)
     try:
-        send_gather(app, lane)
+        send_gather(sched, lane)
     except OperationalError as exc:
-        runtime.states.unready(lane, *job_ids)
+        sched.states.unready(lane, *job_ids)
         raise TransientError(f"could not send a gather for jobs {job_ids}: {exc}") from exc
 
 
 def send_gather(
-    app: MemqCelery, lane: str, countdown: float | None = None, task_id: str | None = None
+    sched: Scheduler, lane: Lane, countdown: float | None = None, task_id: str | None = None
 ) -> None:
     """A gather task for ``lane``, on the I/O queue of that lane (``task_id``: the batch id of
     a gather sent again)."""
-    queue = queue_for(Workload.IO, app.runtime.settings.queues, lane == BACKFILL)
-    app.send_task(GATHER_TASK, args=(lane,), queue=queue, countdown=countdown, task_id=task_id)
+    sched.sender.gather(lane, countdown=countdown, task_id=task_id)
 
 
-def gather(app: MemqCelery, batch_id: str, lane: str, token: str) -> list[str]:
+def gather(sched: Scheduler, batch_id: str, lane: Lane, token: str) -> list[str]:
     """Take a batch of ready jobs, mark them running and send their chain; returns the ids of
     the jobs it runs (none when another gather took them first). ``token`` owns the batch's
-    run (``workers.leases``) and hands it on to the first phase."""
-    runtime = app.runtime
-    taken = take(app, batch_id, lane)
-    if taken is None:  # delivered again after its chain was sent
+    run (``workers.scheduler.leases``) and hands it on to the first phase."""
+    taken = take(sched, batch_id, lane)
+    if taken.outcome is TakeOutcome.LAUNCHED:  # delivered again after its chain was sent
         return []
-    if isinstance(taken, int):  # every batch slot is taken; jobs wait for one
-        recheck_later(app, lane)
+    if taken.outcome is TakeOutcome.NO_SLOT:  # every batch slot is taken; jobs wait for one
+        recheck_later(sched, lane)
         return []
-    if taken and linger(app, lane, len(taken)):
-        time.sleep(runtime.settings.worker.batch_wait_ms / 1000)
-        more = take(app, batch_id, lane)
-        taken = more if isinstance(more, list) else taken
-    if not taken:
+    if taken.jobs and linger(sched, lane, len(taken.jobs)):
+        time.sleep(sched.worker.batch_wait_ms / 1000)
+        more = take(sched, batch_id, lane)
+        taken = more if more.outcome is TakeOutcome.TAKEN else taken
+    if not taken.jobs:
         return []
-    jobs = admit(app, batch_id, lane, list(dict.fromkeys(taken)))
+    jobs = admit(sched, batch_id, lane, list(dict.fromkeys(taken.jobs)))
     if not jobs:
-        runtime.states.launched(batch_id)
-        batch_ended(app, batch_id)
+        sched.states.launched(batch_id)
+        batch_ended(sched, batch_id)
         return []
-    runtime.states.save_many(jobs)
-    mark_running(app, jobs)
+    sched.states.save_many(jobs)
+    mark_running(sched, jobs)
     ids = [job.job_id for job in jobs]
-    chain = batch_chain(app, batch_id, ids, runtime.settings.queues, backfill=lane == BACKFILL)
     # the run waits for its first phase, leased until the message is in the broker: a worker
     # dying in between leaves a lapse for the reaper, never a run nobody sends
     context = Phase.CONTEXT.value
-    runtime.leases.hand_on(batch_id, token, context, jobs=ids, expires=app.keeper.expiry())
-    chain.apply_async()
-    runtime.leases.sent(batch_id, context, app.keeper.pickup_by())
-    runtime.states.launched(batch_id)
+    sched.leases.hand_on(batch_id, token, context, jobs=ids, expires=sched.expiry())
+    sched.sender.chain(batch_id, ids, backfill=lane == BACKFILL)
+    sched.leases.sent(batch_id, context, sched.pickup_by())
+    sched.states.launched(batch_id)
     log.info("batch %s: %d job(s)", batch_id, len(ids))
-    embed_ahead(app, lane, jobs)
-    worker = runtime.settings.worker
-    since = runtime.clock().timestamp() - LOST_BATCH_S
-    if spreads(lane) and runtime.states.room_for_more(lane, worker.batches_in_flight, since):
+    embed_ahead(sched, lane, jobs)
+    slots = sched.worker.batches_in_flight
+    since = sched.clock().timestamp() - LOST_BATCH_S
+    if spreads(lane) and sched.states.room_for_more(lane, slots, since):
         try:
-            send_gather(app, lane)  # this batch took its share; another takes the rest
+            send_gather(sched, lane)  # this batch took its share; another takes the rest
         except OperationalError as exc:  # the batches that end gather them instead
             log.warning("batch %s: no gather sent for the jobs left ready: %s", batch_id, exc)
     return ids
 
 
-def embed_ahead(app: MemqCelery, lane: str, jobs: list[JobState]) -> None:
+def embed_ahead(sched: Scheduler, lane: Lane, jobs: list[JobState]) -> None:
     """Send the jobs next in the batch's sessions' lines to have their new turns embedded
     while this batch runs (``memq.batch.prepare``, on the CPU queue): their retrieval then
     finds the vectors instead of calling the model when their turn comes. Live lane only (see
     ``embeds_ahead``). Best effort: a fault here costs that model call later, nothing else."""
-    runtime = app.runtime
-    if not (runtime.settings.worker.embed_ahead and embeds_ahead(lane)):
+    if not (sched.worker.embed_ahead and embeds_ahead(lane)):
         return
     try:
-        following = runtime.states.next_in_lines([job.request.scope.key for job in jobs])
+        following = sched.states.next_in_lines([job.request.scope.key for job in jobs])
         if following:
-            queue = queue_for(Workload.CPU, runtime.settings.queues, backfill=False)
-            app.send_task(PREPARE_TASK, args=(following,), queue=queue)
+            sched.sender.prepare(following)
     except (TransientError, OperationalError) as exc:
         log.warning("no turns embedded ahead of their jobs: %s", exc)
 
 
-def embeds_ahead(lane: str) -> bool:
+def embeds_ahead(lane: Lane) -> bool:
     """Whether a batch of the lane has the next jobs of its sessions embedded ahead: live
     traffic's, whose batches wait on the LLM while the CPU worker is idle, so the embedding
     moves off the path of the next batch; not a backfill's, whose batches keep the CPU
@@ -141,11 +130,11 @@ def embeds_ahead(lane: str) -> bool:
     return lane == LIVE
 
 
-def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
-    runtime, worker = app.runtime, app.runtime.settings.worker
-    now = runtime.clock().timestamp()
+def take(sched: Scheduler, batch_id: str, lane: Lane) -> Taken:
+    worker = sched.worker
+    now = sched.clock().timestamp()
     limit, in_flight = worker.batch_max_jobs, worker.batches_in_flight
-    return runtime.states.take_batch(
+    return sched.states.take_batch(
         batch_id,
         lane,
         limit=limit,
@@ -156,7 +145,7 @@ def take(app: MemqCelery, batch_id: str, lane: str) -> list[str] | int | None:
     )
 
 
-def spreads(lane: str) -> bool:
+def spreads(lane: Lane) -> bool:
     """Whether the lane's jobs are spread evenly over its batch slots: a backfill's, whose
     batches run every phase on the CPU worker's processes, one process each; not live
     traffic's, where halved batches measured slower against a shared embeddings endpoint
@@ -164,30 +153,29 @@ def spreads(lane: str) -> bool:
     return lane == BACKFILL
 
 
-def recheck_later(app: MemqCelery, lane: str) -> None:
+def recheck_later(sched: Scheduler, lane: Lane) -> None:
     """Every batch slot is taken: the batches that end will gather what waits. In case none
     does (its worker died), one gather per lane comes back a second later, so no ready job
     waits on a lost batch for longer than LOST_BATCH_S."""
-    runtime = app.runtime
-    if not runtime.states.first_to_recheck(lane, RECHECK_S):
+    if not sched.states.first_to_recheck(lane, RECHECK_S):
         return
-    send_gather(app, lane, countdown=RECHECK_S)
+    send_gather(sched, lane, countdown=RECHECK_S)
 
 
-def batch_ended(app: MemqCelery, batch_id: str) -> None:
+def batch_ended(sched: Scheduler, batch_id: str) -> None:
     """Free the batch's slot and gather whatever waits for one."""
-    for lane in app.runtime.states.batch_ended(batch_id, (LIVE, BACKFILL)):
-        send_gather(app, lane)
+    for lane in sched.states.batch_ended(batch_id, (LIVE, BACKFILL)):
+        send_gather(sched, lane)
 
 
-def linger(app: MemqCelery, lane: str, taken: int) -> bool:
+def linger(sched: Scheduler, lane: Lane, taken: int) -> bool:
     """Wait for the batch to fill only while jobs arrive fast enough that another is due
     within the wait (``arrivals_due``): a lone job, or a client sending one conversation after
     another, starts at once."""
-    worker = app.runtime.settings.worker
+    worker = sched.worker
     if taken >= worker.batch_max_jobs or worker.batch_wait_ms <= 0:
         return False
-    return arrivals_due(app.runtime.states.arrivals(lane), worker.batch_wait_ms)
+    return arrivals_due(sched.states.arrivals(lane), worker.batch_wait_ms)
 
 
 def arrivals_due(per_second: int, wait_ms: int) -> bool:
@@ -198,44 +186,41 @@ def arrivals_due(per_second: int, wait_ms: int) -> bool:
     return per_second >= 2 and per_second * wait_ms >= 1000
 
 
-def admit(app: MemqCelery, batch_id: str, lane: str, job_ids: list[str]) -> list[JobState]:
+def admit(sched: Scheduler, batch_id: str, lane: Lane, job_ids: list[str]) -> list[JobState]:
     """The jobs this batch runs: each still has its state, heads its session's line (one made
     ready out of turn is left out: it is still in its line, and the hand-on of the job ahead
     of it makes it ready again, so a session's order holds whatever put it in the list), and
     its turn is this batch's (not taken by another)."""
-    runtime = app.runtime
-    runtime.states.admitted(lane, job_ids)
+    states = sched.states
+    states.admitted(lane, job_ids)
     sessions: set[str] = set()
     jobs: list[JobState] = []
-    for state in runtime.states.load_many(job_ids):
+    for state in states.load_many(job_ids):
         if state is None:  # ended meanwhile
             continue
         session = state.request.scope.key
-        if session in sessions or not runtime.states.my_turn(
-            session, state.job_id, runtime.clock()
-        ):
+        if session in sessions or not states.my_turn(session, state.job_id, sched.clock()):
             continue
-        if not runtime.states.take_turn(state.job_id, state.attempts, owner=batch_id):
+        if not states.take_turn(state.job_id, state.attempts, owner=batch_id):
             continue  # another batch runs this attempt already
         sessions.add(session)
         jobs.append(state)
     return [job.with_(run=batch_id, batch_size=len(jobs)) for job in jobs]
 
 
-def mark_running(app: MemqCelery, jobs: list[JobState]) -> None:
+def mark_running(sched: Scheduler, jobs: list[JobState]) -> None:
     """One bulk of ``running`` records. Best effort: the records say ``queued`` a little longer
     if it fails, and the jobs run all the same."""
-    runtime = app.runtime
-    now = runtime.clock()
+    now = sched.clock()
     records = [job_record(job, JobStatus.RUNNING, now, phase=Phase.CONTEXT.value) for job in jobs]
     try:
-        runtime.store.save_jobs(records)
+        sched.records().save_jobs(records)
     except TransientError as exc:
         log.warning("could not mark %d job(s) running: %s", len(records), exc)
 
 
 def send_alone(
-    app: MemqCelery,
+    sched: Scheduler,
     state: JobState,
     phase: Phase,
     countdown: float,
@@ -253,11 +238,11 @@ def send_alone(
     else:
         solo = f"{state.job_id}.a{state.attempts}.l{uuid.uuid4().hex[:8]}"
         state = state.with_(run=solo, batch_size=1)
-    send_run(app, solo, [state], phase, countdown=countdown, fault_since=fault_since)
+    send_run(sched, solo, [state], phase, countdown=countdown, fault_since=fault_since)
 
 
 def send_run(
-    app: MemqCelery,
+    sched: Scheduler,
     run_id: str,
     states: list[JobState],
     phase: Phase,
@@ -270,16 +255,13 @@ def send_run(
     the broker or for as long as it is held back; then the states that name it (a state never
     names a run that does not exist); then its chain. A broker that refuses the chain raises
     ``OperationalError``, and the run's lease lapses for the reaper to send the jobs on."""
-    runtime = app.runtime
     ids = [state.job_id for state in states]
     backfill = states[0].backfill
-    expires = app.keeper.expiry() + countdown
-    runtime.leases.schedule(run_id, phase.value, ids, lane_of(backfill), expires)
-    runtime.states.save_many(states)
-    queues = runtime.settings.queues
-    chain = batch_chain(
-        app, run_id, ids, queues, backfill=backfill, start=phase, fault_since=fault_since
+    expires = sched.expiry() + countdown
+    sched.leases.schedule(run_id, phase.value, ids, Lane.of(backfill), expires)
+    sched.states.save_many(states)
+    sched.sender.chain(
+        run_id, ids, backfill=backfill, start=phase, fault_since=fault_since, countdown=countdown
     )
-    chain.apply_async(countdown=countdown)
     if countdown <= 0:
-        runtime.leases.sent(run_id, phase.value, app.keeper.pickup_by())
+        sched.leases.sent(run_id, phase.value, sched.pickup_by())

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.config import WorkerConfig
-from workers.leases import RunLeases
+from workers.scheduler.protocols import SchedulerLeases
 
 log = logging.getLogger("memq.worker")
 
@@ -40,7 +40,7 @@ class Keeper:
 
     def __init__(
         self,
-        leases: Callable[[], RunLeases],
+        leases: Callable[[], SchedulerLeases],
         config: WorkerConfig,
         reap: Callable[[], None],
         clock: Callable[[], float] = time.time,

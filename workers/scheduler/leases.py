@@ -1,11 +1,11 @@
 """Ownership of a batch run, in Redis: who runs it now, and until when.
 
-A *run* is a batch's trip down the phases (its id is the batch id, or a job's id and a suffix
-when a job is sent on alone). Its record, ``memq:{ns}:run:{id}``, holds the phase the run is
-at, its jobs, its lane and its owner: the execution token of the task running that phase, or
-empty while the next phase's message waits in the broker. While a task owns the run, the run
-sits in the ``leases`` sorted set scored by the lease's expiry, which the owner's process
-renews (``workers.keeper``); a run whose score passed has lost its owner, and the reaper takes
+A *run* is a batch's trip down the phases (its id is the batch id, or a job's id and a suffix when a
+job is sent on alone). Its record, ``memq:{ns}:run:{id}``, holds the phase the run is at, its jobs,
+its lane and its owner: the execution token of the task running that phase, or empty while the next
+phase's message waits in the broker. While a task owns the run, the run sits in the ``leases``
+sorted set scored by the lease's expiry, which the owner's process renews
+(``workers.scheduler.keeper``); a run whose score passed has lost its owner, and the reaper takes
 it. A run also sits there, ownerless, while its next message is held back (a countdown) in a
 worker's memory, where the broker could lose it with that worker.
 
@@ -23,77 +23,10 @@ from enum import StrEnum
 import redis
 
 from pipeline.redis_errors import redis_errors
-from workers.state_store import BATCH_TTL_S, STATE_TTL_S
+from workers.scheduler.scripts import Scripts
+from workers.scheduler.state_store import BATCH_TTL_S, STATE_TTL_S
 
 GATHERING = "gather"  # the phase of a run whose gather task has not launched its chain yet
-
-# KEYS: run, leases. ARGV: phase, task id, token, expiry, run id, may create ('1' for a gather),
-# lane, ttl. A gather may create its run and take over from an earlier delivery of itself.
-CLAIM = """
-local phase = redis.call('HGET', KEYS[1], 'phase')
-if not phase then
-  if ARGV[6] ~= '1' then return 'stale' end
-  redis.call('HSET', KEYS[1], 'phase', ARGV[1], 'owner', ARGV[3], 'lane', ARGV[7], 'jobs', '[]')
-  redis.call('EXPIRE', KEYS[1], ARGV[8])
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
-  return 'own'
-end
-if phase ~= ARGV[1] then return 'stale' end
-local owner = redis.call('HGET', KEYS[1], 'owner') or ''
-local mine = string.sub(owner, 1, #ARGV[2] + 1) == ARGV[2] .. ':'
-if owner == '' or (mine and ARGV[6] == '1') then
-  redis.call('HSET', KEYS[1], 'owner', ARGV[3])
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
-  return 'own'
-end
-if mine then return 'redelivered' end
-return 'stale'
-"""
-# KEYS: run, leases. ARGV: token, expiry, run id.
-RENEW = """
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[3])
-return 1
-"""
-# KEYS: run, leases. ARGV: token, next phase, jobs (JSON, '' to keep), expiry ('' for none), run id.
-HAND_ON = """
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'phase', ARGV[2], 'owner', '')
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'jobs', ARGV[3]) end
-if ARGV[4] == '' then redis.call('ZREM', KEYS[2], ARGV[5])
-else redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5]) end
-return 1
-"""
-# KEYS: run, leases. ARGV: phase, run id, pickup deadline.
-SENT = """
-if redis.call('HGET', KEYS[1], 'phase') ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[1], 'owner') ~= '' then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
-return 1
-"""
-# KEYS: run, leases. ARGV: until, run id.
-DEFER = """
-if redis.call('HGET', KEYS[1], 'owner') ~= '' then return 0 end
-if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
-return 1
-"""
-# KEYS: run, leases. ARGV: token ('*' for any owner), run id.
-CLOSE = """
-if ARGV[1] ~= '*' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[2])
-return 1
-"""
-# KEYS: run, leases. ARGV: before (the score must be at most this), run id.
-TAKE = """
-local score = redis.call('ZSCORE', KEYS[2], ARGV[2])
-if (not score) or tonumber(score) > tonumber(ARGV[1]) then return false end
-redis.call('ZREM', KEYS[2], ARGV[2])
-local fields = redis.call('HGETALL', KEYS[1])
-redis.call('DEL', KEYS[1])
-return fields
-"""
 
 
 class Claim(StrEnum):
@@ -122,13 +55,7 @@ class RunLeases:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}"
-        self._claim = client.register_script(CLAIM)
-        self._renew = client.register_script(RENEW)
-        self._hand_on = client.register_script(HAND_ON)
-        self._close = client.register_script(CLOSE)
-        self._sent = client.register_script(SENT)
-        self._defer = client.register_script(DEFER)
-        self._take = client.register_script(TAKE)
+        self.scripts = Scripts(client)
 
     def _run(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}"
@@ -137,33 +64,33 @@ class RunLeases:
     def _leases(self) -> str:
         return f"{self.prefix}:leases"
 
-    def _keys(self, run_id: str) -> list[str]:
-        return [self._run(run_id), self._leases]
+    def _keys(self, run_id: str) -> dict[str, str]:
+        """The keys every script of a run takes, and the run's id (its member in ``leases``)."""
+        return {"run": self._run(run_id), "leases": self._leases, "run_id": run_id}
 
     def claim(
         self, run_id: str, phase: str, *, task_id: str, token: str, expires: float, lane: str = ""
     ) -> Claim:
         """Take the run's ``phase`` for the execution ``token`` (``task_id:...``) until
         ``expires``. A gather (phase ``GATHERING``) creates its run when there is none."""
-        create = "1" if phase == GATHERING else "0"
-        args: list[str | float] = [
-            phase,
-            task_id,
-            token,
-            expires,
-            run_id,
-            create,
-            lane,
-            BATCH_TTL_S,
-        ]
         with redis_errors("claim a run"):
-            reply = self._claim(keys=self._keys(run_id), args=args)
+            reply = self.scripts.claim_run(
+                **self._keys(run_id),
+                phase=phase,
+                task_id=task_id,
+                token=token,
+                expires=expires,
+                may_create=phase == GATHERING,
+                lane=lane,
+                ttl_s=BATCH_TTL_S,
+            )
         return Claim(reply.decode() if isinstance(reply, bytes) else str(reply))
 
     def renew(self, run_id: str, token: str, expires: float) -> bool:
         """Extend the lease; False when ``token`` no longer owns the run."""
         with redis_errors("renew a lease"):
-            return bool(self._renew(keys=self._keys(run_id), args=[token, expires, run_id]))
+            renewed = self.scripts.renew_lease(**self._keys(run_id), token=token, expires=expires)
+        return bool(renewed)
 
     def hand_on(
         self,
@@ -177,9 +104,15 @@ class RunLeases:
         """The owner is done with its phase: the run now waits for ``phase``'s task, ownerless,
         with no lease, or one until ``expires`` while its message is not yet safe in the broker
         (about to be sent, or held back by a countdown). False if ``token`` no longer owns it."""
-        args = [token, phase, json.dumps(jobs) if jobs is not None else "", expires or "", run_id]
         with redis_errors("hand a run on"):
-            return bool(self._hand_on(keys=self._keys(run_id), args=args))
+            handed = self.scripts.hand_on_run(
+                **self._keys(run_id),
+                token=token,
+                phase=phase,
+                jobs_json=json.dumps(jobs) if jobs is not None else "",
+                expires=expires or None,
+            )
+        return bool(handed)
 
     def schedule(
         self, run_id: str, phase: str, jobs: list[str], lane: str, expires: float | None
@@ -206,7 +139,7 @@ class RunLeases:
         gone and does nothing. (A lease taken meanwhile by the task that claimed the run is
         left alone.)"""
         with redis_errors("mark a run's message sent"):
-            self._sent(keys=self._keys(run_id), args=[phase, run_id, pickup_by])
+            self.scripts.mark_sent(**self._keys(run_id), phase=phase, pickup_by=pickup_by)
 
     def waiting(self, run_id: str) -> tuple[str, str] | None:
         """(phase, lane) of a run that nobody owns (its message waits somewhere), else None."""
@@ -219,7 +152,8 @@ class RunLeases:
     def defer(self, run_id: str, until: float) -> bool:
         """Move an unowned run's deadline to ``until``; False if it is owned or not leased."""
         with redis_errors("defer a run"):
-            return bool(self._defer(keys=self._keys(run_id), args=[until, run_id]))
+            deferred = self.scripts.defer_run(**self._keys(run_id), deadline=until)
+        return bool(deferred)
 
     def exists(self, run_id: str) -> bool:
         with redis_errors("check a run"):
@@ -244,7 +178,8 @@ class RunLeases:
     def close(self, run_id: str, token: str = "*") -> bool:
         """The run has ended (or lost all its jobs): forget it, if ``token`` still owns it."""
         with redis_errors("close a run"):
-            return bool(self._close(keys=self._keys(run_id), args=[token, run_id]))
+            closed = self.scripts.close_run(**self._keys(run_id), token=token)
+        return bool(closed)
 
     def lapsed(self, now: float, limit: int = 100) -> list[str]:
         """Runs whose lease expired before ``now``, oldest first."""
@@ -256,7 +191,7 @@ class RunLeases:
         """Remove and return the run if its lease expired before ``before`` (float('inf'):
         whatever its lease), for exactly one caller; None otherwise."""
         with redis_errors("take a lapsed run"):
-            fields = self._take(keys=self._keys(run_id), args=[before, run_id])
+            fields = self.scripts.take_run(**self._keys(run_id), before=before)
         if not fields:
             return None
         raw = dict(zip(fields[::2], fields[1::2], strict=True))
