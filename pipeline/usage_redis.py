@@ -22,7 +22,7 @@ import redis
 from pipeline.redis_errors import redis_errors
 from pipeline.usage import BudgetState, Charge, DayUsage, Usage, days_between, month_of
 
-CHARGED_TTL_S = 8 * 86_400  # longer than a job state's 7 days (``workers.state_store``)
+CHARGED_TTL_S = 8 * 86_400  # longer than a job state's 7 days (``workers.scheduler.state_store``)
 
 # Apply one charge unless its mark (KEYS[1]) exists: add ARGV[3..] (field, count pairs) to the
 # day, month and total hashes (KEYS[2..4]) and note the tenant ARGV[2] in KEYS[5]. The mark

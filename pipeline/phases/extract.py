@@ -90,7 +90,7 @@ def extract_each(
 ) -> Iterator[Outcome | None]:
     """(job id, its new state or the error that stopped it) for each job, in the order the
     calls end, so a driver can send the jobs that are done on while the slowest calls still
-    run (``workers.waves``); with ``tick_s``, None after each ``tick_s`` in which no call
+    run (``workers.scheduler.waves``); with ``tick_s``, None after each ``tick_s`` in which no call
     ended, so that driver can act on time alone. The calls run concurrently, as in
     ``extract_facts_batch``."""
     if not states:
