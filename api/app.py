@@ -22,7 +22,7 @@ from api.routes import admin, export, health, jobs, mem0, mem0_platform, memorie
 from api.schemas import ERROR_RESPONSES
 from api.ui import mount_ui
 from pipeline.config import Settings
-from pipeline.intake import Intake
+from pipeline.ingestion.intake import Intake
 from pipeline.telemetry import configure_tracing
 
 DESCRIPTION = """Long-term memory for AI agents.

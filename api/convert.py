@@ -24,17 +24,17 @@ from api.schemas import (
     UsagePublic,
     UsageReportPublic,
 )
-from pipeline.capability import refusal
 from pipeline.config import Settings
+from pipeline.domain.jobs import JobRecord, public_results
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.errors import InvalidInputError
-from pipeline.filters import split_scope
-from pipeline.jobs import JobRecord, public_results
-from pipeline.keys import Principal
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.provenance import provenance_of
+from pipeline.features.provenance import provenance_of
+from pipeline.features.usage import BudgetState, Usage, UsageReport
+from pipeline.ingestion.capability import refusal
+from pipeline.serving.keys import Principal
+from pipeline.store.filters import split_scope
 from pipeline.store.protocol import ServingStore
 from pipeline.store.reads import MemoryRecord
-from pipeline.usage import BudgetState, Usage, UsageReport
 
 _MESSAGES = TypeAdapter(list[MessageIn])
 FILTERS_MAX_CHARS = 10_000
@@ -56,7 +56,7 @@ def scope_of(
 
 def scope_from_filters(filters: Any) -> dict[str, str]:
     """user_id / agent_id / run_id equalities at the top of a filter (or in a top AND), where
-    mem0 2.x callers put the scope (``pipeline.filters.split_scope``)."""
+    mem0 2.x callers put the scope (``pipeline.store.filters.split_scope``)."""
     return split_scope(filters).ids
 
 
@@ -163,7 +163,8 @@ def batch_requests(
     items: Sequence[MemoryCreate], principal: Principal, settings: Settings
 ) -> list[AddRequest]:
     """Every item of a batch validated, and checked runnable under ``settings``
-    (``pipeline.capability``), before any is queued: ``InvalidInputError`` names the item."""
+    (``pipeline.ingestion.capability``), before any is queued: ``InvalidInputError`` names the
+    item."""
     requests = [add_request(item, principal) for item in items]
     for index, request in enumerate(requests):
         refused = refusal(request, settings)

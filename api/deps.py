@@ -17,14 +17,14 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from api.resources import Resources
 from api.search_slots import FairSearcher
 from pipeline.config import Settings
-from pipeline.deps import Deps
+from pipeline.domain.models import Identifier
 from pipeline.errors import PermanentError
-from pipeline.intake import Intake
-from pipeline.keys import KeyStore, Principal
-from pipeline.models import Identifier
+from pipeline.features.usage import UsageLedger
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.intake import Intake
+from pipeline.serving.keys import KeyStore, Principal
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import ServingStore
-from pipeline.usage import UsageLedger
 
 
 class UnauthorizedError(PermanentError):

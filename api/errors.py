@@ -19,7 +19,6 @@ from starlette.exceptions import HTTPException
 from api.deps import ForbiddenError, UnauthorizedError
 from api.limits import RateLimitedError
 from api.request_ids import HEADER, request_id_of
-from pipeline.chat import SignatureError
 from pipeline.errors import (
     ConflictError,
     InvalidInputError,
@@ -30,7 +29,8 @@ from pipeline.errors import (
     RetriesExhaustedError,
     TransientError,
 )
-from pipeline.usage import BudgetSpentError
+from pipeline.features.chat import SignatureError
+from pipeline.features.usage import BudgetSpentError
 
 log = logging.getLogger("memq.api")
 

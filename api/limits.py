@@ -9,7 +9,7 @@
 - A batch costs its items (``POST /v1/batches``, mem0's batch update and delete); a batch
   above one window's allowance closes the windows it spans (``charge``).
 - Units of costly search work per second (``MEMQ_API_SEARCH_COST_PER_S``): what a search
-  asks beyond a plain one (``pipeline.search_cost``), charged by the searcher every surface
+  asks beyond a plain one (``pipeline.serving.search_cost``), charged by the searcher every surface
   uses (``api/search_slots.py``), so a tenant's costly searches per second are bounded
   whatever its searches per second.
 - Open listing cursors: each cursor holds an Elasticsearch point in time, and a node keeps only
@@ -33,10 +33,10 @@ from limits.storage import MemoryStorage, RedisStorage
 from limits.strategies import FixedWindowRateLimiter
 
 from api.deps import PrincipalDep
+from pipeline.adapters.redis_errors import redis_errors
 from pipeline.config import ApiConfig
 from pipeline.errors import InvalidInputError, MemqError, TransientError
-from pipeline.listing import PIT_KEEP_ALIVE_S, Page
-from pipeline.redis_errors import redis_errors
+from pipeline.serving.listing import PIT_KEEP_ALIVE_S, Page
 
 Path = Literal["write", "search", "read", "search_cost"]
 
@@ -196,7 +196,7 @@ def per_window(rate_per_s: int, window_s: int) -> RateLimitItem | None:
 
 def _pit_of(cursor: str) -> str:
     """The point in time a cursor holds (its later pages share it), as a short key."""
-    from pipeline.listing import decode_cursor
+    from pipeline.serving.listing import decode_cursor
 
     pit, _ = decode_cursor(cursor)
     return hashlib.sha1(pit.encode(), usedforsecurity=False).hexdigest()

@@ -37,7 +37,9 @@ from api.limits import Path, RateLimitedError
 from api.request_ids import request_id_of
 from api.resources import Resources
 from api.schemas import Include, MemoryCreate
-from pipeline import crud
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import AwareDatetime, Identifier, MemoryType
+from pipeline.domain.models import Scope as MemoryScope
 from pipeline.errors import (
     InvalidInputError,
     MemqError,
@@ -45,14 +47,12 @@ from pipeline.errors import (
     RetriesExhaustedError,
     TransientError,
 )
-from pipeline.intake import Accepted
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.keys import Principal
-from pipeline.listing import list_memories
-from pipeline.models import AwareDatetime, Identifier, MemoryType
-from pipeline.models import Scope as MemoryScope
-from pipeline.search import SearchQuery
-from pipeline.search_models import AS_OF, INCLUDE_REPLACED
+from pipeline.ingestion.intake import Accepted
+from pipeline.serving import crud
+from pipeline.serving.keys import Principal
+from pipeline.serving.listing import list_memories
+from pipeline.serving.search import SearchQuery
+from pipeline.serving.search_models import AS_OF, INCLUDE_REPLACED
 
 log = logging.getLogger("memq.mcp")
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.routing import Match, Mount, Route
 
 from pipeline.errors import MemqError
-from pipeline.usage import UsageLedger, capped, month_of, utc_day
+from pipeline.features.usage import UsageLedger, capped, month_of, utc_day
 
 if TYPE_CHECKING:
     from api.resources import Resources
@@ -96,7 +96,7 @@ def job_counts(resources: Resources) -> dict[str, int]:
 
 
 class UsageMetrics(Collector):
-    """Each tenant's usage and budget (``pipeline.usage``), read from the ledger at scrape
+    """Each tenant's usage and budget (``pipeline.features.usage``), read from the ledger at scrape
     time: ``memq_tenant_usage_total{tenant,kind}`` (a counter per ``Usage`` field since usage
     was first counted) for at most ``limit`` tenants (the rest as ``tenant="_other"``), and
     ``memq_tenant_token_budget`` / ``memq_tenant_month_tokens`` for tenants with a budget."""

@@ -14,12 +14,12 @@ from api.schemas import (
     ReprocessStartedPublic,
     ReprocessStatusPublic,
 )
+from pipeline.adapters.embedding.versioned import EmbedderSpec
 from pipeline.config import Settings
-from pipeline.embedding.versioned import EmbedderSpec
 from pipeline.errors import InvalidInputError, TransientError
-from pipeline.intake import Intake
-from pipeline.reextract import REEXTRACT
-from pipeline.reprocess import ReprocessRun, embedder_spec, plan_of, reextract_run, start
+from pipeline.features.reextract import REEXTRACT
+from pipeline.features.reprocess import ReprocessRun, embedder_spec, plan_of, reextract_run, start
+from pipeline.ingestion.intake import Intake
 from pipeline.store.build_progress import BuildProgress
 from pipeline.store.elastic import ElasticStore
 
@@ -92,7 +92,7 @@ def plan_public(store: ElasticStore, settings: Settings, run: ReprocessRun) -> R
 def start_public(
     store: ElasticStore, settings: Settings, intake: Intake, run: ReprocessRun, status_url: str
 ) -> ReprocessStartedPublic:
-    """Start ``run`` on a worker (``pipeline.reprocess.start``); what was started."""
+    """Start ``run`` on a worker (``pipeline.features.reprocess.start``); what was started."""
     run_id, builds = start(settings, store.client, intake, run)
     return ReprocessStartedPublic(
         run_id=run_id,

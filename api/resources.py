@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 import redis
 
 from pipeline.config import Settings
-from pipeline.intake import Intake
+from pipeline.features.usage_redis import RedisUsage
+from pipeline.ingestion.intake import Intake
 from pipeline.services import Services
-from pipeline.usage_redis import RedisUsage
 
 if TYPE_CHECKING:
     from api.limits import TenantLimits
@@ -77,7 +77,7 @@ class Resources:
 
     @cached_property
     def usage(self) -> RedisUsage:
-        """Per-tenant usage and budgets (``pipeline.usage``), in the API's Redis."""
+        """Per-tenant usage and budgets (``pipeline.features.usage``), in the API's Redis."""
         return RedisUsage(self.redis, self.settings.es.index_prefix)
 
     @cached_property

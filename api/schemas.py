@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from pipeline.models import AwareDatetime, Identifier, MemoryType, MemoryView
-from pipeline.provenance import Provenance
-from pipeline.search import SearchHit, SearchOptions
+from pipeline.domain.models import AwareDatetime, Identifier, MemoryType, MemoryView
+from pipeline.features.provenance import Provenance
+from pipeline.serving.search import SearchHit, SearchOptions
 
 
 class _In(BaseModel):
@@ -404,7 +404,7 @@ class Mem0ExportCreated(BaseModel):
 
 
 class Mem0Export(BaseModel):
-    """memq's dump of the selected memories (``pipeline.export``), read when fetched; the
+    """memq's dump of the selected memories (``pipeline.features.export``), read when fetched; the
     caller's schema is not applied (that needs a model call)."""
 
     id: str
@@ -447,8 +447,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 class UsagePublic(BaseModel):
-    """What a tenant used (``pipeline.usage``): jobs ended (``failed_jobs`` of them failed or
-    dead), memories stored, LLM tokens and calls, and texts embedded."""
+    """What a tenant used (``pipeline.features.usage``): jobs ended (``failed_jobs`` of them failed
+    or dead), memories stored, LLM tokens and calls, and texts embedded."""
 
     jobs: int
     failed_jobs: int

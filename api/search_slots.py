@@ -4,8 +4,8 @@ A search costs Elasticsearch CPU in proportion to its filters and the shard's si
 node's search threads are shared by every tenant: a tenant within its searches per second could
 still keep every thread busy with costly ones, and every other tenant's searches queued behind
 them. So each tenant has ``MEMQ_API_SEARCH_SLOTS_PER_TENANT`` slots (0: no limit), and a search
-takes as many as it weighs (``pipeline.filters.search_slots``: 1 for a plain search, up to 4 for
-the costliest filter allowed). A plain search that finds its slot taken waits for it,
+takes as many as it weighs (``pipeline.store.filters.search_slots``: 1 for a plain search, up to 4
+for the costliest filter allowed). A plain search that finds its slot taken waits for it,
 polling, up to ``MEMQ_API_SEARCH_SLOT_WAIT_S`` (a burst of one tenant's searches queues behind
 its own running ones, as it would in Elasticsearch's queue, but never ahead of another
 tenant's), and is then answered with 429 and a ``Retry-After`` that says why; a heavier search
@@ -27,7 +27,7 @@ Elasticsearch round trips, and the searches-per-second limit already charges eac
 Slots bound how much of a tenant's searching runs at once, not how often: a tenant whose
 costly searches each take all its slots still ran one after the other, back to back, and took
 that share of the CPU every tenant shares. So ``FairSearcher`` also charges each search's
-units of costly search work (``pipeline.search_cost``: 0 for a plain search) against its
+units of costly search work (``pipeline.serving.search_cost``: 0 for a plain search) against its
 tenant's budget per second (``MEMQ_API_SEARCH_COST_PER_S``, ``api/limits.py``), once it holds
 its slots (a search refused for its slots spends none); a batch search charges the sum of its
 queries'.
@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING
 
 import redis
 
+from pipeline.adapters.redis_errors import redis_errors
 from pipeline.errors import TransientError
-from pipeline.filters import search_slots
-from pipeline.redis_errors import redis_errors
-from pipeline.search import Searcher
-from pipeline.search_cost import search_cost
-from pipeline.search_models import SearchQuery, SearchResult
+from pipeline.serving.search import Searcher
+from pipeline.serving.search_cost import search_cost
+from pipeline.serving.search_models import SearchQuery, SearchResult
+from pipeline.store.filters import search_slots
 
 if TYPE_CHECKING:  # api.limits declares route dependencies on api.deps, which imports us
     from api.limits import TenantLimits

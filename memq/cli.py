@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
+from pipeline.adapters.embedding.cores import cores_file
 from pipeline.config import Settings
-from pipeline.embedding.cores import cores_file
 from pipeline.errors import MemqError
 from pipeline.logs import configure_logging, json_lines
 
@@ -125,7 +125,7 @@ def share_cores(settings: Settings, processes: int) -> Settings:
     """Give each of a worker's ``processes`` its share of the cores for the local model, unless
     ``MEMQ_EMBEDDER_THREADS`` says otherwise: oversubscribed model threads cost twice the CPU.
     With a share, the processes also lend each other the cores they are not using, through a
-    file made here, before the fork (pipeline/embedding/cores.py)."""
+    file made here, before the fork (pipeline/adapters/embedding/cores.py)."""
     if settings.embedder.threads:
         return settings
     cores = os.cpu_count() or 1
@@ -255,8 +255,8 @@ def _backfill(settings: Settings, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from memq.backfill import EXIT_BAD_INPUT, Backfill, BackfillOptions, dry_run
-    from pipeline.backfill import ReaderOptions, reader_for
     from pipeline.errors import InvalidInputError
+    from pipeline.ingestion.backfill import ReaderOptions, reader_for
 
     try:
         reader = reader_for(
@@ -284,7 +284,7 @@ def _backfill(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _add_backfill(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pipeline.backfill import READERS
+    from pipeline.ingestion.backfill import READERS
 
     backfill = sub.add_parser("backfill", help="import a transcript archive (docs/BACKFILL.md)")
     backfill.add_argument("path", help="the archive: a file or a folder, by format")

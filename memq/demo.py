@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from pipeline.capability import refusal
 from pipeline.config import Settings
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.search import SearchQuery
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.ingestion.capability import refusal
+from pipeline.serving.search import SearchQuery
 from workers.app import HEALTH_TASK, MemqCelery, create_celery
 from workers.intake import submit
 
@@ -51,7 +51,7 @@ def run_demo(settings: Settings, timeout_s: float) -> int:
 
 def sample_request(settings: Settings) -> AddRequest:
     """The sample conversation, with facts extracted when this stack can (the intake's own
-    check, ``pipeline.capability``), else stored as the raw turns (infer=false)."""
+    check, ``pipeline.ingestion.capability``), else stored as the raw turns (infer=false)."""
     request = AddRequest(
         scope=SCOPE,
         messages=[MessageIn.model_validate({"role": r, "content": t}) for r, t in CONVERSATION],

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from pipeline.adapters.embedding.versioned import spec_in_use
 from pipeline.config import Settings
-from pipeline.embedding.versioned import spec_in_use
 from pipeline.errors import InvalidInputError
-from pipeline.export import ExportOptions, Selector, export_lines, restore
+from pipeline.features.export import ExportOptions, Selector, export_lines, restore
 
 EXIT_BAD_INPUT = 2
 

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 
 from pipeline.config import Settings
-from pipeline.jobs import JobRecord, JobStatus
+from pipeline.domain.jobs import JobRecord, JobStatus
 
 REASON_WIDTH = 80
 
@@ -16,8 +16,8 @@ REASON_WIDTH = 80
 def run_jobs(settings: Settings, args: argparse.Namespace) -> int:
     """One line per job (``--json``: one JSON record per line), ``--limit`` of them, or every
     match with ``--all`` (a page at a time)."""
-    from pipeline.job_listing import MAX_JOB_PAGE, JobFilter, list_jobs
     from pipeline.services import Services
+    from pipeline.serving.job_listing import MAX_JOB_PAGE, JobFilter, list_jobs
 
     where = JobFilter(
         tenant=args.tenant,

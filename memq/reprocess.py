@@ -3,13 +3,14 @@
 ``--reembed`` keeps every memory as it is and makes its vector again with another embedder
 (any size), then swaps the new version in (``pipeline.store.reprocess``). The embedder is the
 index version's: once the aliases move, the API and the workers embed with it, whatever their
-``MEMQ_EMBEDDER_*`` say (``pipeline.embedding.versioned``). A stopped run resumes where it
+``MEMQ_EMBEDDER_*`` say (``pipeline.adapters.embedding.versioned``). A stopped run resumes where it
 was when started again with the same embedder. ``--drop-old`` deletes the versions left out
 of the aliases (with ``--reembed``: the one it replaced, once the swap is done).
 
 ``--reextract`` makes the memories again from the stored conversations, replaying each
 recorded job through the phases with the LLM of ``MEMQ_LLM_*`` and the prompts memq ships, for
-one tenant (``--tenant``) or all (``pipeline.reextract``); the embedder stays the one in use.
+one tenant (``--tenant``) or all (``pipeline.features.reextract``); the embedder stays the one in
+use.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
 
+from pipeline.adapters.embedding.versioned import EmbedderSpec
 from pipeline.config import Settings
-from pipeline.embedding.versioned import EmbedderSpec
+from pipeline.domain.models import Identifier
 from pipeline.errors import InvalidInputError, MemqError, TransientError
-from pipeline.models import Identifier
-from pipeline.reprocess import ReprocessRun, embedder_spec
+from pipeline.features.reprocess import ReprocessRun, embedder_spec
 from pipeline.store.reprocess import REEMBED, Reembedded
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def run_of(settings: Settings, args: argparse.Namespace) -> ReprocessRun:
     """The run the options ask for; ``InvalidInputError`` for a bad embedder option, or a
     re-extraction with no LLM configured."""
     if args.reextract:
-        from pipeline.reprocess import extraction_of, reextract_run
+        from pipeline.features.reprocess import extraction_of, reextract_run
         from pipeline.store.client import make_client
 
         if not args.dry_run:
@@ -108,7 +109,7 @@ def run_of(settings: Settings, args: argparse.Namespace) -> ReprocessRun:
 
 
 def say_plan(settings: Settings, run: ReprocessRun) -> None:
-    from pipeline.reprocess import plan_of
+    from pipeline.features.reprocess import plan_of
     from pipeline.store.client import make_client
 
     cost = plan_of(settings, make_client(settings.es), run)
@@ -157,7 +158,7 @@ def rebuild_now(settings: Settings, run: ReprocessRun) -> int:
     """Run under the reprocess lock (``workers.reprocess``), as a worker's run does."""
     import uuid
 
-    from pipeline.reprocess import run_reprocess as run_it
+    from pipeline.features.reprocess import run_reprocess as run_it
     from workers.reprocess import holding
 
     states = states_of(settings)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from workers.app import MemqCelery, create_celery
 
 DEAD_SHOWN = 10

@@ -187,8 +187,8 @@ class EmbedderConfig(_Section):
     # worker's processes share the cores out among themselves (``memq worker`` sets it).
     threads: int = Field(default=0, ge=0, le=256)
     # Set by ``memq worker`` for its prefork processes: a file of one byte per core through
-    # which they lend each other the cores they are not using (pipeline/embedding/cores.py).
-    # None: a process keeps to ``threads``.
+    # which they lend each other the cores they are not using
+    # (pipeline/adapters/embedding/cores.py). None: a process keeps to ``threads``.
     cores_file: str | None = None
     # Vectors of entity names kept per process (most recently used first out), so the model
     # runs once for a name that keeps coming back, such as a speaker's; 0 keeps none. About
@@ -234,7 +234,7 @@ class SearchConfig(_Section):
     weight_feedback: float = Field(default=0.2, ge=0, le=1)
     feedback_seeds: int = Field(default=2, ge=1, le=20)
     feedback_terms: int = Field(default=10, ge=1, le=100)
-    # Second hop (pipeline.multihop): for the people a query names (at most ``hop_people``),
+    # Second hop (pipeline.serving.multihop): for the people a query names (at most ``hop_people``),
     # the question's best BM25 matches among what they said join the candidates (at most
     # ``hop_candidates`` new ones), and a memory said by one of them is lifted by
     # ``weight_hop`` (the fused score weighs 1). 0: off; a search may ask ``hop: false``.
@@ -242,14 +242,14 @@ class SearchConfig(_Section):
     hop_people: int = Field(default=2, ge=1, le=10)
     hop_candidates: int = Field(default=20, ge=1, le=200)
     # Reply: the next turn after the best hit, when that hit is a verbatim message, is placed
-    # second (pipeline.replies). False: off; a search may ask ``reply: false``.
+    # second (pipeline.serving.replies). False: off; a search may ask ``reply: false``.
     reply: bool = True
     # The replies to the candidates among the best ``reply_prefetch_rank`` of the kNN or the
     # BM25 list are read beside the scoring; a best hit found deeper has its reply read after
     # ranking, in one more round trip. 0: always after ranking.
     reply_prefetch_rank: int = Field(default=10, ge=0, le=1000)
-    # The newer statement first (pipeline.currency): for a question about the present, of two
-    # of the best hits said by one speaker at different times, alike (cosine of their vectors
+    # The newer statement first (pipeline.serving.currency): for a question about the present, of
+    # two of the best hits said by one speaker at different times, alike (cosine of their vectors
     # at least ``rival_similarity``) and near in score (the lower at least ``rival_score_ratio``
     # of the higher), the newer is placed just above the older. rival_score_ratio 1: off.
     # Both chosen on the dev set of ops/bench/knowledge_update.py.
@@ -366,7 +366,7 @@ class ApiConfig(_Section):
     # How long a search waits for its tenant's slots before its 429: a burst of one tenant's
     # searches queues behind its own running ones instead of failing at once.
     search_slot_wait_s: float = Field(default=2.0, ge=0, le=30)
-    # Units of costly search work per second, per tenant (pipeline/search_cost.py; 0: no
+    # Units of costly search work per second, per tenant (pipeline/serving/search_cost.py; 0: no
     # limit): what substring conditions, long in/nin lists, rerank and many hits add to a
     # search. A plain search costs none; the costliest filter allowed costs 8, so 8 lets a
     # tenant run it once a second (twice as much let one tenant's flood of them push another's
@@ -405,7 +405,7 @@ class WebhookConfig(_Section):
     @field_validator("allow")
     @classmethod
     def _allow_list_parses(cls, value: str) -> str:
-        from pipeline.webhook import parse_allow_list
+        from pipeline.features.webhook import parse_allow_list
 
         parse_allow_list(value)  # ValueError names the bad entry
         return value
@@ -495,7 +495,7 @@ class Settings(BaseSettings):
 
     def llm_configured(self) -> bool:
         """Whether there is an LLM to call: a base URL, or a key for the default endpoint.
-        ``pipeline.capability`` decides from it which adds can run."""
+        ``pipeline.ingestion.capability`` decides from it which adds can run."""
         return bool(self.llm.base_url and self.llm.base_url.strip()) or (
             self.llm_api_key() is not None
         )

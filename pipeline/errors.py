@@ -41,7 +41,7 @@ class UnreachableError(TransientError):
 class EmbedderChangedError(TransientError):
     """A vector of another size than the index holds: the index moved to a new embedder
     (``memq reprocess --reembed``) since this process embedded. The caller asks its embedder
-    to read the index's again and embeds anew (``pipeline.embedding.versioned``)."""
+    to read the index's again and embeds anew (``pipeline.adapters.embedding.versioned``)."""
 
 
 class PermanentError(MemqError):

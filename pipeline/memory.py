@@ -14,20 +14,20 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pipeline import crud
 from pipeline.config import SearchConfig
-from pipeline.deps import Deps
+from pipeline.domain.jobs import JobRecord, JobStatus, job_record, mem0_results
+from pipeline.domain.models import AddRequest, MemoryType, MemoryView, MessageIn, Role, Scope
+from pipeline.domain.state import JobState
+from pipeline.domain.validity import mem0_event
 from pipeline.errors import ConfigurationError, MemqError, RetriesExhaustedError, TransientError
-from pipeline.jobs import JobRecord, JobStatus, job_record, mem0_results
-from pipeline.listing import close_cursor, delete_all, list_memories
-from pipeline.models import AddRequest, MemoryType, MemoryView, MessageIn, Role, Scope
-from pipeline.phases import PHASES, run_phase
-from pipeline.provenance import provenance_of
-from pipeline.search import Reranker, Searcher, SearchQuery
-from pipeline.state import JobState
+from pipeline.features.provenance import provenance_of
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.phases import PHASES, run_phase
+from pipeline.serving import crud
+from pipeline.serving.listing import close_cursor, delete_all, list_memories
+from pipeline.serving.search import Reranker, Searcher, SearchQuery
 from pipeline.store.protocol import ServingStore
 from pipeline.store.reads import MemoryRecord
-from pipeline.validity import mem0_event
 
 Messages = AddRequest | str | Sequence[Mapping[str, Any]]
 
@@ -138,7 +138,7 @@ class Memory:
 
     def get(self, memory_id: str, include_sources: bool = False) -> dict[str, Any]:
         """One memory of the tenant; ``NotFoundError`` otherwise. With ``include_sources``,
-        its ``provenance`` (``pipeline.provenance``)."""
+        its ``provenance`` (``pipeline.features.provenance``)."""
         store = self._serving()
         source = crud.get_memory(store, self.tenant, memory_id)
         if not include_sources:

@@ -17,19 +17,19 @@ from functools import cached_property
 import redis
 from elasticsearch import Elasticsearch
 
+from pipeline.adapters.embedding.versioned import EmbedderSpec, IndexEmbedder, settings_models
+from pipeline.adapters.llm.openai_llm import LLMObserver, OpenAILLM
+from pipeline.adapters.nlp.entities import RuleEntityExtractor
+from pipeline.adapters.nlp.lemmatize import SimplemmaLemmatizer
 from pipeline.config import Settings
-from pipeline.deps import Deps, Limits
-from pipeline.embedding.versioned import EmbedderSpec, IndexEmbedder, settings_models
-from pipeline.keys import KeyStore, RedisKeyCreations
-from pipeline.llm.openai_llm import LLMObserver, OpenAILLM
-from pipeline.models import utcnow
-from pipeline.nlp.entities import RuleEntityExtractor
-from pipeline.nlp.lemmatize import SimplemmaLemmatizer
-from pipeline.search import Reranker, Searcher
+from pipeline.domain.models import utcnow
+from pipeline.features.webhook import WebhookSender, parse_allow_list
+from pipeline.ingestion.deps import Deps, Limits
+from pipeline.serving.keys import KeyStore, RedisKeyCreations
+from pipeline.serving.search import Reranker, Searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices
-from pipeline.webhook import WebhookSender, parse_allow_list
 
 Clock = Callable[[], datetime]
 
@@ -96,7 +96,7 @@ def make_reranker(settings: Settings) -> Reranker | None:
     """The configured reranker, or None (rerank is off unless ``MEMQ_RERANK_URL`` is set)."""
     if settings.rerank.url is None:
         return None
-    from pipeline.rerank import HttpReranker
+    from pipeline.serving.rerank import HttpReranker
 
     return HttpReranker(settings.rerank)
 
@@ -131,7 +131,7 @@ def build_deps(
 
 
 def index_embedder(settings: Settings, store: ElasticStore) -> IndexEmbedder:
-    """The embedder of the index version in use (``pipeline.embedding.versioned``): the
+    """The embedder of the index version in use (``pipeline.adapters.embedding.versioned``): the
     settings' until an index names another."""
 
     def read_spec() -> EmbedderSpec | None:

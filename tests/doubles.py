@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 
+from pipeline.domain.protocols import ChatMessage, TokenUsage
 from pipeline.errors import PermanentError, TransientError
-from pipeline.protocols import ChatMessage, TokenUsage
 
 
 class HashEmbedder:

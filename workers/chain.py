@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import Celery, chain
 
 from pipeline.config import QueueConfig
-from pipeline.phases import PHASES
-from pipeline.state import Phase
+from pipeline.domain.state import Phase
+from pipeline.ingestion.phases import PHASES
 from workers.names import phase_task_name
 from workers.queues import queue_for
 

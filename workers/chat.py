@@ -14,11 +14,11 @@ from typing import Any
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
-from pipeline.capability import EXTRACTION, refusal
-from pipeline.chat import ChatEvent
 from pipeline.config import Settings
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.errors import InvalidInputError, TransientError
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.features.chat import ChatEvent
+from pipeline.ingestion.capability import EXTRACTION, refusal
 from workers.intake import submit
 from workers.names import CHAT_FLUSH_TASK
 from workers.runtime import MemqCelery

@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import redis
 
-from pipeline.chat import ChatEvent
-from pipeline.redis_errors import redis_errors
+from pipeline.adapters.redis_errors import redis_errors
+from pipeline.features.chat import ChatEvent
 
 SEEN_TTL_S = 86_400
 

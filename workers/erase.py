@@ -1,5 +1,5 @@
-"""Erasing a user everywhere memq keeps data: Elasticsearch (``pipeline.erase``), then Redis:
-the state of the user's jobs (it holds their request), their places in session lines, the
+"""Erasing a user everywhere memq keeps data: Elasticsearch (``pipeline.features.erase``), then
+Redis: the state of the user's jobs (it holds their request), their places in session lines, the
 vectors of their new turns embedded ahead, and chat messages still waiting in a debounce
 buffer.
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipeline.embedding.shared import drop_vectors
-from pipeline.embedding.versioned import model_key
-from pipeline.erase import erase_user
-from pipeline.jobs import ACTIVE_STATUSES
-from pipeline.phases.retrieve import query_texts
-from pipeline.redis_errors import redis_errors
+from pipeline.adapters.embedding.shared import drop_vectors
+from pipeline.adapters.embedding.versioned import model_key
+from pipeline.adapters.redis_errors import redis_errors
+from pipeline.domain.jobs import ACTIVE_STATUSES
+from pipeline.features.erase import erase_user
+from pipeline.ingestion.phases.retrieve import query_texts
 from workers.aof import erased_from_redis
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ import logging
 
 from kombu.exceptions import OperationalError
 
+from pipeline.domain.jobs import JobStatus, job_record
+from pipeline.domain.state import JobState
 from pipeline.errors import RetriesExhaustedError, TransientError
-from pipeline.jobs import JobStatus, job_record
-from pipeline.phases import PHASES, Workload
-from pipeline.state import JobState
-from pipeline.usage import charge_of
+from pipeline.features.usage import charge_of
+from pipeline.ingestion.phases import PHASES, Workload
 from workers.names import FAILED_TASK, RECORD_TASK
 from workers.queues import queue_for
 from workers.runtime import MemqCelery

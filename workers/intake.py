@@ -15,13 +15,13 @@ import uuid
 
 from kombu.exceptions import OperationalError
 
-from pipeline.capability import check_runnable
+from pipeline.domain.jobs import JobRecord, JobStatus, job_record
+from pipeline.domain.models import NAMESPACE, AddRequest
+from pipeline.domain.state import JobState
 from pipeline.errors import InvalidInputError, TransientError
-from pipeline.intake import Accepted
-from pipeline.jobs import JobRecord, JobStatus, job_record
-from pipeline.models import NAMESPACE, AddRequest
-from pipeline.state import JobState
-from pipeline.usage import check_spendable
+from pipeline.features.usage import check_spendable
+from pipeline.ingestion.capability import check_runnable
+from pipeline.ingestion.intake import Accepted
 from workers.runtime import MemqCelery
 from workers.scheduler.batches import make_ready
 from workers.scheduler.turns import hand_on

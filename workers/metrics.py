@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     import redis
 
-    from pipeline.llm.openai_llm import LLMCall
+    from pipeline.adapters.llm.openai_llm import LLMCall
 
 log = logging.getLogger("memq.worker")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.state import Phase
+from pipeline.domain.state import Phase
 
 HEALTH_TASK = "memq.health"
 GATHER_TASK = "memq.batch.gather"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.config import QueueConfig
-from pipeline.phases import Workload
+from pipeline.ingestion.phases import Workload
 
 
 def queue_for(workload: Workload, queues: QueueConfig, backfill: bool) -> str:

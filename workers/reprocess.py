@@ -1,6 +1,6 @@
 """A reprocess run on a worker (``POST /v1/admin/reprocess``): ``start_reprocess`` takes the
 reprocess lock and sends ``memq.reprocess``; the task holds the lock while
-``pipeline.reprocess.run_reprocess`` does the work, and lets it go at the end.
+``pipeline.features.reprocess.run_reprocess`` does the work, and lets it go at the end.
 
 Glossary:
 - **the lock**: ``memq:{ns}:reprocess`` in Redis (``RedisStateStore.take_lock``), its value
@@ -40,7 +40,7 @@ from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 
 from pipeline.errors import ConflictError, TransientError
-from pipeline.reprocess import ReprocessRun, run_reprocess
+from pipeline.features.reprocess import ReprocessRun, run_reprocess
 from pipeline.store.reprocess import Reembedded
 from workers.names import REPROCESS_TASK
 from workers.runtime import MemqCelery

@@ -19,13 +19,13 @@ import redis
 from celery import Celery
 from elasticsearch import Elasticsearch
 
+from pipeline.adapters.embedding.shared import SharedVectors
 from pipeline.config import Settings
-from pipeline.deps import Deps
-from pipeline.embedding.shared import SharedVectors
-from pipeline.models import utcnow
-from pipeline.phases import PHASES
-from pipeline.protocols import Embedder
-from pipeline.search import Searcher
+from pipeline.domain.models import utcnow
+from pipeline.domain.protocols import Embedder
+from pipeline.features.usage_redis import RedisUsage
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.phases import PHASES
 from pipeline.services import (
     build_deps,
     build_store,
@@ -33,9 +33,9 @@ from pipeline.services import (
     make_searcher,
     webhook_sender,
 )
+from pipeline.serving.search import Searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
-from pipeline.usage_redis import RedisUsage
 from workers.chat_buffer import ChatBuffer
 from workers.metrics import WorkerMetrics
 from workers.names import (
@@ -124,7 +124,7 @@ class Runtime:
 
     @cached_property
     def usage(self) -> RedisUsage:
-        """Per-tenant usage and budgets (``pipeline.usage``), in this process's Redis."""
+        """Per-tenant usage and budgets (``pipeline.features.usage``), in this process's Redis."""
         return RedisUsage(self.redis, self.settings.es.index_prefix)
 
     @cached_property

@@ -1,5 +1,5 @@
-"""The intake of a serving process (the API, the MCP server): ``pipeline.intake.Intake`` over a
-Celery app of its own. It stands above the modules it joins (``workers.app``, ``intake``,
+"""The intake of a serving process (the API, the MCP server): ``pipeline.ingestion.intake.Intake``
+over a Celery app of its own. It stands above the modules it joins (``workers.app``, ``intake``,
 ``chat``, ``erase``) and none of them imports it, so every import here is at the top of the
 module and hides no cycle."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.capability import check_runnable
-from pipeline.chat import ChatEvent
 from pipeline.config import Settings
-from pipeline.intake import Accepted
-from pipeline.jobs import JobRecord
-from pipeline.models import AddRequest
-from pipeline.reprocess import ReprocessRun
-from pipeline.usage import check_spendable
+from pipeline.domain.jobs import JobRecord
+from pipeline.domain.models import AddRequest
+from pipeline.features.chat import ChatEvent
+from pipeline.features.reprocess import ReprocessRun
+from pipeline.features.usage import check_spendable
+from pipeline.ingestion.capability import check_runnable
+from pipeline.ingestion.intake import Accepted
 from workers.app import create_celery
 from workers.chat import accept_event
 from workers.erase import erase_user_everywhere
@@ -26,8 +26,8 @@ __all__ = ["CeleryIntake", "celery_intake"]
 
 
 class CeleryIntake:
-    """``pipeline.intake.Intake`` over one Celery app: jobs go to its broker and queues, their
-    state to its Redis, their records to its store."""
+    """``pipeline.ingestion.intake.Intake`` over one Celery app: jobs go to its broker and queues,
+    their state to its Redis, their records to its store."""
 
     def __init__(self, app: MemqCelery) -> None:
         self.app = app

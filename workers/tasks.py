@@ -2,16 +2,16 @@
 
 Each phase task is a thin adapter over a batch: claim the batch's run (``workers.scheduler.leases``:
 one owner at a time, its lease renewed by the process's keeper while the task runs), load the states
-of its jobs from Redis (one round trip), run the phase function from ``pipeline.phases`` over them,
-save them (one round trip), hand the run on to the next phase, and let the chain call the next task.
-A job the phase could not finish leaves the batch: a permanent failure ends it ``failed``; a
-transient one sends it on alone, to retry that phase with backoff, while its batch-mates go on; a
-failure of every job at once (Elasticsearch down) retries the batch task itself. Transient faults
-are retried against a deadline, not a count (``workers.retry``); the LLM adapter retries its own
-calls to a server that answers, and raises ``RetriesExhaustedError``, which is not retried again. A
-job's final record that cannot be written is written by a task of its own, retried against the same
-deadline (``workers.failures``). A run whose owner died is recovered by the reaper
-(``workers.scheduler.reaper``), which the keepers take turns to run.
+of its jobs from Redis (one round trip), run the phase function from ``pipeline.ingestion.phases``
+over them, save them (one round trip), hand the run on to the next phase, and let the chain call the
+next task. A job the phase could not finish leaves the batch: a permanent failure ends it
+``failed``; a transient one sends it on alone, to retry that phase with backoff, while its
+batch-mates go on; a failure of every job at once (Elasticsearch down) retries the batch task
+itself. Transient faults are retried against a deadline, not a count (``workers.retry``); the LLM
+adapter retries its own calls to a server that answers, and raises ``RetriesExhaustedError``, which
+is not retried again. A job's final record that cannot be written is written by a task of its own,
+retried against the same deadline (``workers.failures``). A run whose owner died is recovered by the
+reaper (``workers.scheduler.reaper``), which the keepers take turns to run.
 """
 
 from __future__ import annotations
@@ -25,18 +25,18 @@ from typing import Any, cast
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
-from pipeline.batch import BatchResult
+from pipeline.domain.jobs import JobStatus
+from pipeline.domain.state import JobState, Phase, run_log_fields
 from pipeline.errors import (
     MemqError,
     PermanentError,
     TransientError,
 )
-from pipeline.health import elasticsearch_health
-from pipeline.jobs import JobStatus
+from pipeline.ingestion.batch import BatchResult
+from pipeline.ingestion.phases import PHASES, PhaseSpec, next_phase, run_batch
+from pipeline.ingestion.phases.retrieve import embed_queries_ahead
 from pipeline.logs import log_context
-from pipeline.phases import PHASES, PhaseSpec, next_phase, run_batch
-from pipeline.phases.retrieve import embed_queries_ahead
-from pipeline.state import JobState, Phase, run_log_fields
+from pipeline.store.health import elasticsearch_health
 from workers.failures import (
     JobFailedError,
     end_job,

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 from celery import Task
 
-from pipeline.phases import Workload
-from pipeline.phases.finalize import notify_jobs
-from pipeline.state import JobState
+from pipeline.domain.state import JobState
+from pipeline.ingestion.phases import Workload
+from pipeline.ingestion.phases.finalize import notify_jobs
 from workers.names import WEBHOOKS_TASK
 from workers.queues import queue_for
 from workers.retry import RetryPolicy, retried

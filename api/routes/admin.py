@@ -33,9 +33,9 @@ from api.schemas import (
     ReprocessStatusPublic,
     UsageReportPublic,
 )
-from pipeline.models import Identifier
+from pipeline.domain.models import Identifier
+from pipeline.features.usage import month_of, usage_report, utc_day
 from pipeline.store.reads import ListedKey
-from pipeline.usage import month_of, usage_report, utc_day
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

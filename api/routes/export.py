@@ -10,9 +10,9 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import ClockDep, ElasticStoreDep, PrincipalDep, SettingsDep
 from api.limits import ReadLimited
-from pipeline.embedding.versioned import spec_in_use
-from pipeline.export import ExportOptions, Selector, export_lines
-from pipeline.models import Identifier
+from pipeline.adapters.embedding.versioned import spec_in_use
+from pipeline.domain.models import Identifier
+from pipeline.features.export import ExportOptions, Selector, export_lines
 
 router = APIRouter(prefix="/v1", tags=["export"], dependencies=[ReadLimited])
 

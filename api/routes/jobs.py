@@ -21,14 +21,14 @@ from api.schemas import (
     JobPage,
     JobPublic,
 )
+from pipeline.domain.jobs import JobRecord, JobStatus
 from pipeline.errors import InvalidInputError, NotFoundError, TransientError
-from pipeline.intake import Intake
-from pipeline.job_listing import MAX_JOB_PAGE, JobFilter
-from pipeline.job_listing import list_jobs as listed_jobs
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.keys import Principal
+from pipeline.features.webhook import tenant_signing_key
+from pipeline.ingestion.intake import Intake
+from pipeline.serving.job_listing import MAX_JOB_PAGE, JobFilter
+from pipeline.serving.job_listing import list_jobs as listed_jobs
+from pipeline.serving.keys import Principal
 from pipeline.store.protocol import ServingStore
-from pipeline.webhook import tenant_signing_key
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[UnicodeBody, ReadLimited])
 

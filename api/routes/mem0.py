@@ -45,15 +45,15 @@ from api.schemas import (
     MemoryPublic,
     Message,
 )
-from pipeline import crud
+from pipeline.domain.jobs import JobStatus, mem0_results
+from pipeline.domain.models import Scope
+from pipeline.domain.validity import mem0_event
 from pipeline.errors import InvalidInputError
-from pipeline.filters import SCOPE_KEYS
-from pipeline.jobs import JobStatus, mem0_results
-from pipeline.listing import close_cursor, count_listed, delete_all, list_memories
-from pipeline.models import Scope
-from pipeline.search import SearchQuery
+from pipeline.serving import crud
+from pipeline.serving.listing import close_cursor, count_listed, delete_all, list_memories
+from pipeline.serving.search import SearchQuery
+from pipeline.store.filters import SCOPE_KEYS
 from pipeline.store.protocol import ServingStore
-from pipeline.validity import mem0_event
 
 router = APIRouter(
     tags=["mem0 compatibility"], include_in_schema=True, dependencies=[UnicodeBody, ReadLimited]

@@ -1,6 +1,6 @@
 """The rest of the ``mem0ai`` hosted client's wire contract (``api.routes.mem0`` has the memory
 calls): entities (``users``, ``delete_users``, ``reset``), exports, feedback, and a clear 501
-for the parts of mem0's platform that have no meaning in memq (``pipeline.platform``)."""
+for the parts of mem0's platform that have no meaning in memq (``pipeline.features.platform``)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ from api.schemas import (
     Mem0FeedbackIn,
     Mem0FeedbackOut,
 )
-from pipeline.embedding.versioned import spec_in_use
+from pipeline.adapters.embedding.versioned import spec_in_use
 from pipeline.errors import InvalidInputError, NotServedError
-from pipeline.export import Selector
-from pipeline.export_read import export_id, read_export, selector_of
-from pipeline.filters import SCOPE_KEYS, split_scope
-from pipeline.platform import Feedback, delete_entity, list_entities, record_feedback
+from pipeline.features.export import Selector
+from pipeline.features.export_read import export_id, read_export, selector_of
+from pipeline.features.platform import Feedback, delete_entity, list_entities, record_feedback
+from pipeline.store.filters import SCOPE_KEYS, split_scope
 
 router = APIRouter(tags=["mem0 compatibility"], dependencies=[UnicodeBody, ReadLimited])
 

@@ -52,15 +52,15 @@ from api.schemas import (
     SearchRequest,
     SearchResults,
 )
-from pipeline import crud
+from pipeline.domain.jobs import JobRecord
+from pipeline.domain.models import AwareDatetime
 from pipeline.errors import InvalidInputError, TransientError
-from pipeline.intake import Intake
-from pipeline.jobs import JobRecord
-from pipeline.keys import Principal
-from pipeline.listing import delete_all, list_memories
-from pipeline.models import AwareDatetime
-from pipeline.search import SearchQuery
-from pipeline.search_models import AS_OF, INCLUDE_REPLACED
+from pipeline.ingestion.intake import Intake
+from pipeline.serving import crud
+from pipeline.serving.keys import Principal
+from pipeline.serving.listing import delete_all, list_memories
+from pipeline.serving.search import SearchQuery
+from pipeline.serving.search_models import AS_OF, INCLUDE_REPLACED
 from pipeline.store.protocol import ServingStore
 from pipeline.store.reads import HistoryRow
 
@@ -246,7 +246,8 @@ def get_memory(
     principal: PrincipalDep,
     include: Annotated[list[Include] | None, Query(max_length=5, description=INCLUDE)] = None,
 ) -> MemoryDetail:
-    """One memory; with ``include=sources``, where it came from (``pipeline.provenance``)."""
+    """One memory; with ``include=sources``, where it came from
+    (``pipeline.features.provenance``)."""
     return memory_detail(store, crud.get_memory(store, principal.tenant, memory_id), include)
 
 

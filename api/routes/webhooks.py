@@ -13,10 +13,10 @@ from starlette.concurrency import run_in_threadpool
 from api.body import refuse_lone_surrogates
 from api.deps import ClockDep, IntakeDep
 from api.schemas import SlackChallenge, WebhookAck
-from pipeline import chat
 from pipeline.config import ChatConfig, Settings
 from pipeline.errors import NotFoundError
-from pipeline.intake import Intake
+from pipeline.features import chat
+from pipeline.ingestion.intake import Intake
 from pipeline.services import Clock
 
 router = APIRouter(prefix="/v1/webhooks", tags=["chat platforms"])

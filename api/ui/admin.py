@@ -29,10 +29,10 @@ from api.ui.core import (
     render,
     see_other,
 )
-from pipeline import explorer
 from pipeline.config import Settings
 from pipeline.errors import InvalidInputError
-from pipeline.intake import Intake
+from pipeline.features import explorer
+from pipeline.ingestion.intake import Intake
 from pipeline.store.elastic import ElasticStore
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)

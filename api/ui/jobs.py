@@ -12,10 +12,10 @@ from api.deps import IntakeDep, StoreDep
 from api.limits import LimitsDep
 from api.routes.jobs import job_statuses, own_job
 from api.ui.core import PageRoute, PostedSessionDep, SessionDep, render, see_other
+from pipeline.domain.jobs import ACTIVE_STATUSES, JobStatus
 from pipeline.errors import NotFoundError
-from pipeline.explorer import parse_time
-from pipeline.job_listing import JobFilter, list_jobs
-from pipeline.jobs import ACTIVE_STATUSES, JobStatus
+from pipeline.features.explorer import parse_time
+from pipeline.serving.job_listing import JobFilter, list_jobs
 from pipeline.store.protocol import ServingStore
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)

@@ -16,9 +16,10 @@ from api.limits import LimitsDep
 from api.routes.memories import parse_filters, search_query
 from api.schemas import SearchRequest
 from api.ui.core import PageRoute, PostedSessionDep, SessionDep, render, see_other
-from pipeline import crud, explorer
 from pipeline.errors import InvalidInputError
-from pipeline.explorer import ScopeKind
+from pipeline.features import explorer
+from pipeline.features.explorer import ScopeKind
+from pipeline.serving import crud
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 Id = Annotated[str | None, Query(max_length=200)]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from pipeline.keys import Principal
+from pipeline.serving.keys import Principal
 
 COOKIE = "memq_ui"
 LOGIN_COOKIE = "memq_ui_login"

@@ -29,10 +29,10 @@ from memq.backfill.options import BackfillOptions, Counts
 from memq.backfill.progress import Progress
 from memq.backfill.rate import TokenBucket
 from memq.backfill.requests import requests_for
-from pipeline.backfill.readers import Located, Reader
-from pipeline.capability import LLMNeed, missing_llm
-from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
-from pipeline.models import AddRequest
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
+from pipeline.domain.models import AddRequest
+from pipeline.ingestion.backfill.readers import Located, Reader
+from pipeline.ingestion.capability import LLMNeed, missing_llm
 from workers.app import MemqCelery
 from workers.intake import replay, submit
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from memq.backfill.options import MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_JOB, BackfillOptions
-from pipeline.backfill.readers import Conversation
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.ingestion.backfill.readers import Conversation
 
 
 def requests_for(

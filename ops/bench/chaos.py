@@ -41,7 +41,7 @@ from benchlib.services import ServiceProcess, free_port
 from elasticsearch import Elasticsearch
 
 from memq.client import Client, MemqAPIError
-from pipeline.jobs import TERMINAL_STATUSES, JobStatus
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 

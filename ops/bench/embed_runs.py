@@ -4,10 +4,10 @@
 - "runs": sorted by length and run in groups of similar length, a group as large as the batch
   size (the code before a run's token cap);
 - "capped": the same runs, each at most ``RUN_TOKENS`` padded tokens
-  (``pipeline.embedding.local.length_runs``, what a worker's process runs when its siblings
+  (``pipeline.adapters.embedding.local.length_runs``, what a worker's process runs when its siblings
   are busy);
 - "lent": the capped runs side by side on every core of the machine, as a worker's process
-  runs them when its siblings lend it their cores (``pipeline.embedding.cores``).
+  runs them when its siblings lend it their cores (``pipeline.adapters.embedding.cores``).
 
 The texts are the ones an ingestion batch embeds, from ``ingest_compare``'s conversations: the
 new turns of 20 conversations (retrieval), the facts of 40 (embed), and one conversation
@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 
 from benchlib.conversations import conversations
 
+from pipeline.adapters.embedding.cores import LentCores, cores_file
+from pipeline.adapters.embedding.local import RUN_TOKENS, MiniLMEmbedder, length_runs
 from pipeline.config import EmbedderConfig
-from pipeline.embedding.cores import LentCores, cores_file
-from pipeline.embedding.local import RUN_TOKENS, MiniLMEmbedder, length_runs
 
 Vectors = list[list[float]]
 

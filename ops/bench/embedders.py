@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.adapters.embedding.local import MiniLMEmbedder
 from pipeline.config import EmbedderConfig
-from pipeline.embedding.local import MiniLMEmbedder
 
 Embed = Callable[[Sequence[str]], list[list[float]]]
 

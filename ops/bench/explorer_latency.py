@@ -33,8 +33,8 @@ from benchlib.stack import Stack
 from benchlib.words import WORDS, sentence
 
 from pipeline.config import Settings
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.models import Scope, history_id, md5_hex, memory_id
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import Scope, history_id, md5_hex, memory_id
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import ensure_indices

@@ -49,7 +49,7 @@ from benchlib.model import ScriptedModel
 from benchlib.stack import Stack, running_stack
 
 from memq.client import Client
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 
 PREFIX = "memqbench-kupdate"
 TOP_K = 10
@@ -411,8 +411,8 @@ def mem0_run(sets: dict[str, Dataset]) -> dict[str, dict[str, Tally]]:
     """mem0 OSS on the raw sessions (as mem0_compare.py runs it); no ``as_of`` there."""
     from benchlib import mem0 as m0
 
+    from pipeline.adapters.embedding.local import MiniLMEmbedder
     from pipeline.config import Settings
-    from pipeline.embedding.local import MiniLMEmbedder
     from pipeline.store.client import make_client
 
     settings = Settings()

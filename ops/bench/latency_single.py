@@ -40,7 +40,7 @@ WARM_UP = 5
 PROBE = """
 import json, sys, time, uuid
 from pipeline.config import Settings
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from workers.app import create_celery
 from workers.intake import submit
 TERMINAL = {"succeeded", "failed", "dead"}  # plain strings: the probe runs against any tree

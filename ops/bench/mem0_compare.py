@@ -44,8 +44,8 @@ from benchlib.mem0 import MEM0_INDEX, Endpoints, drop_mem0, make_mem0, mem0_conf
 from benchlib.stack import running_stack
 from benchlib.stats import percentile
 
+from pipeline.adapters.embedding.local import MiniLMEmbedder
 from pipeline.config import Settings
-from pipeline.embedding.local import MiniLMEmbedder
 from pipeline.store.client import make_client
 
 MEMQ_PREFIX = "memqbench-mem0cmp"

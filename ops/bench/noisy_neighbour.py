@@ -54,9 +54,9 @@ from benchlib.stack import Stack, running_stack
 from elasticsearch.helpers import bulk
 
 from pipeline.config import Settings
-from pipeline.filters import MAX_LEAVES, MAX_LIST_ITEMS, MAX_LIST_VALUES, MAX_TERM_SCANS
-from pipeline.models import Scope, memory_id
+from pipeline.domain.models import Scope, memory_id
 from pipeline.store.client import make_client
+from pipeline.store.filters import MAX_LEAVES, MAX_LIST_ITEMS, MAX_LIST_VALUES, MAX_TERM_SCANS
 from pipeline.store.indices import IndexNames, ensure_indices
 from pipeline.store.protocol import MemoryDoc
 from pipeline.store.routing import scope_routing

@@ -42,7 +42,7 @@ from benchlib.stats import percentiles
 from benchlib.workers import backfill, count, start_workers, synthetic_archive
 
 from pipeline.config import Settings
-from pipeline.models import Scope
+from pipeline.domain.models import Scope
 from pipeline.services import build_deps, make_searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore

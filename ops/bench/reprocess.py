@@ -28,9 +28,9 @@ from benchlib.searching import TENANT, Searching, during
 from benchlib.stats import percentiles
 from benchlib.words import sentence
 
+from pipeline.adapters.embedding.versioned import EmbedderSpec, settings_models
 from pipeline.config import Settings
-from pipeline.embedding.versioned import EmbedderSpec, settings_models
-from pipeline.models import Scope, history_id, md5_hex, memory_id
+from pipeline.domain.models import Scope, history_id, md5_hex, memory_id
 from pipeline.services import build_deps, make_searcher
 from pipeline.store.client import make_client
 from pipeline.store.elastic import ElasticStore

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.adapters.nlp.lemmatize import normalize_for_hash
 from pipeline.config import Settings
-from pipeline.models import Scope, md5_hex, memory_id
-from pipeline.nlp.lemmatize import normalize_for_hash
-from pipeline.search import Searcher, SearchQuery
+from pipeline.domain.models import Scope, md5_hex, memory_id
+from pipeline.serving.search import Searcher, SearchQuery
 from pipeline.store.client import make_client
 from pipeline.store.indices import drop_indices, ensure_indices
 from pipeline.store.protocol import MemoryDoc

@@ -13,7 +13,7 @@ Views of the same questions (``search_latency``'s templates):
   authentication, limits, validation, serialization). With ``--baseline DIR`` (another memq
   checkout, e.g. a ``git worktree`` of an earlier commit) a second API process runs DIR's
   code, timed in the same rotation: a before/after on one noisy machine; with
-  ``--old-search FILE`` (an earlier ``pipeline/search.py`` whose imports this checkout still
+  ``--old-search FILE`` (an earlier ``pipeline/serving/search.py`` whose imports this checkout still
   satisfies) its searcher runs in this process too, and the two rankings are compared;
 - with ``--pyinstrument FILE``, a statistical profile of the in-process searches (needs the
   pyinstrument package, a development tool, not a dependency of memq).
@@ -50,10 +50,10 @@ from benchlib.search import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, local
 from benchlib.stack import Stack
 from benchlib.stats import percentile
 
+from pipeline.adapters.nlp.timeexpr import periods
 from pipeline.config import Settings
-from pipeline.nlp.timeexpr import periods
-from pipeline.search import Searcher, SearchQuery
 from pipeline.services import Services
+from pipeline.serving.search import Searcher, SearchQuery
 
 WARM_UP = 5
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def searched(searcher: Searcher, query: str) -> object:
 
 
 def old_searcher(path: Path, searcher: Searcher) -> Searcher:
-    """The ``Searcher`` of another version of ``pipeline/search.py`` (one whose imports this
+    """The ``Searcher`` of another version of ``pipeline/serving/search.py`` (one whose imports this
     checkout still satisfies), over the same store and models."""
     spec = importlib.util.spec_from_file_location("old_search", path)
     assert spec is not None and spec.loader is not None
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "--old-search",
         type=Path,
         default=None,
-        help="another version of pipeline/search.py, timed in process beside this one's",
+        help="another version of pipeline/serving/search.py, timed in process beside this one's",
     )
     args = parser.parse_args(argv)
     asked = questions(random.Random(SEED), args.queries)

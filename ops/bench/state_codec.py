@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 from pydantic import Field
 
-from pipeline.models import AddRequest, Fact, MessageIn, Scope
-from pipeline.state import JobState
+from pipeline.domain.models import AddRequest, Fact, MessageIn, Scope
+from pipeline.domain.state import JobState
 
 
 class FloatState(JobState):

@@ -28,8 +28,8 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
+from pipeline.domain.models import utcnow
 from pipeline.errors import MemqError
-from pipeline.models import utcnow
 from pipeline.store.client import es_errors
 
 log = logging.getLogger("memq.reprocess")

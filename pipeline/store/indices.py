@@ -107,7 +107,7 @@ def memory_properties(dims: int) -> dict[str, Any]:
 
 
 def _substrings(properties: dict[str, Any]) -> dict[str, Any]:
-    """Where ``contains`` / ``icontains`` look (``pipeline.filters.substring_terms``): one
+    """Where ``contains`` / ``icontains`` look (``pipeline.store.filters.substring_terms``): one
     keyword per keyword field but ``tenant``, and one for the metadata's values. A prefix query
     there is a seek in the term dictionary, where a ``*x*`` wildcard walked all of it."""
     suffixes = {"type": "keyword", "doc_values": False}
@@ -143,12 +143,12 @@ def _memory_fields(dims: int) -> dict[str, Any]:
         "updated_at": _DATE,
         "observed_at": _DATE,
         "expiration_date": _DATE,
-        # validity (pipeline.validity), added in place to v1: when it stopped being true (absent
-        # while it is), the memories that replaced it, and those it replaced
+        # validity (pipeline.domain.validity), added in place to v1: when it stopped being true
+        # (absent while it is), the memories that replaced it, and those it replaced
         "valid_until": _DATE,
         "replaced_by": _KEYWORD,
         "replaces": _KEYWORD,
-        # a caller's verdict on the memory (pipeline.platform.Feedback), added in place
+        # a caller's verdict on the memory (pipeline.features.platform.Feedback), added in place
         "feedback": _KEYWORD,
         "feedback_reason": {"type": "text", "index": False},
         "feedback_at": _DATE,
@@ -243,7 +243,7 @@ Meta = dict[str, Any]
 
 def mappings(kind: Kind, dims: int, embedder: Meta | None = None) -> dict[str, Any]:
     """The explicit mapping of ``kind``; ``dims`` sizes the vector fields, and ``embedder``
-    (``pipeline.embedding.versioned.EmbedderSpec``), when given, names the embedder whose
+    (``pipeline.adapters.embedding.versioned.EmbedderSpec``), when given, names the embedder whose
     vectors a vector kind holds."""
     properties = {
         Kind.MEMORIES: lambda: memory_properties(dims),
@@ -293,7 +293,7 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
 
     ``dims`` is the size of the settings' embedder; an index version that names its own
     embedder (built by ``memq reprocess --reembed``) keeps its size and its embedder, which the
-    process follows (``pipeline.embedding.versioned``).
+    process follows (``pipeline.adapters.embedding.versioned``).
 
     Raises ``ConfigurationError`` when an existing index was built for another vector size, and
     ``TransientError`` when Elasticsearch cannot be reached.
@@ -307,7 +307,7 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
     for kind in Kind:
         _ensure_index(client, names, kind)
         _add_new_fields(client, names, kind, dims, embedder)
-    # imported here: pipeline.filters reads the memories mapping from this module
+    # imported here: pipeline.store.filters reads the memories mapping from this module
     from pipeline.store.substrings import fill_substrings
 
     fill_substrings(client, names.memories)

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pipeline.domain.jobs import JobRecord
+from pipeline.domain.models import ContextMessage, ExistingMemory, Scope, message_id
+from pipeline.domain.validity import Closure, Replacement, as_time, changes_of, closure_of, merged
 from pipeline.errors import PermanentError
-from pipeline.jobs import JobRecord
-from pipeline.models import ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.store.protocol import (
     EntityLink,
     HistoryDoc,
@@ -22,7 +23,6 @@ from pipeline.store.protocol import (
     WriteOutcome,
 )
 from pipeline.store.reads import KeyDocument, ListedKey, MemoryRecord, StoreHealth
-from pipeline.validity import Closure, Replacement, as_time, changes_of, closure_of, merged
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pipeline.filters import metadata_pairs, with_substrings
-from pipeline.jobs import JobRecord
-from pipeline.models import ContextMessage, ExistingMemory, Scope
+from pipeline.domain.jobs import JobRecord
+from pipeline.domain.models import ContextMessage, ExistingMemory, Scope
+from pipeline.domain.validity import Closure, Replacement
+from pipeline.store.filters import metadata_pairs, with_substrings
 from pipeline.store.reads import (
     EntityRef,
     HistoryRow,
@@ -25,9 +26,8 @@ from pipeline.store.reads import (
     StoredMessage,
     StoreHealth,
 )
-from pipeline.validity import Closure, Replacement
 
-# JobRecord lives in pipeline.jobs, and stays importable from here
+# JobRecord lives in pipeline.domain.jobs, and stays importable from here
 __all__ = [
     "EntityDoc",
     "EntityLink",
@@ -263,7 +263,7 @@ class Store(Protocol):
         ...
 
     def replace_memories(self, replacements: Sequence[Replacement]) -> list[Closure | None]:
-        """Apply each replacement (``pipeline.validity``): the older of its two memories gets
+        """Apply each replacement (``pipeline.domain.validity``): the older of its two memories gets
         ``valid_until`` (the earliest closing time) and the newer in ``replaced_by``, the newer
         the older in ``replaces``. One closure per replacement, in order (None when one of its
         memories is gone). Concurrent callers never lose each other's changes; applying the
@@ -407,7 +407,7 @@ class ServingStore(Store, Protocol):
 
 @runtime_checkable
 class KeyRecords(Protocol):
-    """The stored documents of API keys (``pipeline.keys`` makes, hashes and checks them).
+    """The stored documents of API keys (``pipeline.serving.keys`` makes, hashes and checks them).
     Writes are visible to every reader when they return. Failures raise ``TransientError``
     or ``PermanentError``."""
 

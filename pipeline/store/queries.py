@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pipeline.models import VIEW_SOURCE_FIELDS
+from pipeline.domain.models import VIEW_SOURCE_FIELDS
 
 _POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b", re.IGNORECASE)
 
@@ -36,7 +36,7 @@ def not_expired() -> dict[str, Any]:
 
 def still_valid(moment: datetime | str) -> dict[str, Any]:
     """Memories not yet replaced at ``moment`` (a time, or Elasticsearch's ``"now"``): without
-    ``valid_until``, or whose ``valid_until`` is after it (``pipeline.validity``)."""
+    ``valid_until``, or whose ``valid_until`` is after it (``pipeline.domain.validity``)."""
     at = moment.isoformat() if isinstance(moment, datetime) else moment
     return {
         "bool": {

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
 
-from pipeline.models import Scope
+from pipeline.domain.models import Scope
 
 Stamp = Annotated[datetime, PlainSerializer(datetime.isoformat, when_used="json")]
 
@@ -145,7 +145,7 @@ class HistoryRow(_Read):
 
 
 class KeyDocument(_Read):
-    """An API key as stored (``pipeline.keys`` makes it): whose it is, its role, the hash of
+    """An API key as stored (``pipeline.serving.keys`` makes it): whose it is, its role, the hash of
     its secret (left out when keys are listed), when it was made and revoked."""
 
     tenant: str

@@ -1,5 +1,5 @@
 """The store's side of ``memq reprocess --reextract``: the reads and writes a re-extraction
-makes besides the phases' own (``pipeline.reextract`` drives it).
+makes besides the phases' own (``pipeline.features.reextract`` drives it).
 
 - ``BuildNames``: index names whose memories and entities are a build, every other kind the
   shared index, so a store made with them runs the phases into the build;
@@ -20,8 +20,8 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.models import ContextMessage, Scope
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import ContextMessage, Scope
 from pipeline.store.client import es_errors
 from pipeline.store.indices import IndexNames, Kind
 from pipeline.store.reindex import (
@@ -249,7 +249,7 @@ def delete_hits(client: Elasticsearch, target: str, hits: list[dict[str, Any]]) 
 
 def erased_since(client: Elasticsearch, names: IndexNames, since: datetime) -> set[str]:
     """The subjects (``sha256:`` of tenant and user id) of the users erased since ``since``,
-    from the audit rows erasure leaves (``pipeline.erase.audit_row``)."""
+    from the audit rows erasure leaves (``pipeline.features.erase.audit_row``)."""
     where = [{"term": {"event": "ERASE"}}, {"range": {"created_at": {"gte": since.isoformat()}}}]
     subjects: set[str] = set()
     for hits in pages(

@@ -23,8 +23,8 @@ Glossary:
 
 A write that meets the block is transient (workers retry, the API answers 503 Retry-After);
 reads never pause. Processes follow the embedder of the version in use
-(``pipeline.embedding.versioned``): searches answer from the old version, with the old embedder,
-until the switch, and from the new one after it.
+(``pipeline.adapters.embedding.versioned``): searches answer from the old version, with the old
+embedder, until the switch, and from the new one after it.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
+from pipeline.adapters.embedding.versioned import EmbedderSpec
+from pipeline.adapters.nlp.speaker import embedding_text
 from pipeline.config import ElasticsearchConfig
-from pipeline.embedding.versioned import EmbedderSpec
+from pipeline.domain.models import history_id, utcnow
+from pipeline.domain.protocols import Embedder
 from pipeline.errors import ConflictError, InvalidInputError
-from pipeline.models import history_id, utcnow
-from pipeline.nlp.speaker import embedding_text
-from pipeline.protocols import Embedder
 from pipeline.store.build_progress import BuildProgress, MetaSink, ProgressWriter, Stage
 from pipeline.store.client import es_errors
 from pipeline.store.indices import (

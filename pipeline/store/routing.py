@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.models import Scope
+from pipeline.domain.models import Scope
 
-_SEPARATOR = "\x1f"  # never inside an identifier (see ``pipeline.models.Identifier``)
+_SEPARATOR = "\x1f"  # never inside an identifier (see ``pipeline.domain.models.Identifier``)
 
 
 def owner_routing(

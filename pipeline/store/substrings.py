@@ -1,9 +1,9 @@
 """Giving memories written before ``substrings`` existed their substrings, in place.
 
 ``contains`` / ``icontains`` on keyword and metadata fields look in a memory's ``substrings``
-(``pipeline.filters.substring_terms``); every write since carries them. A memory written before
-has none, and no substring filter would find it, so ``ensure_indices`` fills them in at start:
-a point in time over the memories without ``substrings.hash`` (every memory has a hash), one
+(``pipeline.store.filters.substring_terms``); every write since carries them. A memory written
+before has none, and no substring filter would find it, so ``ensure_indices`` fills them in at
+start: a point in time over the memories without ``substrings.hash`` (every memory has a hash), one
 partial update each, guarded by the version read, so a memory another writer changed meanwhile
 is read again instead of overwritten. Safe to run twice or from several processes at once.
 """
@@ -17,8 +17,8 @@ from typing import Any
 from elasticsearch import Elasticsearch
 
 from pipeline.errors import TransientError
-from pipeline.filters import SUBSTRINGS_FIELD, substring_fields, substring_terms
 from pipeline.store.client import es_errors
+from pipeline.store.filters import SUBSTRINGS_FIELD, substring_fields, substring_terms
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from tests.conftest import admin_key
 from tests.processes import ApiProcess, WorkerProcess
 

@@ -22,8 +22,8 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames
 from tests.processes import WorkerProcess

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
-from pipeline.batch import BatchRun
+from pipeline.adapters.embedding import make_embedder
 from pipeline.config import Settings
-from pipeline.deps import Deps
-from pipeline.embedding import make_embedder
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
+from pipeline.domain.models import AddRequest, Fact, MessageIn, Scope
+from pipeline.domain.state import JobState, Phase
 from pipeline.errors import PermanentError
-from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
-from pipeline.models import AddRequest, Fact, MessageIn, Scope
-from pipeline.phases.embed import embed_facts_batch
-from pipeline.phases.link import link_entities_batch
-from pipeline.phases.persist import persist_memories_batch
-from pipeline.phases.retrieve import retrieve_existing_batch
-from pipeline.state import JobState, Phase
+from pipeline.ingestion.batch import BatchRun
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.phases.embed import embed_facts_batch
+from pipeline.ingestion.phases.link import link_entities_batch
+from pipeline.ingestion.phases.persist import persist_memories_batch
+from pipeline.ingestion.phases.retrieve import retrieve_existing_batch
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from tests.fakellm import Fail, FakeLLMServer, Normal, fake_embedding

@@ -21,9 +21,9 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import RedisConfig, Settings
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.errors import TransientError
-from pipeline.jobs import TERMINAL_STATUSES, JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices
 from tests.conftest import running
 from tests.fakellm import FakeLLMServer

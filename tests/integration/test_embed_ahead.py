@@ -15,15 +15,19 @@ import numpy as np
 import pytest
 import redis
 
+from pipeline.adapters.embedding.shared import SharedVectors
+from pipeline.adapters.nlp.entities import RuleEntityExtractor
+from pipeline.adapters.nlp.lemmatize import SimplemmaLemmatizer
 from pipeline.config import Settings
-from pipeline.deps import Deps
-from pipeline.embedding.shared import SharedVectors
-from pipeline.jobs import JobStatus
-from pipeline.models import Scope
-from pipeline.nlp.entities import RuleEntityExtractor
-from pipeline.nlp.lemmatize import SimplemmaLemmatizer
-from pipeline.phases.retrieve import embed_queries_ahead, new_turn_text, retrieve_existing_batch
-from pipeline.state import JobState
+from pipeline.domain.jobs import JobStatus
+from pipeline.domain.models import Scope
+from pipeline.domain.state import JobState
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.phases.retrieve import (
+    embed_queries_ahead,
+    new_turn_text,
+    retrieve_existing_batch,
+)
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.memory import InMemoryStore
 from pipeline.store.protocol import MemoryDoc

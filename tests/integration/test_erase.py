@@ -17,11 +17,11 @@ from elasticsearch.helpers import scan
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from pipeline.chat import ChatEvent
 from pipeline.config import Settings
-from pipeline.jobs import JobStatus, job_record
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState
+from pipeline.domain.jobs import JobStatus, job_record
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.domain.state import JobState
+from pipeline.features.chat import ChatEvent
 from pipeline.store.indices import IndexNames
 from tests.doubles import HashEmbedder
 from tests.processes import WorkerProcess

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from pipeline.config import Settings
-from pipeline.models import Scope
+from pipeline.domain.models import Scope
 from pipeline.store.indices import IndexNames
 from tests.integration.test_erase import queued_job
 from tests.private_services import PrivateRedis

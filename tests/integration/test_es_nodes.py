@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import pytest
 
 from pipeline.config import ElasticsearchConfig, Settings
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import Scope
 from pipeline.errors import PermanentError, TransientError
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.models import Scope
 from pipeline.store.client import es_errors, make_client
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames

@@ -16,8 +16,8 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.jobs import TERMINAL_STATUSES, JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from tests.private_services import PrivateElasticsearch
 from tests.processes import WorkerProcess

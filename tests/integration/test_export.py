@@ -17,7 +17,7 @@ import httpx
 import pytest
 from elasticsearch import Elasticsearch
 
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from pipeline.store.indices import IndexNames
 from tests.integration.test_key_cache import counted
 from tests.processes import ApiProcess, WorkerProcess

@@ -12,7 +12,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.filters import metadata_pairs, translate_filters, with_substrings
+from pipeline.store.filters import metadata_pairs, translate_filters, with_substrings
 from pipeline.store.indices import IndexNames
 from pipeline.store.routing import source_routing
 

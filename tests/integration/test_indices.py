@@ -9,8 +9,8 @@ from elasticsearch import BadRequestError, Elasticsearch
 
 from pipeline.config import ElasticsearchConfig, Settings
 from pipeline.errors import ConfigurationError, PermanentError
-from pipeline.filters import translate_filters
 from pipeline.store.client import es_errors
+from pipeline.store.filters import translate_filters
 from pipeline.store.indices import (
     SCHEMA_VERSION,
     IndexNames,

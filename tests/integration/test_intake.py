@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.jobs import JobStatus, job_record
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState
+from pipeline.domain.jobs import JobStatus, job_record
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.domain.state import JobState
 from workers.app import MemqCelery
 from workers.intake import replay
 

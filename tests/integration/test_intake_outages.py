@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.jobs import TERMINAL_STATUSES
+from pipeline.domain.jobs import TERMINAL_STATUSES
 from tests.conftest import admin_key
 from tests.fakellm import FakeLLMServer
 from tests.private_services import PrivateElasticsearch, PrivateRedis

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from pipeline.config import QueueConfig, Settings
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames
 from tests.conftest import running
 from tests.integration.test_webhook_guard import Receiver, Trickler, finished

@@ -12,7 +12,7 @@ import redis
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.keys import KeyStore, RedisKeyCreations
+from pipeline.serving.keys import KeyStore, RedisKeyCreations
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
+from pipeline.domain.models import Scope
 from pipeline.errors import InvalidInputError
-from pipeline.listing import delete_all, list_memories
-from pipeline.models import Scope
+from pipeline.serving.listing import delete_all, list_memories
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from pipeline.store.routing import scope_routing

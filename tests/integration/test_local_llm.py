@@ -25,15 +25,15 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
+from pipeline.adapters.llm.openai_llm import NO_BACKOFF, OpenAILLM
+from pipeline.adapters.llm.parse import FactsReply
 from pipeline.config import LLMConfig, QueueConfig, Settings
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Role, Scope
+from pipeline.domain.protocols import ChatMessage, TokenUsage
+from pipeline.domain.state import JobState
 from pipeline.errors import PermanentError, RetriesExhaustedError
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.llm.openai_llm import NO_BACKOFF, OpenAILLM
-from pipeline.llm.parse import FactsReply
-from pipeline.models import AddRequest, MessageIn, Role, Scope
-from pipeline.phases.extract import Turn, inferred_facts
-from pipeline.protocols import ChatMessage, TokenUsage
-from pipeline.state import JobState
+from pipeline.ingestion.phases.extract import Turn, inferred_facts
 from pipeline.store.indices import IndexNames
 from tests.conftest import running
 from tests.integration.test_pipeline import memories_of, wait_job

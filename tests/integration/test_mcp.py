@@ -26,7 +26,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_key_cache import counted

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline.models import AddRequest, MessageIn, Role, Scope
-from pipeline.search import Searcher, SearchHit, SearchQuery
+from pipeline.domain.models import AddRequest, MessageIn, Role, Scope
+from pipeline.serving.search import Searcher, SearchHit, SearchQuery
 from tests.integration.test_pipeline import wait_job
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -61,7 +61,7 @@ def add(app: MemqCelery, scope: Scope, messages: list[MessageIn]) -> None:
 
 
 def ranked(searcher: Searcher, scope: Scope, hop: bool = True) -> list[SearchHit]:
-    """The hop's ranking alone: the reply to the best hit (pipeline.replies) would take
+    """The hop's ranking alone: the reply to the best hit (pipeline.serving.replies) would take
     second place, and is tested on its own (tests/integration/test_replies.py)."""
     return searcher.search(
         SearchQuery(query=QUESTION, scope=scope, top_k=10, hop=hop, explain=True, reply=False)

@@ -29,8 +29,8 @@ from pydantic import SecretStr
 import memq
 from api.app import create_app
 from pipeline.config import LLMConfig, QueueConfig, Settings
-from pipeline.jobs import JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.jobs import JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import IndexNames
 from tests.conftest import admin_key, api_running, running
 from tests.fakellm import Fail, FakeLLMServer

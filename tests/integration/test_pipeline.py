@@ -15,9 +15,9 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus, job_record
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState, Phase
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobRecord, JobStatus, job_record
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.domain.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames, Kind
 from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage
@@ -351,10 +351,10 @@ def test_a_partly_rejected_bulk_reports_only_what_was_stored(
 ) -> None:
     """Elasticsearch refuses one document of the bulk (a vector of zero magnitude, which
     cosine similarity cannot take; a vector of another size would be embedded again, as one
-    made before a switch of embedder: ``pipeline.phases.revector``): the persist phase reports
-    the others as stored and that one as an error."""
-    from pipeline.models import Fact
-    from pipeline.phases.persist import persist_memories
+    made before a switch of embedder: ``pipeline.ingestion.phases.revector``): the persist phase
+    reports the others as stored and that one as an error."""
+    from pipeline.domain.models import Fact
+    from pipeline.ingestion.phases.persist import persist_memories
 
     runtime = celery_app.runtime
     good = [0.1] * 384

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
-from pipeline.jobs import JobStatus
-from pipeline.models import message_id
+from pipeline.domain.jobs import JobStatus
+from pipeline.domain.models import message_id
 from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, temporary_tenant

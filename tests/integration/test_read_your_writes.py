@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from tests.conftest import admin_key, running
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until

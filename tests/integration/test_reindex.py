@@ -14,9 +14,9 @@ from elasticsearch import Elasticsearch
 
 from memq.cli import main
 from pipeline.config import Settings
+from pipeline.domain.models import Scope
 from pipeline.errors import NotFoundError, TransientError
 from pipeline.memory import Memory
-from pipeline.models import Scope
 from pipeline.store.indices import Kind, drop_indices
 from pipeline.store.reindex import reindex
 from workers.runtime import Runtime

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
-from pipeline.models import AddRequest, Scope
-from pipeline.search import Searcher, SearchHit, SearchQuery
+from pipeline.domain.models import AddRequest, Scope
+from pipeline.serving.search import Searcher, SearchHit, SearchQuery
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer

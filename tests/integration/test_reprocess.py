@@ -23,7 +23,7 @@ from elasticsearch import ApiError, Elasticsearch
 
 from memq.cli import main
 from pipeline.config import Settings
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from pipeline.store.indices import IndexNames
 from tests.fakellm import FakeLLMServer
 from tests.integration.private_stack import private_stack

@@ -25,13 +25,13 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from api.app import create_app
-from pipeline.chat import ChatEvent
 from pipeline.config import Settings
-from pipeline.intake import Accepted
-from pipeline.jobs import JobRecord, JobStatus
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import AddRequest
+from pipeline.features.chat import ChatEvent
+from pipeline.features.reprocess import ReprocessRun
+from pipeline.ingestion.intake import Accepted
 from pipeline.logs import ContextFilter, JsonLineFormatter
-from pipeline.models import AddRequest
-from pipeline.reprocess import ReprocessRun
 from pipeline.store.indices import IndexNames
 from tests.integration.test_api import Tenant, temporary_tenant, wait_until
 from tests.processes import ApiProcess, WorkerProcess

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pipeline.config import RerankConfig, Settings
+from pipeline.domain.models import Scope
 from pipeline.errors import TransientError
-from pipeline.models import Scope
-from pipeline.rerank import HttpReranker
-from pipeline.search import Searcher, SearchQuery
+from pipeline.serving.rerank import HttpReranker
+from pipeline.serving.search import Searcher, SearchQuery
 from pipeline.store.indices import IndexNames
 from tests.integration.test_search import put
 from workers.runtime import Runtime, make_reranker

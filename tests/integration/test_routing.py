@@ -13,10 +13,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.erase import erase_user
+from pipeline.domain.models import Scope
 from pipeline.errors import NotFoundError
+from pipeline.features.erase import erase_user
 from pipeline.memory import Memory
-from pipeline.models import Scope
 from pipeline.store.elastic import ElasticStore, scope_filter
 from pipeline.store.indices import Kind, drop_indices
 from pipeline.store.routing import scope_routing

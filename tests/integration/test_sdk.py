@@ -29,7 +29,7 @@ from memq import (
     UnavailableError,
     ValidationError,
 )
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from pipeline.store.indices import IndexNames
 from tests.conftest import admin_key, running
 from tests.processes import ApiProcess, free_port

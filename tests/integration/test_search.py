@@ -12,9 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.config import Settings
+from pipeline.domain.models import Scope, memory_id
 from pipeline.errors import InvalidInputError
-from pipeline.models import Scope, memory_id
-from pipeline.search import Searcher, SearchQuery
+from pipeline.serving.search import Searcher, SearchQuery
 from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import EntityDoc, EntityLink, MemoryDoc
 from pipeline.store.routing import scope_routing

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from pipeline.config import Settings
-from pipeline.models import Scope
+from pipeline.domain.models import Scope
 from pipeline.store.indices import IndexNames
 from tests.integration.test_api_guards import assert_429, tenant_headers
 from tests.integration.test_search import put

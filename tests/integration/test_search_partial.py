@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from memq import AsyncClient, SearchHits
 from pipeline.config import Settings
+from pipeline.domain.models import Scope
 from pipeline.errors import TransientError
 from pipeline.memory import Memory
-from pipeline.models import Scope
 from pipeline.store.indices import drop_indices
 from workers.app import MemqCelery, create_celery
 from workers.runtime import Runtime

@@ -1,5 +1,5 @@
 """Scores people can threshold: ``score`` is on the similarity scale, through the searcher,
-memq's route and mem0's route (``pipeline.fusion.on_similarity_scale``)."""
+memq's route and mem0's route (``pipeline.serving.fusion.on_similarity_scale``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.models import Scope
-from pipeline.search import SearchQuery
+from pipeline.domain.models import Scope
+from pipeline.serving.search import SearchQuery
 from pipeline.store.elastic import ElasticStore
 from tests.integration.test_api import Tenant, remember, temporary_tenant, wait_listed
 from tests.integration.test_replies import ANSWER, ASKED, QUESTION, chat

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
-from pipeline.jobs import JobStatus
-from pipeline.models import AddRequest, MessageIn, Role, Scope
-from pipeline.search import Searcher, SearchQuery
+from pipeline.domain.jobs import JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Role, Scope
+from pipeline.serving.search import Searcher, SearchQuery
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames
 from pipeline.store.protocol import MemoryDoc

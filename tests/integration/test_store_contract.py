@@ -15,15 +15,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from elasticsearch import Elasticsearch
 
+from pipeline.adapters.nlp.lemmatize import normalize_for_hash
 from pipeline.config import Settings
-from pipeline.deps import Deps
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.domain.models import AddRequest, ContextMessage, MessageIn, Scope, md5_hex, memory_id
+from pipeline.domain.state import JobState, Phase
+from pipeline.domain.validity import Replacement
 from pipeline.errors import PermanentError
-from pipeline.jobs import JobRecord, JobStatus
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.phases import PHASES
 from pipeline.memory import Memory
-from pipeline.models import AddRequest, ContextMessage, MessageIn, Scope, md5_hex, memory_id
-from pipeline.nlp.lemmatize import normalize_for_hash
-from pipeline.phases import PHASES
-from pipeline.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames, drop_indices
 from pipeline.store.memory import InMemoryStore
@@ -36,7 +37,6 @@ from pipeline.store.protocol import (
     StoredHash,
 )
 from pipeline.store.reads import KeyDocument, ListedKey
-from pipeline.validity import Replacement
 from tests.integration.test_routing import sharded_settings
 from workers.runtime import Runtime
 
@@ -346,7 +346,8 @@ def test_a_lost_race_on_one_fact_is_a_duplicate_not_a_second_memory(
     assert held is not None and held.job_id == early
 
 
-# -- validity: replacements (pipeline.validity) ------------------------------------------------
+# -- validity: replacements (pipeline.domain.validity)
+# ------------------------------------------------
 
 
 def dated(deps: Deps, scope: Scope, text: str, year: int) -> MemoryDoc:

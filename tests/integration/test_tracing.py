@@ -18,7 +18,7 @@ from elasticsearch import Elasticsearch
 from memq import Client
 from memq.types import Job
 from pipeline.config import Settings
-from pipeline.state import Phase
+from pipeline.domain.state import Phase
 from pipeline.store.indices import drop_indices, ensure_indices
 from tests.conftest import admin_key, running
 from tests.fakellm import FakeLLMServer

@@ -20,9 +20,9 @@ import httpx
 import pytest
 import redis
 
-from pipeline.jobs import TERMINAL_STATUSES, JobStatus
-from pipeline.usage import Charge, InMemoryUsage, Usage, UsageLedger
-from pipeline.usage_redis import RedisUsage
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobStatus
+from pipeline.features.usage import Charge, InMemoryUsage, Usage, UsageLedger
+from pipeline.features.usage_redis import RedisUsage
 from tests.conftest import admin_key
 from tests.integration.test_api import Tenant, create_tenant, http_client, wait_until
 

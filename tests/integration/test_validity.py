@@ -15,7 +15,7 @@ import pytest
 
 from memq.client import Client
 from pipeline.config import Settings
-from pipeline.jobs import TERMINAL_STATUSES, JobStatus
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobStatus
 from pipeline.memory import Memory
 from tests.fakellm import FakeLLMServer
 from tests.integration.test_api import Tenant, listed, temporary_tenant, wait_until

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.chat import GENERIC, SignedBody, verify_hmac
-from pipeline.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.webhook import (
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobRecord, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.features.chat import GENERIC, SignedBody, verify_hmac
+from pipeline.features.webhook import (
     Delivery,
     RefusedError,
     WebhookSender,

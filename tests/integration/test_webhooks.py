@@ -17,7 +17,7 @@ from pydantic import SecretStr
 
 from api.app import create_app
 from pipeline.config import Settings
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from pipeline.store.elastic import ElasticStore
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery

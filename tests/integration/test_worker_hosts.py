@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 from elasticsearch import Elasticsearch
 
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.store.indices import Kind, drop_indices, ensure_indices
 from tests.conftest import running
 from tests.fakellm import FakeLLMServer

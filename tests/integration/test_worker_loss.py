@@ -25,8 +25,8 @@ import redis
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState, Phase
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.domain.state import JobState, Phase
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.indices import IndexNames, Kind, drop_indices, ensure_indices
 from pipeline.store.protocol import JobRecord

@@ -17,13 +17,13 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from api.app import create_app
-from pipeline.chat import ChatEvent
 from pipeline.config import ChatConfig, Settings
+from pipeline.domain.jobs import JobRecord
+from pipeline.domain.models import AddRequest
 from pipeline.errors import InvalidInputError
-from pipeline.intake import Accepted, Intake
-from pipeline.jobs import JobRecord
-from pipeline.models import AddRequest
-from pipeline.reprocess import ReprocessRun
+from pipeline.features.chat import ChatEvent
+from pipeline.features.reprocess import ReprocessRun
+from pipeline.ingestion.intake import Accepted, Intake
 from tests.processes import free_port
 
 OFFLINE = {

@@ -13,9 +13,9 @@ from typing import IO, Any
 import pytest
 
 from memq.backfill import BackfillOptions, Checkpoint, TokenBucket, requests_for
-from pipeline.backfill import READERS, Conversation, ReaderOptions, reader_for
-from pipeline.backfill.streams import JsonArrayStream, load_json_at
 from pipeline.errors import InvalidInputError
+from pipeline.ingestion.backfill import READERS, Conversation, ReaderOptions, reader_for
+from pipeline.ingestion.backfill.streams import JsonArrayStream, load_json_at
 
 # -- helpers ------------------------------------------------------------------------------------
 

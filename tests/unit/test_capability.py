@@ -1,5 +1,5 @@
-"""Which adds can run where: ``pipeline.capability``, the check every intake asks before it
-accepts a conversation, over real ``Settings`` built from the environment."""
+"""Which adds can run where: ``pipeline.ingestion.capability``, the check every intake asks before
+it accepts a conversation, over real ``Settings`` built from the environment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.capability import (
+from pipeline.config import Settings
+from pipeline.domain.models import AddRequest, MemoryType, Scope
+from pipeline.errors import InvalidInputError
+from pipeline.ingestion.capability import (
     EXTRACTION,
     PROCEDURAL,
     VISION,
@@ -17,9 +20,6 @@ from pipeline.capability import (
     missing_llm,
     refusal,
 )
-from pipeline.config import Settings
-from pipeline.errors import InvalidInputError
-from pipeline.models import AddRequest, MemoryType, Scope
 from workers.chat import runnable_here
 
 IMAGE = {"type": "image_url", "image_url": {"url": "https://example.org/dog.jpg"}}

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.chat import (
+from pipeline.errors import InvalidInputError
+from pipeline.features.chat import (
     SLACK,
     SignatureError,
     SignedBody,
@@ -17,7 +18,6 @@ from pipeline.chat import (
     telegram_event,
     verify_hmac,
 )
-from pipeline.errors import InvalidInputError
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

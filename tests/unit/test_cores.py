@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from memq.cli import share_cores
+from pipeline.adapters.embedding.cores import LentCores, cores_file
+from pipeline.adapters.embedding.local import MiniLMEmbedder
 from pipeline.config import EmbedderConfig, Settings
-from pipeline.embedding.cores import LentCores, cores_file
-from pipeline.embedding.local import MiniLMEmbedder
 
 FORK = multiprocessing.get_context("fork")
 

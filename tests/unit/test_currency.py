@@ -1,18 +1,18 @@
-"""The newer statement first (``pipeline.currency``): which questions are about the present, and
-how rivals among a search's best hits are reordered, and only they."""
+"""The newer statement first (``pipeline.serving.currency``): which questions are about the present,
+and how rivals among a search's best hits are reordered, and only they."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pipeline.currency import (
+from pipeline.serving.currency import (
     Rivalry,
     asks_about_present,
     may_have_rivals,
     newer_first,
     past_asked_since,
 )
-from pipeline.search_models import Explain, SearchHit
+from pipeline.serving.search_models import Explain, SearchHit
 
 NOW = datetime(2025, 3, 1, tzinfo=UTC)
 RIVALRY = Rivalry(pair_similarity=0.3, score_ratio=0.7)

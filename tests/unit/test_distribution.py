@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from memq.types import TERMINAL_STATUSES
-from pipeline.jobs import TERMINAL_STATUSES as SERVER_TERMINAL_STATUSES
+from pipeline.domain.jobs import TERMINAL_STATUSES as SERVER_TERMINAL_STATUSES
 
 SERVER_MODULES = ("celery", "elasticsearch", "onnxruntime", "fastapi", "redis", "openai")
 SERVER_SIDE = ("pipeline", "api", "workers")

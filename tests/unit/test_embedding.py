@@ -9,16 +9,16 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
-from pipeline.config import EmbedderConfig, Settings
-from pipeline.embedding import make_embedder
-from pipeline.embedding.local import (
+from pipeline.adapters.embedding import make_embedder
+from pipeline.adapters.embedding.local import (
     RUN_SLACK,
     RUN_SLACK_TOKENS,
     RUN_TOKENS,
     MiniLMEmbedder,
     length_runs,
 )
-from pipeline.embedding.remote import OpenAIEmbedder
+from pipeline.adapters.embedding.remote import OpenAIEmbedder
+from pipeline.config import EmbedderConfig, Settings
 from pipeline.errors import ConfigurationError, PermanentError, TransientError
 from tests.fakellm import Fail, FakeLLMServer
 

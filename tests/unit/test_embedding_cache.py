@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.embedding.cache import CachedEmbedder
+from pipeline.adapters.embedding.cache import CachedEmbedder
 from pipeline.errors import TransientError
 from tests.doubles import HashEmbedder
 

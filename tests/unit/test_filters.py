@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import InvalidInputError
-from pipeline.filters import (
+from pipeline.store.filters import (
     MAX_DEPTH,
     MAX_LEAVES,
     MAX_LIST_VALUES,

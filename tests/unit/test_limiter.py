@@ -12,10 +12,10 @@ from functools import partial
 
 import pytest
 
+from pipeline.adapters.llm.limiter import AdaptiveLimit
+from pipeline.adapters.llm.openai_llm import NO_BACKOFF, OpenAILLM
 from pipeline.config import LLMConfig
-from pipeline.llm.limiter import AdaptiveLimit
-from pipeline.llm.openai_llm import NO_BACKOFF, OpenAILLM
-from pipeline.protocols import ChatMessage
+from pipeline.domain.protocols import ChatMessage
 from tests.fakellm import FakeLLMServer, ProviderModel
 
 

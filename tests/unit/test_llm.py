@@ -16,14 +16,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from pipeline.config import LLMConfig
-from pipeline.errors import (
-    ConfigurationError,
-    PermanentError,
-    RetriesExhaustedError,
-    UnreachableError,
-)
-from pipeline.llm.openai_llm import (
+from pipeline.adapters.llm.openai_llm import (
     DEFAULT_BACKOFF,
     NO_BACKOFF,
     LLMCall,
@@ -31,8 +24,15 @@ from pipeline.llm.openai_llm import (
     json_mode_format,
     json_schema_format,
 )
-from pipeline.llm.parse import FactsReply, parse_json_object
-from pipeline.protocols import LLM, ChatMessage, TokenUsage
+from pipeline.adapters.llm.parse import FactsReply, parse_json_object
+from pipeline.config import LLMConfig
+from pipeline.domain.protocols import LLM, ChatMessage, TokenUsage
+from pipeline.errors import (
+    ConfigurationError,
+    PermanentError,
+    RetriesExhaustedError,
+    UnreachableError,
+)
 from tests.fakellm import Delay, Fail, FakeLLMServer, Garbage, fake_embedding, words
 
 REPLY = '{"memory": [{"text": "The user likes tea", "attributed_to": "user"}]}'

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.multihop import (
+from pipeline.adapters.nlp.entities import extract_entities
+from pipeline.serving.multihop import (
     QUERY_NAME,
     HopPlan,
     mixed,
@@ -12,7 +13,6 @@ from pipeline.multihop import (
     read_hop,
     said_by,
 )
-from pipeline.nlp.entities import extract_entities
 
 
 def names_in(question: str, limit: int = 2) -> list[frozenset[str]]:

@@ -6,14 +6,14 @@ import hashlib
 
 import pytest
 
-from pipeline.nlp.entities import RuleEntityExtractor, extract_entities
-from pipeline.nlp.lemmatize import (
+from pipeline.adapters.nlp.entities import RuleEntityExtractor, extract_entities
+from pipeline.adapters.nlp.lemmatize import (
     SimplemmaLemmatizer,
     expand_contractions,
     normalize_for_hash,
     resolve_language,
 )
-from pipeline.protocols import Entity, EntityExtractor, Lemmatizer
+from pipeline.domain.protocols import Entity, EntityExtractor, Lemmatizer
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +369,7 @@ def test_extraction_is_deterministic(extractor: RuleEntityExtractor) -> None:
 
 
 def test_questions_lose_their_function_words() -> None:
-    from pipeline.nlp.stopwords import without_stopwords
+    from pipeline.adapters.nlp.stopwords import without_stopwords
 
     assert without_stopwords("Where does the user live and what do they eat?") == "user live eat"
     assert without_stopwords("When did Caroline go to the LGBTQ support group?") == (

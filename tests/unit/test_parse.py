@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import PermanentError
-from pipeline.llm.parse import (
+from pipeline.adapters.llm.parse import (
     MAX_FACT_CHARS,
     MAX_RAW_IN_ERROR_CHARS,
     FactOut,
@@ -13,6 +12,7 @@ from pipeline.llm.parse import (
     parse_facts,
     parse_json_object,
 )
+from pipeline.errors import PermanentError
 
 EXPECTED = {"memory": [{"text": "Likes tea", "related": [0]}]}
 

@@ -7,12 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.deps import Deps
-from pipeline.errors import PermanentError, TransientError
-from pipeline.jobs import JobStatus
-from pipeline.llm.parse import FactsReply
-from pipeline.memory import Memory
-from pipeline.models import (
+from pipeline.adapters.llm.parse import FactsReply
+from pipeline.adapters.nlp.entities import RuleEntityExtractor
+from pipeline.adapters.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
+from pipeline.domain.jobs import JobStatus
+from pipeline.domain.models import (
     AddRequest,
     MemoryType,
     MessageIn,
@@ -21,14 +20,15 @@ from pipeline.models import (
     memory_id,
     message_id,
 )
-from pipeline.nlp.entities import RuleEntityExtractor
-from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
-from pipeline.phases import PHASES, run_job, run_phase
-from pipeline.phases.extract import NO_LLM, turns_of
-from pipeline.state import JobState, Phase
+from pipeline.domain.state import JobState, Phase
+from pipeline.errors import PermanentError, TransientError
+from pipeline.features.webhook import WebhookSender
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.phases import PHASES, run_job, run_phase
+from pipeline.ingestion.phases.extract import NO_LLM, turns_of
+from pipeline.memory import Memory
 from pipeline.store.memory import InMemoryStore
 from pipeline.store.protocol import MemoryDoc
-from pipeline.webhook import WebhookSender
 from tests.doubles import HashEmbedder, ScriptedLLM
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pipeline.jobs import JobRecord, JobStatus
-from pipeline.reextract import Extraction, pages_of, request_of, same_settings, waves
+from pipeline.domain.jobs import JobRecord, JobStatus
+from pipeline.features.reextract import Extraction, pages_of, request_of, same_settings, waves
 from pipeline.store.indices import IndexNames, Kind
 from pipeline.store.reextract import BuildNames, others_query
 

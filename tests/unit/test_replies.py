@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.replies import followed_by_reply, reply_key
-from pipeline.search_models import Explain, SearchHit
+from pipeline.serving.replies import followed_by_reply, reply_key
+from pipeline.serving.search_models import Explain, SearchHit
 from pipeline.store.queries import reply_body
 
 

@@ -15,11 +15,11 @@ import pytest
 from kombu.exceptions import OperationalError
 
 from pipeline.config import WorkerConfig
+from pipeline.domain.jobs import JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.domain.state import JobState, Phase
 from pipeline.errors import TransientError, WorkerLostError
-from pipeline.jobs import JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.phases import Workload
-from pipeline.state import JobState, Phase
+from pipeline.ingestion.phases import Workload
 from pipeline.store.memory import InMemoryStore
 from workers.scheduler.batches import RECHECK_S, gather, make_ready, send_alone
 from workers.scheduler.core import Scheduler

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.models import AddRequest, MessageIn, Scope
-from pipeline.state import JobState
+from pipeline.domain.models import AddRequest, MessageIn, Scope
+from pipeline.domain.state import JobState
 from workers.scheduler.leases import GATHERING, Claim
 from workers.scheduler.memory import MemoryRunLeases, MemoryStateStore
 from workers.scheduler.protocols import SchedulerLeases, SchedulerStates

@@ -26,7 +26,7 @@ from memq import (
     UnavailableError,
     ValidationError,
 )
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 
 Handler = Callable[[httpx.Request], httpx.Response]
 BASE_URL = "http://memq.test"

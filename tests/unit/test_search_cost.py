@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.filters import MAX_LIST_VALUES, MAX_TERM_SCANS, filter_cost
-from pipeline.search_cost import search_cost
-from pipeline.search_models import SearchOptions
+from pipeline.serving.search_cost import search_cost
+from pipeline.serving.search_models import SearchOptions
+from pipeline.store.filters import MAX_LIST_VALUES, MAX_TERM_SCANS, filter_cost
 
 SCANS = {"OR": [{f: {"icontains": "abc"}} for f in ("agent_id", "run_id", "actor_id", "job_id")]}
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.models import Fact, Scope
-from pipeline.nlp.feedback import expansion_terms, feedback
-from pipeline.nlp.speaker import embedding_text, speaker_name, speaker_of
-from pipeline.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
+from pipeline.adapters.nlp.feedback import expansion_terms, feedback
+from pipeline.adapters.nlp.speaker import embedding_text, speaker_name, speaker_of
+from pipeline.adapters.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
+from pipeline.domain.models import Fact, Scope
 
 REFERENCE = datetime(2023, 10, 18, 15, 30, tzinfo=UTC)  # a Wednesday
 

@@ -1,9 +1,9 @@
-"""The public score: the similarity scale (``pipeline.fusion.on_similarity_scale``)."""
+"""The public score: the similarity scale (``pipeline.serving.fusion.on_similarity_scale``)."""
 
 from __future__ import annotations
 
-from pipeline.fusion import on_similarity_scale
-from pipeline.search_models import Explain, SearchHit
+from pipeline.serving.fusion import on_similarity_scale
+from pipeline.serving.search_models import Explain, SearchHit
 
 
 def hit(memory: str, fused: float, semantic: float, reply_to: str | None = None) -> SearchHit:

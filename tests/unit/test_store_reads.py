@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pipeline.models import MemoryView, Scope
+from pipeline.domain.models import MemoryView, Scope
 from pipeline.store.reads import HistoryRow, KeyDocument, MemoryRecord
 
 AT = datetime(2026, 5, 1, 14, 3, 7, 250_000, tzinfo=UTC)

@@ -1,5 +1,5 @@
 """The explorer's session cookie and CSRF tokens (``api.ui.session``), and the explorer's
-paging cursor (``pipeline.explorer``)."""
+paging cursor (``pipeline.features.explorer``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from api.ui.session import (
     session_secret,
 )
 from pipeline.errors import InvalidInputError
-from pipeline.explorer import decode_after, encode_after
-from pipeline.keys import Principal
+from pipeline.features.explorer import decode_after, encode_after
+from pipeline.serving.keys import Principal
 
 SECRET = session_secret(SecretStr("an-admin-key-of-at-least-24-chars"))
 ALICE = Principal(key_id="0123456789abcdef", tenant="acme")

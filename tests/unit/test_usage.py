@@ -1,5 +1,5 @@
-"""Per-tenant usage and budgets (``pipeline.usage``) over the in-process ledger: what a job is
-charged, that a charge applies once, the budget's refusal, and the report's bounds."""
+"""Per-tenant usage and budgets (``pipeline.features.usage``) over the in-process ledger: what a job
+is charged, that a charge applies once, the budget's refusal, and the report's bounds."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ from datetime import UTC, date, datetime
 
 import pytest
 
+from pipeline.domain.jobs import JobStatus, job_record
+from pipeline.domain.state import JobState, Phase
 from pipeline.errors import InvalidInputError, TransientError
-from pipeline.jobs import JobStatus, job_record
-from pipeline.memory import Memory
-from pipeline.phases import PHASES, run_phase
-from pipeline.phases.extract import extract_facts
-from pipeline.phases.finalize import finalize_jobs_batch
-from pipeline.state import JobState, Phase
-from pipeline.usage import (
+from pipeline.features.usage import (
     OTHER_TENANTS,
     BudgetSpentError,
     BudgetState,
@@ -28,6 +24,10 @@ from pipeline.usage import (
     next_month,
     usage_report,
 )
+from pipeline.ingestion.phases import PHASES, run_phase
+from pipeline.ingestion.phases.extract import extract_facts
+from pipeline.ingestion.phases.finalize import finalize_jobs_batch
+from pipeline.memory import Memory
 from tests.doubles import ScriptedLLM
 from tests.unit.test_phases import NOW, conversation, facts_reply, make_deps, store_of
 

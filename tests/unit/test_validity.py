@@ -1,5 +1,5 @@
-"""Validity (``pipeline.validity``): the closure rules as pure functions, the extraction reply's
-``replaces``, and whole jobs over the in-memory store: a newer fact closes the memory it
+"""Validity (``pipeline.domain.validity``): the closure rules as pure functions, the extraction
+reply's ``replaces``, and whole jobs over the in-memory store: a newer fact closes the memory it
 replaces, exactly once under replay, and a backfilled older fact is closed instead."""
 
 from __future__ import annotations
@@ -9,12 +9,10 @@ import json
 from datetime import UTC, datetime
 from itertools import permutations
 
-from pipeline.llm.parse import parse_facts
-from pipeline.memory import Memory
-from pipeline.models import Scope
-from pipeline.phases import PHASES, run_phase
-from pipeline.state import JobState, Phase
-from pipeline.validity import (
+from pipeline.adapters.llm.parse import parse_facts
+from pipeline.domain.models import Scope
+from pipeline.domain.state import JobState, Phase
+from pipeline.domain.validity import (
     REPLACED_EVENT,
     Closure,
     Replacement,
@@ -23,6 +21,8 @@ from pipeline.validity import (
     mem0_event,
     merged,
 )
+from pipeline.ingestion.phases import PHASES, run_phase
+from pipeline.memory import Memory
 from tests.doubles import ScriptedLLM
 from tests.fakellm import listed_memories, with_replaced_numbers
 from tests.unit.test_phases import conversation, make_deps, store_of

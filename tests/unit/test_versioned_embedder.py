@@ -8,11 +8,16 @@ from collections.abc import Sequence
 
 import pytest
 
+from pipeline.adapters.embedding.versioned import (
+    EmbedderSpec,
+    IndexEmbedder,
+    Models,
+    refresh_embedder,
+)
 from pipeline.config import EmbedderConfig
-from pipeline.embedding.versioned import EmbedderSpec, IndexEmbedder, Models, refresh_embedder
 from pipeline.errors import EmbedderChangedError, TransientError
-from pipeline.fusion import cosines
-from pipeline.phases.revector import again
+from pipeline.ingestion.phases.revector import again
+from pipeline.serving.fusion import cosines
 from pipeline.store.reprocess import Pace
 
 OLD = EmbedderSpec(kind="openai", model="old", dims=4)

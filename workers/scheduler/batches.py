@@ -25,9 +25,9 @@ import uuid
 
 from kombu.exceptions import OperationalError
 
+from pipeline.domain.jobs import JobStatus, job_record
+from pipeline.domain.state import JobState, Phase
 from pipeline.errors import TransientError
-from pipeline.jobs import JobStatus, job_record
-from pipeline.state import JobState, Phase
 from workers.scheduler.core import Scheduler
 from workers.scheduler.state_store import Lane, Taken, TakeOutcome
 

@@ -18,10 +18,10 @@ from typing import Protocol
 import redis
 from celery import Celery
 
+from pipeline.adapters.redis_errors import redis_errors
 from pipeline.config import QueueConfig, WorkerConfig
-from pipeline.phases import Workload
-from pipeline.redis_errors import redis_errors
-from pipeline.state import Phase
+from pipeline.domain.state import Phase
+from pipeline.ingestion.phases import Workload
 from pipeline.store.protocol import Store
 from workers.chain import batch_chain
 from workers.names import GATHER_TASK, PREPARE_TASK

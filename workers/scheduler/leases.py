@@ -22,7 +22,7 @@ from enum import StrEnum
 
 import redis
 
-from pipeline.redis_errors import redis_errors
+from pipeline.adapters.redis_errors import redis_errors
 from workers.scheduler.scripts import Scripts
 from workers.scheduler.state_store import BATCH_TTL_S, STATE_TTL_S
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from pipeline.state import JobState
+from pipeline.domain.state import JobState
 from workers.scheduler.leases import GATHERING, Claim, RunRecord
 from workers.scheduler.state_store import SPREAD_FROM, Lane, Taken, TakeOutcome
 

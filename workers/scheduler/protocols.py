@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from pipeline.state import JobState
+from pipeline.domain.state import JobState
 from workers.scheduler.leases import Claim, RunRecord
 from workers.scheduler.state_store import Lane, Taken
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import uuid
 
+from pipeline.adapters.redis_errors import redis_errors
+from pipeline.domain.state import JobState, Phase
 from pipeline.errors import TransientError, WorkerLostError
-from pipeline.phases import PHASES
-from pipeline.redis_errors import redis_errors
-from pipeline.state import JobState, Phase
+from pipeline.ingestion.phases import PHASES
 from workers.aof import rewrite_aof_if_due
 from workers.intake import drain_parked, finish_intakes, record_held
 from workers.runtime import MemqCelery

@@ -18,8 +18,8 @@ from enum import Enum, StrEnum
 
 import redis
 
-from pipeline.redis_errors import redis_errors
-from pipeline.state import JobState
+from pipeline.adapters.redis_errors import redis_errors
+from pipeline.domain.state import JobState
 from workers.scheduler.scripts import Scripts
 
 log = logging.getLogger("memq.worker")

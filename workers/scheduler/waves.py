@@ -41,11 +41,11 @@ from time import perf_counter
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from pipeline.batch import BatchResult
-from pipeline.deps import Deps
+from pipeline.domain.state import JobState
 from pipeline.errors import MemqError
-from pipeline.phases import PhaseSpec, next_phase
-from pipeline.state import JobState
+from pipeline.ingestion.batch import BatchResult
+from pipeline.ingestion.deps import Deps
+from pipeline.ingestion.phases import PhaseSpec, next_phase
 from workers.scheduler.batches import batch_ended, send_run
 from workers.scheduler.core import Scheduler
 

@@ -35,10 +35,10 @@ from benchlib.proxy import STATS_PATH, CountingProxy
 from benchlib.replies import Responder
 from benchlib.services import free_port
 from benchlib.workers import start_workers, where_time_went
+from pipeline.adapters.embedding.local import MiniLMEmbedder
 from pipeline.config import EmbedderConfig, Settings
-from pipeline.embedding.local import MiniLMEmbedder
-from pipeline.jobs import TERMINAL_STATUSES, JobStatus
-from pipeline.models import AddRequest, MessageIn, Scope
+from pipeline.domain.jobs import TERMINAL_STATUSES, JobStatus
+from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames, drop_indices
 from workers.app import MemqCelery, create_celery
@@ -521,7 +521,7 @@ def running_bench(
 BASELINE_INTAKE = """
 import json, sys
 from pipeline.config import Settings
-from pipeline.models import AddRequest
+from pipeline.domain.models import AddRequest
 from workers.app import create_celery
 from workers.intake import submit
 app = create_celery(Settings())

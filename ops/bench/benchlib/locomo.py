@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memq.client import Client
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from elasticsearch import Elasticsearch
 
-from pipeline.embedding.local import MiniLMEmbedder
+from pipeline.adapters.embedding.local import MiniLMEmbedder
 
 MEM0_INDEX = "mem0bench_locomo"
 

@@ -18,7 +18,7 @@ def facts_reply(request: dict[str, Any]) -> str:
     return json.dumps({"memory": facts})
 
 
-MEMQ_MARK = "You maintain the long-term memory"  # pipeline/prompts/extract_user_v1.txt
+MEMQ_MARK = "You maintain the long-term memory"  # pipeline/ingestion/prompts/extract_user_v1.txt
 
 
 MEM0_MARK = "You are a Memory Extractor"  # mem0.configs.prompts.ADDITIVE_EXTRACTION_PROMPT

@@ -21,15 +21,15 @@ from elasticsearch.helpers import bulk
 
 from benchlib import mem0
 from benchlib.mem0 import Endpoints, mem0_config, serve
+from pipeline.adapters.embedding.local import MiniLMEmbedder
+from pipeline.adapters.embedding.versioned import IndexEmbedder
+from pipeline.adapters.nlp.entities import extract_entities
+from pipeline.adapters.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
 from pipeline.config import Settings
-from pipeline.embedding.local import MiniLMEmbedder
-from pipeline.embedding.versioned import IndexEmbedder
-from pipeline.models import Scope, entity_id, md5_hex, memory_id
-from pipeline.nlp.entities import extract_entities
-from pipeline.nlp.lemmatize import SimplemmaLemmatizer, normalize_for_hash
-from pipeline.phases.link import normalize_entity
-from pipeline.protocols import Embedder
-from pipeline.search import Searcher, SearchQuery
+from pipeline.domain.models import Scope, entity_id, md5_hex, memory_id
+from pipeline.domain.protocols import Embedder
+from pipeline.ingestion.phases.link import normalize_entity
+from pipeline.serving.search import Searcher, SearchQuery
 from pipeline.store.client import make_client
 from pipeline.store.elastic import scope_filter
 from pipeline.store.indices import IndexNames, drop_indices, ensure_indices

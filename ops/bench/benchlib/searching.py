@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from pipeline.models import Scope
-from pipeline.search import Searcher
-from pipeline.search_models import SearchQuery
+from pipeline.domain.models import Scope
+from pipeline.serving.search import Searcher
+from pipeline.serving.search_models import SearchQuery
 
 TENANT = "reprocess-bench"
 

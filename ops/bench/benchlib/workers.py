@@ -15,7 +15,7 @@ from pathlib import Path
 from elasticsearch import Elasticsearch
 
 from pipeline.config import Settings
-from pipeline.jobs import JobStatus
+from pipeline.domain.jobs import JobStatus
 from pipeline.store.client import make_client
 from pipeline.store.indices import IndexNames
 

@@ -10,8 +10,8 @@ from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, over
 
 from elasticsearch import Elasticsearch
 
+from pipeline.domain.models import Scope
 from pipeline.errors import EmbedderChangedError, TransientError
-from pipeline.models import Scope
 from pipeline.store.client import error_reason, es_errors, item_error, other_dims
 from pipeline.store.indices import IndexNames, Kind
 from pipeline.store.protocol import SearchIndex, StoredHash, WriteOutcome

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeline.config import ElasticsearchConfig
-from pipeline.health import elasticsearch_health
 from pipeline.store.client import es_errors
+from pipeline.store.health import elasticsearch_health
 from pipeline.store.indices import Kind, ensure_indices, stored_embedder
 from pipeline.store.reads import StoreHealth
 from pipeline.store.repositories.base import Connection, hit_address

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from pipeline.domain.models import Scope
 from pipeline.errors import TransientError
-from pipeline.filters import with_substrings
-from pipeline.models import Scope
 from pipeline.store.client import es_errors
+from pipeline.store.filters import with_substrings
 from pipeline.store.indices import Kind
 from pipeline.store.protocol import EntityDoc, EntityLink
 from pipeline.store.queries import entities_named_body, nearest_entity_body

@@ -8,8 +8,8 @@ from typing import Any
 
 from elasticsearch import NotFoundError
 
+from pipeline.domain.jobs import JobRecord, JobStatus
 from pipeline.errors import TransientError
-from pipeline.jobs import JobRecord, JobStatus
 from pipeline.store.client import error_reason, es_errors
 from pipeline.store.indices import Kind
 from pipeline.store.reads import JobSummary

@@ -1,4 +1,4 @@
-"""API keys' documents (``pipeline.keys`` makes, hashes and checks the keys)."""
+"""API keys' documents (``pipeline.serving.keys`` makes, hashes and checks the keys)."""
 
 from __future__ import annotations
 

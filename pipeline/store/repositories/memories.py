@@ -10,10 +10,11 @@ from typing import Any
 
 from elasticsearch import NotFoundError
 
+from pipeline.domain.models import ExistingMemory, Scope
+from pipeline.domain.validity import Change, Closure, Replacement, changes_of, closure_of, merged
 from pipeline.errors import TransientError
-from pipeline.filters import with_substrings
-from pipeline.models import ExistingMemory, Scope
 from pipeline.store.client import es_errors, item_error
+from pipeline.store.filters import with_substrings
 from pipeline.store.indices import Kind
 from pipeline.store.protocol import (
     HistoryDoc,
@@ -27,7 +28,6 @@ from pipeline.store.reads import MemoryRecord
 from pipeline.store.repositories.base import Connection, Repository, scope_filter, search_header
 from pipeline.store.repositories.history import HistoryRepository
 from pipeline.store.routing import scope_routing, search_routing
-from pipeline.validity import Change, Closure, Replacement, changes_of, closure_of, merged
 
 REPLACE_ATTEMPTS = 20
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pipeline.jobs import JobRecord
-from pipeline.models import NAMESPACE, ContextMessage, Scope, message_id
+from pipeline.domain.jobs import JobRecord
+from pipeline.domain.models import NAMESPACE, ContextMessage, Scope, message_id
 from pipeline.store.client import es_errors
 from pipeline.store.indices import Kind
 from pipeline.store.protocol import SessionMessages

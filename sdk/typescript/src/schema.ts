@@ -171,7 +171,7 @@ export interface paths {
         };
         /**
          * Get Memory
-         * @description One memory; with ``include=sources``, where it came from (``pipeline.provenance``).
+         * @description One memory; with ``include=sources``, where it came from (``pipeline.features.provenance``).
          */
         get: operations["get_memory"];
         /**
@@ -1315,7 +1315,7 @@ export interface components {
         };
         /**
          * Mem0Export
-         * @description memq's dump of the selected memories (``pipeline.export``), read when fetched; the
+         * @description memq's dump of the selected memories (``pipeline.features.export``), read when fetched; the
          *     caller's schema is not applied (that needs a model call).
          */
         Mem0Export: {
@@ -2157,7 +2157,7 @@ export interface components {
         };
         /**
          * UsagePublic
-         * @description What a tenant used (``pipeline.usage``): jobs ended (``failed_jobs`` of them failed or
+         * @description What a tenant used (``pipeline.features.usage``): jobs ended (``failed_jobs`` of them failed or
          *     dead), memories stored, LLM tokens and calls, and texts embedded.
          */
         UsagePublic: {

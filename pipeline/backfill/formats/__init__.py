@@ -1,7 +1,0 @@
-"""One module per archive format; importing this package registers every reader."""
-
-from __future__ import annotations
-
-from pipeline.backfill.formats import chatgpt, locomo, memq_jsonl, slack
-
-__all__ = ["chatgpt", "locomo", "memq_jsonl", "slack"]

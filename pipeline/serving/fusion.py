@@ -1,0 +1,104 @@
+"""The maths of fusing search signals: candidate bookkeeping, time signals, cosines and
+the feedback mix. Pure functions over values: no store, no model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from pipeline.adapters.nlp.timeexpr import Period, closeness, mentions_time
+from pipeline.domain.validity import as_time
+from pipeline.errors import EmbedderChangedError
+from pipeline.serving.search_models import SearchHit
+
+
+@dataclass
+class Candidates:
+    """What the first round found for one query: ranks per signal, raw scores, entity weights."""
+
+    semantic: dict[str, float] = field(default_factory=dict)
+    bm25: dict[str, float] = field(default_factory=dict)
+    entity: dict[str, float] = field(default_factory=dict)
+    rank_semantic: dict[str, int] = field(default_factory=dict)
+    rank_bm25: dict[str, int] = field(default_factory=dict)
+    rank_entity: dict[str, int] = field(default_factory=dict)
+    hop: dict[str, float] = field(default_factory=dict)
+
+    def ids(self) -> list[str]:
+        return list(dict.fromkeys([*self.semantic, *self.bm25, *self.entity, *self.hop]))
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What a query says about time: the periods it names, and whether it asks "when"."""
+
+    periods: list[Period]
+    when: bool
+
+    def signals(self, source: Mapping[str, Any]) -> tuple[float | None, float | None]:
+        """(time, dated) of a memory: how near its ``observed_at`` is to the query's periods,
+        and whether its text carries a time; None for a signal the query does not ask for."""
+        time = None
+        if self.periods:
+            time = closeness(observed_at(source), self.periods)
+        dated = float(mentions_time(str(source.get("text", "")))) if self.when else None
+        return time, dated
+
+
+def observed_at(source: Mapping[str, Any]) -> datetime | None:
+    """A memory's ``observed_at`` as an aware datetime (UTC when stored without a zone)."""
+    return as_time(source.get("observed_at"))
+
+
+def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:
+    """Mix ``hit``'s fused score with the feedback ``signal`` (the score weighs 1), in place."""
+    hit.score = round((hit.score + weight * signal) / (1 + weight), 6)
+    if hit.explain is not None:
+        hit.explain.feedback = round(signal, 6)
+        hit.explain.fused = hit.score
+
+
+def cosines(vector: Sequence[float], others: Sequence[Sequence[float] | None]) -> list[float]:
+    """Cosine of ``vector`` with each of ``others`` (0 where a vector is missing), clipped at 0.
+    A vector of another size was read across a switch of embedder (``memq reprocess``):
+    ``EmbedderChangedError``, which the searcher meets by searching again."""
+    query = np.asarray(vector, dtype=np.float32)
+    if any(other and len(other) != len(query) for other in others):
+        raise EmbedderChangedError(f"vectors of {len(query)} dims compared with another size")
+    query = query / max(float(np.linalg.norm(query)), 1e-12)
+    result = []
+    for other in others:
+        if not other:
+            result.append(0.0)
+            continue
+        array = np.asarray(other, dtype=np.float32)
+        result.append(max(0.0, float(query @ array) / max(float(np.linalg.norm(array)), 1e-12)))
+    return result
+
+
+def on_similarity_scale(hits: Sequence[SearchHit]) -> None:
+    """Give ranked ``hits`` (best first, each with its ``explain``) their public score, in
+    place: ``explain.fused`` keeps the score they are ranked by, and ``score`` becomes the
+    cosine-like scale ``SearchHit`` documents (the hit's similarity, a reply's at least that
+    of the hit it answers, raised to the best of those below it). ``with_ranks`` too."""
+    similarity = {h.id: h.explain.semantic if h.explain else 0.0 for h in hits}
+    floor = 0.0
+    for hit in reversed(hits):
+        own = similarity[hit.id]
+        if hit.explain is not None:
+            own = max(own, similarity.get(hit.explain.reply_to or "", 0.0))
+            hit.explain.fused = hit.score
+        floor = max(floor, min(max(own, 0.0), 1.0))
+        hit.score = round(floor, 6)
+    with_ranks(hits)
+
+
+def with_ranks(hits: Sequence[SearchHit]) -> None:
+    """Each ranked hit's place (1 first) in its ``explain.rank``, in place."""
+    for rank, hit in enumerate(hits, start=1):
+        if hit.explain is not None:
+            hit.explain.rank = rank

@@ -1,0 +1,643 @@
+"""Hybrid search: vectors + BM25 + entities, fused per candidate.
+
+For each query, three candidate lists are gathered inside the caller's scope and filters
+(expired memories excluded unless asked for, inside the query):
+- semantic: kNN over ``embedding`` (the filter inside the kNN clause, num_candidates well above k);
+- bm25: the lemmatized query over ``text_lemmatized`` plus the raw query over ``text`` and
+  over ``speaker`` (who said the memory);
+- entity: entities found in the query → the scope's entity index (exact name, or an embedding
+  at least as similar as the merge threshold) → their linked memories, damped for hub entities.
+The union of the three is scored on every signal (cosine from the stored vectors, BM25 by an
+ids-restricted query), so a keyword-only or entity-only hit competes on equal terms. Signals are
+normalized to [0, 1] and fused with the weights of ``SearchConfig``, joined by two signals a
+query may ask for: ``time`` (its ``observed_at`` near a period the query names) and ``dated``
+(its text carries a time, for a "when" question). The fused score is then mixed with
+``feedback`` (terms the best hits share) and ``hop`` (said by a person the query names, with
+a second retrieval of what they said: ``pipeline.serving.multihop``), optionally reranked; the reply
+to the best hit, when it is a conversation's turn, is placed second (``pipeline.serving.replies``),
+and ``threshold`` applies to the final score. Several queries are served by one msearch per round
+trip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from pipeline.adapters.embedding.versioned import refresh_embedder
+from pipeline.adapters.nlp.feedback import expansion_terms, feedback
+from pipeline.adapters.nlp.stopwords import without_stopwords
+from pipeline.adapters.nlp.timeexpr import asks_when, periods
+from pipeline.config import SearchConfig
+from pipeline.domain.models import utcnow
+from pipeline.domain.protocols import Embedder, Entity, EntityExtractor, Lemmatizer
+from pipeline.errors import EmbedderChangedError, InvalidInputError
+from pipeline.ingestion.phases.link import normalize_entity
+from pipeline.serving.currency import (
+    Rivalry,
+    asks_about_present,
+    may_have_rivals,
+    newer_first,
+    past_asked_since,
+)
+from pipeline.serving.fusion import (
+    Candidates,
+    Timing,
+    add_feedback,
+    cosines,
+    on_similarity_scale,
+    with_ranks,
+)
+from pipeline.serving.multihop import HopPlan, mixed, plan_hop, read_hop, said_by
+from pipeline.serving.replies import Replies, Turn, followed_by_reply, reply_key
+from pipeline.serving.rounds import Key, Round
+from pipeline.serving.search_models import (
+    Explain,
+    SearchHit,
+    SearchOptions,
+    SearchQuery,
+    SearchResult,
+    Shards,
+)
+from pipeline.store.elastic import cosine_from_score, scope_filter
+from pipeline.store.filters import translate_filters
+from pipeline.store.protocol import ServingStore
+from pipeline.store.queries import (
+    DOC_FIELDS,
+    docs_body,
+    entities_named_body,
+    hits_of,
+    knn_body,
+    nearest_entity_body,
+    not_expired,
+    read_hits,
+    replies_body,
+    reply_body,
+    still_valid,
+    validity,
+    vectors_body,
+    without_possessives,
+)
+
+Docs = dict[str, dict[str, Any]]  # a query's candidates' fields (and vectors read), by id
+
+
+def entity_of(hit: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """An entity hit's id and the memories it is linked to."""
+    return hit["_id"], list(hit["_source"].get("linked_memory_ids", []))
+
+
+__all__ = [
+    "Explain",
+    "Reranker",
+    "SearchHit",
+    "SearchOptions",
+    "SearchQuery",
+    "Searcher",
+]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The searches of one call: the queries, each one's filter clauses, and what each
+    one's shards said so far (updated as the round trips answer)."""
+
+    queries: Sequence[SearchQuery]
+    filters: list[list[dict[str, Any]]]
+    shards: list[Shards]
+
+
+class Reranker(Protocol):
+    """Scores ``texts`` against ``query`` in [0, 1], one score per text, in order."""
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class Searcher:
+    """Runs hybrid searches over a ``ServingStore`` with the given models."""
+
+    store: ServingStore
+    embedder: Embedder
+    lemmatizer: Lemmatizer
+    entities: EntityExtractor
+    config: SearchConfig
+    entity_similarity: float = 0.95
+    reranker: Reranker | None = None
+    clock: Callable[[], datetime] = utcnow
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        return self.search_many([query])[0]
+
+    def search_many(self, queries: Sequence[SearchQuery]) -> list[list[SearchHit]]:
+        """Several searches, batched: one msearch per round trip for all of them."""
+        return [result.hits for result in self.search_many_reported(queries)]
+
+    def search_reported(self, query: SearchQuery) -> SearchResult:
+        return self.search_many_reported([query])[0]
+
+    def search_many_reported(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
+        """``search_many``, each with what the shards said: a shard that failed or a search
+        that timed out makes its result ``partial`` (its hits are the best of what answered),
+        which callers pass on instead of hiding. A search that meets an index of another
+        vector size (the indices moved to another embedder a moment ago) is made again with
+        the embedder the index names now."""
+        for query in queries:
+            self._check(query)
+        try:
+            return self._search_many(queries)
+        except EmbedderChangedError:
+            refresh_embedder(self.embedder)
+            return self._search_many(queries)
+
+    def _search_many(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
+        vectors = self.embedder.embed([q.query for q in queries])
+        batch = Batch(queries, [self._filter(q) for q in queries], [Shards() for _ in queries])
+        named = self.entities.extract([q.query for q in queries])
+        found, docs = self._first_round(batch, vectors, named)
+        hops = [
+            self._hop_plan(q, [e.text for e in n], c)
+            for q, n, c in zip(queries, named, found, strict=True)
+        ]
+        bm25, replies = self._second_round(batch, found, docs, hops)
+        ranked = [
+            self._rank(q, v, c, d, b)
+            for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
+        ]
+        ranked = self._with_replies(batch, ranked, docs, replies)
+        ranked = self._newer_first(queries, ranked, docs)
+        return [
+            SearchResult(self._cut(q, hits), s)
+            for q, hits, s in zip(queries, ranked, batch.shards, strict=True)
+        ]
+
+    # -- validation and filters -------------------------------------------------------------
+
+    def _check(self, query: SearchQuery) -> None:
+        if query.top_k > self.config.max_top_k:
+            raise InvalidInputError(f"top_k is at most {self.config.max_top_k}", field="top_k")
+        if query.rerank and self.reranker is None:
+            raise InvalidInputError(
+                "rerank was asked for but no reranker is configured", field="rerank"
+            )
+
+    def _filter(self, query: SearchQuery) -> list[dict[str, Any]]:
+        clauses = [*scope_filter(query.scope), *translate_filters(query.filters)]
+        if not query.show_expired:
+            clauses.append(not_expired())
+        return clauses + self._validity(query)
+
+    def _validity(self, query: SearchQuery) -> list[dict[str, Any]]:
+        """Which memories by validity: ``as_of`` and ``include_replaced`` as asked; by default
+        those true now, and for a question about a past period ("in 2022") those still true
+        at its start or later, so what was replaced since can answer it."""
+        if query.as_of is None and not query.include_replaced:
+            since = past_asked_since(query.query, query.reference_time or self.clock())
+            if since is not None:
+                return [still_valid(since)]
+        return validity(query.as_of, query.include_replaced)
+
+    def _fetch(self, query: SearchQuery) -> int:
+        return max(self._pool(query), self.config.candidates_per_signal)
+
+    def _pool(self, query: SearchQuery) -> int:
+        """How many fused hits the query needs: top_k, or the reranker's candidates."""
+        return max(query.top_k, self.config.rerank_candidates) if query.rerank else query.top_k
+
+    # -- round 1: the three candidate lists ---------------------------------------------------
+
+    def _first_round(
+        self, batch: Batch, vectors: list[list[float]], named: list[list[Entity]]
+    ) -> tuple[list[Candidates], list[Docs]]:
+        """One round trip for every query's kNN list and BM25 list, each hit with its fields,
+        and the scope's entities the query names, with their links. A name no entity has is
+        looked for by its vector, in one more round trip, only then."""
+        names = [list(dict.fromkeys(normalize_entity(e.text) for e in n)) for n in named]
+        first = Round()
+        queries, shards = batch.queries, batch.shards
+        for i, (query, vector, clauses) in enumerate(
+            zip(queries, vectors, batch.filters, strict=True)
+        ):
+            size = self._fetch(query)
+            first.add((i, "knn"), "memories", query.scope, knn_body(vector, clauses, size, True))
+            bm25 = self._bm25_body(query.query, clauses, size, fields=True)
+            first.add((i, "bm25"), "memories", query.scope, bm25)
+            if names[i]:
+                body = entities_named_body(names[i], scope_filter(query.scope))
+                first.add((i, "entities"), "entities", query.scope, body)
+        answered = first.run(self.store, "hybrid search")
+        links = self._entity_links(queries, names, answered)
+        found, docs = [], []
+        for i in range(len(queries)):
+            knn, bm25 = answered[(i, "knn")], answered[(i, "bm25")]
+            shards[i] = shards[i].worst(Shards.of(knn)).worst(Shards.of(bm25))
+            candidates = Candidates()
+            read_hits(knn, candidates.semantic, candidates.rank_semantic, cosine_from_score)
+            read_hits(bm25, candidates.bm25, candidates.rank_bm25, float)
+            self._entity_candidates(candidates, links[i])
+            found.append(candidates)
+            docs.append({h["_id"]: dict(h["_source"]) for r in (knn, bm25) for h in hits_of(r)})
+        return found, docs
+
+    def _bm25_body(
+        self, text: str, clauses: list[dict[str, Any]], size: int, fields: bool = False
+    ) -> dict[str, Any]:
+        """BM25 over the raw and the lemmatized text and over the speaker's name, function
+        words left out of the query (unless nothing else is left); with ``fields``, each hit
+        with its ``DOC_FIELDS``."""
+        raw = without_stopwords(text) or text
+        lemmas = without_stopwords(self.lemmatizer.lemmatize(text)) or self.lemmatizer.lemmatize(
+            text
+        )
+        should: list[dict[str, Any]] = [
+            {"match": {"text": {"query": raw}}},
+            {"match": {"speaker": {"query": without_possessives(raw)}}},
+        ]
+        if lemmas:
+            should.append({"match": {"text_lemmatized": {"query": lemmas}}})
+        return {
+            "size": size,
+            "_source": {"includes": list(DOC_FIELDS)} if fields else False,
+            "query": {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}},
+        }
+
+    def _entity_candidates(self, candidates: Candidates, links: list[list[str]]) -> None:
+        """Memories linked to the query's entities (``links``: one list per entity), weighted
+        1/log2(2 + links): an entity linked to everything (the user's own name, say) says
+        little about any one memory. A hub (more links than ``entity_links_per_entity``) only
+        boosts what kNN or BM25 found: its links in stored order are not a ranking, so they
+        would be arbitrary extra candidates."""
+        pool = candidates.semantic.keys() | candidates.bm25.keys()
+        for linked in links:
+            weight = 1.0 / math.log2(2 + len(linked))
+            hub = len(linked) > self.config.entity_links_per_entity
+            for memory in pool.intersection(linked) if hub else linked:
+                candidates.entity[memory] = candidates.entity.get(memory, 0.0) + weight
+        ordered = sorted(candidates.entity, key=lambda m: -candidates.entity[m])
+        candidates.rank_entity.update({m: i + 1 for i, m in enumerate(ordered)})
+        top = max(candidates.entity.values(), default=0.0)
+        for memory in candidates.entity:
+            candidates.entity[memory] /= max(top, 1.0)
+
+    def _entity_links(
+        self,
+        queries: Sequence[SearchQuery],
+        names: list[list[str]],
+        answered: Mapping[Key, dict[str, Any]],
+    ) -> list[list[list[str]]]:
+        """Per query, the linked memories of each scope entity its names match: by name
+        (answered in round 1), else the nearest entity at least ``entity_similarity`` alike
+        (every query's missing names embedded in one call, looked for in one round trip)."""
+        matched: list[dict[str, tuple[str, list[str]]]] = []  # name -> (entity, its links)
+        for i, wanted in enumerate(names):
+            hits = hits_of(answered[(i, "entities")]) if wanted else []
+            matched.append({h["_source"]["normalized"]: entity_of(h) for h in hits})
+        missing = [(i, n) for i, wanted in enumerate(names) for n in wanted if n not in matched[i]]
+        if missing:
+            near = Round()
+            vectors = self.embedder.embed([name for _, name in missing])
+            for k, ((i, _), vector) in enumerate(zip(missing, vectors, strict=True)):
+                clauses = scope_filter(queries[i].scope)
+                body = nearest_entity_body(vector, clauses, links=True)
+                near.add((k, "near"), "entities", queries[i].scope, body)
+            nearest = near.run(self.store, "search similar entities")
+            for k, (i, name) in enumerate(missing):
+                hits = hits_of(nearest[(k, "near")])
+                if hits and cosine_from_score(hits[0]["_score"]) >= self.entity_similarity:
+                    matched[i][name] = entity_of(hits[0])
+        return [list(dict(m.values()).values()) for m in matched]
+
+    # -- round 2: every candidate scored on every signal --------------------------------------
+
+    def _second_round(
+        self,
+        batch: Batch,
+        found: list[Candidates],
+        docs: list[Docs],
+        hops: Sequence[HopPlan | None],
+    ) -> tuple[list[dict[str, float]], list[Replies | None]]:
+        """One round trip for what round 1 did not say of every query's candidates: the
+        fields of those only the entities found (filters re-applied); the vectors of those the
+        kNN list did not score (and, for a question about the present, of the kNN list's best:
+        see ``_newer_first``); the BM25 score of those the BM25 list did not score (an
+        ids-restricted query gives the same scores as the full one); the replies to those that
+        are a conversation's turns (see ``_with_replies``); and the query's hop (see
+        ``pipeline.serving.multihop``). Fills ``docs``; returns the BM25 scores and the replies."""
+        second, queries = Round(), batch.queries
+        turns = [
+            self._reply_keys(d, c, self.config.reply_prefetch_rank) if self._wants_reply(q) else []
+            for q, d, c in zip(queries, docs, found, strict=True)
+        ]
+        for i, (query, candidates, clauses) in enumerate(
+            zip(queries, found, batch.filters, strict=True)
+        ):
+            scoring = self._scoring(
+                query, candidates, docs[i], clauses, hop=hops[i], turns=turns[i]
+            )
+            for kind, body in scoring:
+                second.add((i, kind), "memories", query.scope, body)
+        answered = second.run(self.store, "hybrid search (scoring)", named=any(hops))
+        bm25_scores: list[dict[str, float]] = []
+        replies: list[Replies | None] = []
+        for i, (candidates, hop) in enumerate(zip(found, hops, strict=True)):
+            got = {kind: response for (at, kind), response in answered.items() if at == i}
+            for response in got.values():
+                batch.shards[i] = batch.shards[i].worst(Shards.of(response))
+            hits = {kind: hits_of(response) for kind, response in got.items()}
+            docs[i].update({h["_id"]: dict(h["_source"]) for h in hits.get("docs", [])})
+            for h in hits.get("vectors", []):
+                if h["_id"] in docs[i]:
+                    docs[i][h["_id"]]["embedding"] = h["_source"].get("embedding")
+            scored = {h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])}
+            bm25_scores.append({**candidates.bm25, **scored})
+            asked = got.get("replies")
+            replies.append(Replies.read(asked, turns[i]) if asked else None)
+            if hop:
+                reached = read_hop(hits.get("hop", []))
+                docs[i].update(reached.docs)
+                bm25_scores[-1].update(reached.bm25)
+                candidates.hop.update(
+                    {m: float(said_by(d.get("actor_id"), hop.people)) for m, d in docs[i].items()}
+                )
+        return bm25_scores, replies
+
+    def _scoring(
+        self,
+        query: SearchQuery,
+        candidates: Candidates,
+        docs: Docs,
+        clauses: list[dict[str, Any]],
+        *,
+        hop: HopPlan | None,
+        turns: list[Turn],
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The searches of round 2 for one query (see ``_second_round``), by kind; a kind with
+        nothing to ask is left out."""
+        ids = candidates.ids()
+        unread = [i for i in ids if i not in docs]
+        unscored = [i for i in ids if i not in candidates.semantic]
+        unscored += self._rival_vectors(query, candidates)
+        no_bm25 = [i for i in ids if i not in candidates.bm25]
+        searches: list[tuple[str, dict[str, Any]]] = []
+        if unread:
+            searches.append(("docs", docs_body(unread, clauses)))
+        if unscored:
+            searches.append(("vectors", vectors_body(unscored, clauses)))
+        if no_bm25:
+            restricted = [*clauses, {"ids": {"values": no_bm25}}]
+            searches.append(("bm25", self._bm25_body(query.query, restricted, len(no_bm25))))
+        if turns:
+            searches.append(("replies", replies_body(turns, clauses, size=len(turns) + 1)))
+        if hop:
+            searches.append(("hop", hop.search(clauses)))
+        return searches
+
+    def _hop_plan(
+        self, query: SearchQuery, entities: list[str], candidates: Candidates
+    ) -> HopPlan | None:
+        """The query's second hop (pipeline.serving.multihop), or None when it is off."""
+        if not query.hop or self.config.weight_hop <= 0:
+            return None
+        return plan_hop(
+            entities,
+            self._bm25_body(query.query, [], 1)["query"]["bool"],
+            candidates.ids(),
+            people=self.config.hop_people,
+            size=self.config.hop_candidates,
+        )
+
+    # -- fusion ---------------------------------------------------------------------------------
+
+    def _rank(
+        self,
+        query: SearchQuery,
+        vector: list[float],
+        candidates: Candidates,
+        docs: dict[str, dict[str, Any]],
+        bm25: dict[str, float],
+    ) -> list[SearchHit]:
+        """Fuse the signals of every candidate still visible (filters re-applied in round 2)."""
+        ids = [i for i in candidates.ids() if i in docs]
+        if not ids:
+            return []
+        computed = cosines(vector, [docs[i].get("embedding") for i in ids])
+        semantic = [
+            max(0.0, candidates.semantic[i]) if i in candidates.semantic else computed[n]
+            for n, i in enumerate(ids)
+        ]
+        top_bm25 = max(bm25.values(), default=0.0)
+        timing = self._timing(query)
+        hits = [
+            self._hit(
+                i,
+                docs[i],
+                semantic=semantic[n],
+                bm25_raw=bm25.get(i, 0.0),
+                top_bm25=top_bm25,
+                candidates=candidates,
+                timing=timing,
+            )
+            for n, i in enumerate(ids)
+        ]
+        hits = self._fed_back(query, hits, docs)
+        hits = self._hopped(hits, candidates.hop)
+        hits = self._reranked(query, hits)
+        hits.sort(key=lambda h: -h.score)
+        return hits
+
+    def _cut(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
+        """The best ``top_k`` ranked hits, scored on the similarity scale (``SearchHit``;
+        reranked ones keep the reranker's score, in [0, 1] too), those below ``threshold``
+        left out (scores never rise down the list: the best ones stay), explained if asked."""
+        hits = hits[: query.top_k]
+        if query.rerank:
+            with_ranks(hits)
+        else:
+            on_similarity_scale(hits)
+        if query.threshold is not None:
+            hits = [h for h in hits if h.score >= query.threshold]
+        return hits if query.explain else [h.model_copy(update={"explain": None}) for h in hits]
+
+    # -- the newer statement first --------------------------------------------------------------
+
+    def _newer_first(
+        self, queries: Sequence[SearchQuery], ranked: list[list[SearchHit]], docs: list[Docs]
+    ) -> list[list[SearchHit]]:
+        """For each question about the present, its best hits with the older of two rivals
+        below the newer (``pipeline.serving.currency``), by the vectors round 2 read: those of every
+        candidate outside the kNN list's best, and of its best ``_pool`` (a best hit whose
+        vector is not read has no rival; reading them all would cost every search more)."""
+        rivalry = self._rivalry()
+        out = list(ranked)
+        for i, query in enumerate(queries):
+            pool = self._pool(query)
+            if self._present(query) and may_have_rivals(out[i][:pool], docs[i], rivalry):
+                vectors = {m: d["embedding"] for m, d in docs[i].items() if d.get("embedding")}
+                out[i] = newer_first(out[i][:pool], docs[i], vectors, rivalry) + out[i][pool:]
+        return out
+
+    def _rivalry(self) -> Rivalry:
+        return Rivalry(self.config.rival_similarity, self.config.rival_score_ratio)
+
+    def _present(self, query: SearchQuery) -> bool:
+        """The newer-first rule is on and ``query`` is about the present (as of ``as_of``)."""
+        reference = query.as_of or query.reference_time or self.clock()
+        return self.config.rival_score_ratio < 1 and asks_about_present(query.query, reference)
+
+    def _rival_vectors(self, query: SearchQuery, candidates: Candidates) -> list[str]:
+        """The kNN list's best, whose vectors the newer-first rule compares (none when it will
+        not run for ``query``)."""
+        if not self._present(query):
+            return []
+        pool = self._pool(query)
+        return [m for m, rank in candidates.rank_semantic.items() if rank <= pool]
+
+    # -- the reply to the best hit --------------------------------------------------------------
+
+    def _wants_reply(self, query: SearchQuery) -> bool:
+        # top_k 1 keeps only the best hit: the reply would be fetched to be cut off
+        return query.reply and self.config.reply and query.top_k > 1
+
+    @staticmethod
+    def _reply_keys(docs: Docs, candidates: Candidates, depth: int) -> list[Turn]:
+        """The turns that reply to the candidates likely to rank first (among the best
+        ``depth`` of the kNN or the BM25 list), once each: a best hit outside them has its
+        reply read after ranking, in one more round trip."""
+        likely = [
+            m
+            for m in docs
+            if candidates.rank_semantic.get(m, depth + 1) <= depth
+            or candidates.rank_bm25.get(m, depth + 1) <= depth
+        ]
+        return list(dict.fromkeys(k for k in (reply_key(docs[m]) for m in likely) if k))
+
+    def _with_replies(
+        self,
+        batch: Batch,
+        ranked: list[list[SearchHit]],
+        docs: list[Docs],
+        replies: Sequence[Replies | None],
+    ) -> list[list[SearchHit]]:
+        """Each query's best hit followed by its reply (``pipeline.serving.replies``), when the best
+        hit is a verbatim message and the reply is on: read in round 2 with the replies to
+        every candidate round 1 read, or, for a best hit found later, in one more round trip."""
+        ranked = list(ranked)
+        late = Round()
+        for i, (query, hits) in enumerate(zip(batch.queries, ranked, strict=True)):
+            if not (self._wants_reply(query) and hits):
+                continue
+            key = reply_key(docs[i].get(hits[0].id, {}))
+            known = replies[i]
+            if key is not None and known is not None and known.answers(key):
+                reply = known.found.get(key)
+                if reply is not None:
+                    ranked[i] = followed_by_reply(hits, *reply, explain=True)
+            elif key is not None:
+                late.add((i, "reply"), "memories", query.scope, reply_body(key, batch.filters[i]))
+        for (i, _), response in late.run(self.store, "hybrid search (reply)").items():
+            batch.shards[i] = batch.shards[i].worst(Shards.of(response))
+            found = hits_of(response)
+            if found:
+                reply = (found[0]["_id"], found[0]["_source"])
+                ranked[i] = followed_by_reply(ranked[i], *reply, explain=True)
+        return ranked
+
+    def _hit(
+        self,
+        memory: str,
+        source: dict[str, Any],
+        *,
+        semantic: float,
+        bm25_raw: float,
+        top_bm25: float,
+        candidates: Candidates,
+        timing: Timing,
+    ) -> SearchHit:
+        weights = self.config
+        bm25 = bm25_raw / top_bm25 if top_bm25 > 0 else 0.0
+        entity = candidates.entity.get(memory, 0.0)
+        signals = [
+            (weights.weight_semantic, semantic),
+            (weights.weight_bm25, bm25),
+            (weights.weight_entity, entity),
+        ]
+        time, dated = timing.signals(source)
+        if time is not None:
+            signals.append((weights.weight_time, time))
+        if dated is not None:
+            signals.append((weights.weight_dated, dated))
+        total = sum(weight for weight, _ in signals)
+        fused = sum(weight * value for weight, value in signals) / total if total > 0 else 0.0
+        explain = Explain(
+            semantic=round(semantic, 6),
+            bm25=round(bm25, 6),
+            bm25_raw=round(bm25_raw, 6),
+            entity=round(entity, 6),
+            time=None if time is None else round(time, 6),
+            dated=None if dated is None else round(dated, 6),
+            fused=round(fused, 6),
+            rank_semantic=candidates.rank_semantic.get(memory),
+            rank_bm25=candidates.rank_bm25.get(memory),
+            rank_entity=candidates.rank_entity.get(memory),
+        )
+        return SearchHit.from_source(memory, source, score=round(fused, 6), explain=explain)
+
+    def _fed_back(
+        self, query: SearchQuery, hits: list[SearchHit], docs: dict[str, dict[str, Any]]
+    ) -> list[SearchHit]:
+        """Every hit's score mixed with its ``feedback``: how many of the terms shared by the
+        best hits it mentions (see ``pipeline.adapters.nlp.feedback``). Off at weight 0, and when
+        there are no more hits than seeds (nothing to lift)."""
+        weight, seeds = self.config.weight_feedback, self.config.feedback_seeds
+        if weight <= 0 or len(hits) <= seeds:
+            return hits
+        lemmas = {h.id: str(docs[h.id].get("text_lemmatized", "")) for h in hits}
+        best = sorted(hits, key=lambda h: -h.score)[:seeds]
+        terms = expansion_terms(
+            [lemmas[h.id] for h in best],
+            self.lemmatizer.lemmatize(query.query),
+            self.config.feedback_terms,
+        )
+        for hit in hits:  # built by this search and shared with nobody: updated in place
+            add_feedback(hit, feedback(lemmas[hit.id], terms), weight)
+        return hits
+
+    def _hopped(self, hits: list[SearchHit], signal: Mapping[str, float]) -> list[SearchHit]:
+        """Every hit's score mixed with its ``hop`` signal (pipeline.serving.multihop) when the
+        query had a hop; in place, as feedback."""
+        if not signal:
+            return hits
+        for hit in hits:
+            value = signal.get(hit.id, 0.0)
+            hit.score = round(mixed(hit.score, value, self.config.weight_hop), 6)
+            if hit.explain is not None:
+                hit.explain.hop = round(value, 6)
+                hit.explain.fused = hit.score
+        return hits
+
+    def _timing(self, query: SearchQuery) -> Timing:
+        reference = query.reference_time or self.clock()
+        return Timing(
+            periods=periods(query.query, reference) if self.config.weight_time > 0 else [],
+            when=asks_when(query.query) and self.config.weight_dated > 0,
+        )
+
+    def _reranked(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
+        if not query.rerank or self.reranker is None:
+            return hits
+        hits = sorted(hits, key=lambda h: -h.score)[: self._pool(query)]
+        scores = self.reranker.rerank(query.query, [h.memory for h in hits])
+        return [
+            h.model_copy(
+                update={
+                    "score": round(s, 6),
+                    "explain": h.explain.model_copy(update={"rerank": round(s, 6)})
+                    if h.explain
+                    else None,
+                }
+            )
+            for h, s in zip(hits, scores, strict=True)
+        ]
