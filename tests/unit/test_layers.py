@@ -3,7 +3,11 @@ and nothing under it reaches back up into ``workers``, ``api`` or ``memq``; ``ap
 Elasticsearch client of its own (it reaches the node through the store) and no Celery, and
 names ``workers`` in one place only: ``api.resources``, where its default intake is made. The
 modules of ``workers`` import one another without a cycle, counting the imports made inside
-functions, which would otherwise hide one."""
+functions, which would otherwise hide one. Inside ``pipeline``, the domain's types
+(``pipeline.domain``) import nothing of the rest but the errors, and the adapters
+(``pipeline.adapters``) nothing but the settings, the errors, the domain and the store's client
+(where Elasticsearch errors are translated): neither reaches up into ingestion, serving or the
+features."""
 
 from __future__ import annotations
 
@@ -75,3 +79,37 @@ def test_the_workers_modules_import_one_another_without_a_cycle() -> None:
     assert graph["workers.serving"] >= {"workers.app", "workers.intake", "workers.chat"}
     order = list(TopologicalSorter(graph).static_order())  # CycleError names the cycle
     assert set(order) == modules.keys()
+
+
+@pytest.mark.parametrize(
+    ("part", "allowed"),
+    [
+        ("domain", {"pipeline.domain", "pipeline.errors"}),
+        (
+            "adapters",
+            {
+                "pipeline.adapters",
+                "pipeline.config",
+                "pipeline.domain",
+                "pipeline.errors",
+                "pipeline.store.client",
+            },
+        ),
+    ],
+)
+def test_a_lower_part_of_the_pipeline_imports_only_what_lies_below_it(
+    part: str, allowed: set[str]
+) -> None:
+    paths = sorted((ROOT / "pipeline" / part).rglob("*.py"))
+    assert paths, f"no pipeline/{part}"
+
+    def permitted(name: str) -> bool:
+        return name == "pipeline" or any(name == a or name.startswith(f"{a}.") for a in allowed)
+
+    offending = {
+        str(path.relative_to(ROOT)): sorted(
+            name for name in modules_imported(path, "pipeline") if not permitted(name)
+        )
+        for path in paths
+    }
+    assert {f: names for f, names in offending.items() if names} == {}
