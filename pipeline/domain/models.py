@@ -10,7 +10,7 @@ import unicodedata
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Protocol, Self
 
 from pydantic import (
     AfterValidator,
@@ -21,9 +21,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-if TYPE_CHECKING:  # the read model imports this module
-    from pipeline.store.reads import MemoryRecord
 
 NAMESPACE = uuid.UUID("6f1c1b1e-8a1e-4bb8-9d4e-6d656d710001")
 _ID_PATTERN = r"^[^\s]{1,128}$"
@@ -331,10 +328,19 @@ class MemoryView(BaseModel):
         return cls(id=memory_id, memory=source.get("text", ""), **fields, **extra)
 
     @classmethod
-    def from_record(cls, record: MemoryRecord, **extra: Any) -> Self:
-        """From a memory read by id (``pipeline.store.reads``)."""
-        fields = record.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
-        return cls.from_source(record.id, fields, **extra)
+    def from_record(cls, record: ViewSource, **extra: Any) -> Self:
+        """From a memory read by id (``pipeline.store.reads.MemoryRecord``)."""
+        return cls.from_source(record.id, record.view_fields(), **extra)
+
+
+class ViewSource(Protocol):
+    """A memory read by id, as a view is made from it: its id and the ``_source`` fields of
+    ``VIEW_SOURCE_FIELDS`` it has (the store's read model; the domain does not import it)."""
+
+    @property
+    def id(self) -> str: ...
+
+    def view_fields(self) -> dict[str, Any]: ...
 
 
 VIEW_SOURCE_FIELDS = (

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
 
-from pipeline.domain.models import Scope
+from pipeline.domain.models import VIEW_SOURCE_FIELDS, Scope
 
 Stamp = Annotated[datetime, PlainSerializer(datetime.isoformat, when_used="json")]
 
@@ -61,6 +61,10 @@ class MemoryRecord(_Read):
     feedback: str | None = None
     feedback_reason: str | None = None
     feedback_at: Stamp | None = None
+
+    def view_fields(self) -> dict[str, Any]:
+        """The ``_source`` fields a ``MemoryView`` is made from, those it has."""
+        return self.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
 
     @property
     def scope(self) -> Scope:

@@ -521,7 +521,10 @@ def running_bench(
 BASELINE_INTAKE = """
 import json, sys
 from pipeline.config import Settings
-from pipeline.domain.models import AddRequest
+try:
+    from pipeline.domain.models import AddRequest
+except ImportError:  # a tree from before pipeline/ was grouped into subpackages
+    from pipeline.models import AddRequest
 from workers.app import create_celery
 from workers.intake import submit
 app = create_celery(Settings())
