@@ -140,7 +140,7 @@ def test_every_store_call_carries_on_through_a_dead_first_node(
         results[name] = call()
         assert dead_node.accepted > before, f"{name} never tried the dead node"
     assert results["bulk create"].created == [doc.id]  # type: ignore[attr-defined]
-    assert results["get"]["text"] == "cats"  # type: ignore[index]
+    assert results["get"].text == "cats"  # type: ignore[attr-defined]
     assert results["count"] == 1
     assert results["msearch"] == {"cats"}
     assert results["get job"] == job

@@ -521,10 +521,12 @@ def running_bench(
 BASELINE_INTAKE = """
 import json, sys
 from pipeline.config import Settings
-try:
-    from pipeline.domain.models import AddRequest
-except ImportError:  # a tree from before pipeline/ was grouped into subpackages
-    from pipeline.models import AddRequest
+import importlib, os
+# the tree's own layout (run from its root): the editable install's finder would otherwise
+# resolve a subpackage this tree lacks in the installed checkout
+grouped = os.path.isdir("pipeline/domain")
+models = importlib.import_module("pipeline.domain.models" if grouped else "pipeline.models")
+AddRequest = models.AddRequest
 from workers.app import create_celery
 from workers.intake import submit
 app = create_celery(Settings())
