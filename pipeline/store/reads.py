@@ -28,7 +28,15 @@ class _Read(BaseModel):
         return cls.model_validate({**source, "id": doc_id})
 
 
-class MemoryRecord(_Read):
+class _ViewRead(_Read):
+    """A read a ``MemoryView`` is made from (``MemoryView.from_record``)."""
+
+    def view_fields(self) -> dict[str, Any]:
+        """The ``_source`` fields a ``MemoryView`` is made from, those it has."""
+        return self.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
+
+
+class MemoryRecord(_ViewRead):
     """A memory as a read by id answers it: its scope, text and every field callers may see
     or change; not its vector, lemmas, substrings or metadata pairs (search's own).
     ``job_id`` is blank for a memory imported without one."""
@@ -62,16 +70,44 @@ class MemoryRecord(_Read):
     feedback_reason: str | None = None
     feedback_at: Stamp | None = None
 
-    def view_fields(self) -> dict[str, Any]:
-        """The ``_source`` fields a ``MemoryView`` is made from, those it has."""
-        return self.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
-
     @property
     def scope(self) -> Scope:
         """The scope the memory belongs to, from its own fields."""
         return Scope(
             tenant=self.tenant, user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id
         )
+
+
+class ListedMemory(_ViewRead):
+    """A memory as one page of a listing reads it: the fields a view shows
+    (``VIEW_SOURCE_FIELDS``) and the hit's sort values, which the next page starts after."""
+
+    id: str
+    text: str = ""
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    actor_id: str | None = None
+    role: str | None = None
+    memory_type: str | None = None
+    attributed_to: str | None = None
+    hash: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: Stamp | None = None
+    updated_at: Stamp | None = None
+    observed_at: Stamp | None = None
+    expiration_date: Stamp | None = None
+    valid_until: Stamp | None = None
+    replaced_by: list[str] | None = None
+    replaces: list[str] | None = None
+    feedback: str | None = None
+    feedback_reason: str | None = None
+    sort: list[Any] = Field(default_factory=list)
+
+    @classmethod
+    def from_hit(cls, hit: Mapping[str, Any]) -> Self:
+        """From a search hit: its ``_id``, ``_source`` and ``sort``."""
+        return cls.model_validate({**hit["_source"], "id": hit["_id"], "sort": hit.get("sort", [])})
 
 
 class StoreHealth(BaseModel):
