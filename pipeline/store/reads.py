@@ -200,3 +200,49 @@ class ListedKey(KeyDocument):
     """A key as listed: its id and document, never the hash of its secret."""
 
     id: str
+
+
+class _Dumped(_Read):
+    """A document as a dump reads it: its fields kept as stored (times as the strings they
+    were written as), so a dump writes back what it read, byte for byte."""
+
+
+class DumpedEntity(_Dumped):
+    """An entity as a dump reads it (without its links); ``embedding`` only when asked for."""
+
+    id: str
+    text: str
+    normalized: str
+    type: str | None = ""
+    embedding: list[int | float] | None = None
+
+    @property
+    def has_embedding(self) -> bool:
+        """Whether the read carried the entity's vector (a dump with vectors)."""
+        return "embedding" in self.model_fields_set
+
+
+class DumpedMessage(_Dumped):
+    """A message a memory came from, as a dump reads it."""
+
+    id: str
+    role: str | None = None
+    name: str | None = None
+    content: str | None = None
+    created_at: str | None = None
+    job_id: str | None = None
+    seq: int | None = None
+
+
+class DumpedHistoryRow(_Dumped):
+    """One event of a memory, as a dump reads it: a blank ``job_id`` stays blank."""
+
+    id: str
+    memory_id: str
+    event: str | None = None
+    job_id: str | None = None
+    created_at: str | None = None
+    old: str | None = None
+    new: str | None = None
+    actor: str | None = None
+    replaced_by: str | None = None
