@@ -29,58 +29,8 @@ class _Read(BaseModel):
 
 
 class _ViewRead(_Read):
-    """A read a ``MemoryView`` is made from (``MemoryView.from_record``)."""
-
-    def view_fields(self) -> dict[str, Any]:
-        """The ``_source`` fields a ``MemoryView`` is made from, those it has."""
-        return self.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
-
-
-class MemoryRecord(_ViewRead):
-    """A memory as a read by id answers it: its scope, text and every field callers may see
-    or change; not its vector, lemmas, substrings or metadata pairs (search's own).
-    ``job_id`` is blank for a memory imported without one."""
-
-    id: str
-    tenant: str
-    user_id: str | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-    text: str
-    hash: str | None = None
-    job_id: str | None = None
-    role: str | None = None
-    attributed_to: str | None = None
-    actor_id: str | None = None
-    speaker: str | None = None
-    memory_type: str | None = None
-    language: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    entity_ids: list[str] = Field(default_factory=list)
-    source_ids: list[str] = Field(default_factory=list)
-    turn: int | None = None
-    created_at: Stamp | None = None
-    updated_at: Stamp | None = None
-    observed_at: Stamp | None = None
-    expiration_date: Stamp | None = None
-    valid_until: Stamp | None = None
-    replaced_by: list[str] | None = None
-    replaces: list[str] | None = None
-    feedback: str | None = None
-    feedback_reason: str | None = None
-    feedback_at: Stamp | None = None
-
-    @property
-    def scope(self) -> Scope:
-        """The scope the memory belongs to, from its own fields."""
-        return Scope(
-            tenant=self.tenant, user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id
-        )
-
-
-class ListedMemory(_ViewRead):
-    """A memory as one page of a listing reads it: the fields a view shows
-    (``VIEW_SOURCE_FIELDS``) and the hit's sort values, which the next page starts after."""
+    """A read a ``MemoryView`` is made from (``MemoryView.from_record``): a memory's id and
+    the ``_source`` fields of ``VIEW_SOURCE_FIELDS``."""
 
     id: str
     text: str = ""
@@ -102,6 +52,39 @@ class ListedMemory(_ViewRead):
     replaces: list[str] | None = None
     feedback: str | None = None
     feedback_reason: str | None = None
+
+    def view_fields(self) -> dict[str, Any]:
+        """The ``_source`` fields a ``MemoryView`` is made from, those it has."""
+        return self.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
+
+
+class MemoryRecord(_ViewRead):
+    """A memory as a read by id answers it: its scope, text and every field callers may see
+    or change; not its vector, lemmas, substrings or metadata pairs (search's own).
+    ``job_id`` is blank for a memory imported without one."""
+
+    tenant: str
+    text: str
+    job_id: str | None = None
+    speaker: str | None = None
+    language: str | None = None
+    entity_ids: list[str] = Field(default_factory=list)
+    source_ids: list[str] = Field(default_factory=list)
+    turn: int | None = None
+    feedback_at: Stamp | None = None
+
+    @property
+    def scope(self) -> Scope:
+        """The scope the memory belongs to, from its own fields."""
+        return Scope(
+            tenant=self.tenant, user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id
+        )
+
+
+class ListedMemory(_ViewRead):
+    """A memory as one page of a listing reads it: the fields a view shows and the hit's sort
+    values, which the next page starts after."""
+
     sort: list[Any] = Field(default_factory=list)
 
     @classmethod
