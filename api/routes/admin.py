@@ -53,9 +53,9 @@ def list_keys(keys: KeysDep, _admin: AdminDep, tenant: str | None = None) -> lis
 
 
 @router.delete("/keys/{key_id}", response_model=Message)
-def revoke_key(key_id: IdPath, keys: KeysDep, clock: ClockDep, _admin: AdminDep) -> dict[str, str]:
+def revoke_key(key_id: IdPath, keys: KeysDep, clock: ClockDep, _admin: AdminDep) -> Message:
     keys.revoke(key_id, clock())
-    return {"message": f"key {key_id} revoked"}
+    return Message(message=f"key {key_id} revoked")
 
 
 @router.get("/usage", response_model=UsageReportPublic)
@@ -97,10 +97,10 @@ def set_budget(
 
 
 @router.delete("/budgets/{tenant}", response_model=Message)
-def remove_budget(tenant: IdPath, usage: UsageDep, _admin: AdminDep) -> dict[str, str]:
+def remove_budget(tenant: IdPath, usage: UsageDep, _admin: AdminDep) -> Message:
     """Remove a tenant's monthly token budget: its extraction is no longer capped."""
     usage.set_budget(tenant, None)
-    return {"message": f"tenant {tenant} has no token budget"}
+    return Message(message=f"tenant {tenant} has no token budget")
 
 
 @router.get("/reprocess", response_model=ReprocessStatusPublic)

@@ -31,19 +31,20 @@ def readyz(resources: ResourcesDep) -> JSONResponse:
     """Elasticsearch and Redis both reachable: 200; otherwise 503 naming which is down. It
     needs no key, so it says only up or down: no counts, no error text (those are logged,
     and ``/metrics`` carries the figures, for an admin key)."""
-    checks = {"elasticsearch": "up", "redis": "up"}
+    elasticsearch = redis = "up"
     try:
         resources.services.store.health()
     except MemqError as exc:
         log.warning("readiness: Elasticsearch is down: %s", exc.reason)
-        checks["elasticsearch"] = "down"
+        elasticsearch = "down"
     try:
         resources.redis.ping()
     except Exception as exc:  # any redis failure means not ready
         log.warning("readiness: Redis is down: %s", exc.__class__.__name__)
-        checks["redis"] = "down"
-    ready = "down" not in checks.values()
-    return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, **checks})
+        redis = "down"
+    ready = "down" not in (elasticsearch, redis)
+    answer = Readiness(ready=ready, elasticsearch=elasticsearch, redis=redis)
+    return JSONResponse(status_code=200 if ready else 503, content=answer.model_dump())
 
 
 @router.get(

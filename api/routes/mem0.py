@@ -4,6 +4,7 @@ included), bodies and reply shapes, over the same pipeline functions as memq's o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
@@ -309,22 +310,17 @@ def batch_update(
     principal: PrincipalDep,
     limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
-) -> dict[str, Any]:
+) -> Message:
     items = batch_items(body)
     limits.charge(principal.tenant, "write", cost=len(items))  # a batch costs its items
     for item in items:  # all checked first: a bad item changes nothing
-        crud.check_update(item.get("text"), item.get("metadata"))
-        crud.get_memory(store, principal.tenant, item["memory_id"])
+        crud.check_update(item.text, item.metadata)
+        crud.get_memory(store, principal.tenant, item.memory_id)
     for item in items:
         crud.update_memory(
-            store,
-            deps,
-            principal.tenant,
-            item["memory_id"],
-            text=item.get("text"),
-            metadata=item.get("metadata"),
+            store, deps, principal.tenant, item.memory_id, text=item.text, metadata=item.metadata
         )
-    return {"message": f"Successfully updated {len(items)} memories"}
+    return Message(message=f"Successfully updated {len(items)} memories")
 
 
 @router.delete("/v1/batch/", response_model=Message)
@@ -334,23 +330,33 @@ def batch_delete(
     principal: PrincipalDep,
     limits: LimitsDep,
     body: Annotated[dict[str, Any], Body()],
-) -> dict[str, Any]:
+) -> Message:
     items = batch_items(body)
     limits.charge(principal.tenant, "write", cost=len(items))  # a batch costs its items
     for item in items:
-        crud.get_memory(store, principal.tenant, item["memory_id"])
+        crud.get_memory(store, principal.tenant, item.memory_id)
     for item in items:
-        crud.delete_memory(store, principal.tenant, item["memory_id"], clock())
-    return {"message": f"Successfully deleted {len(items)} memories"}
+        crud.delete_memory(store, principal.tenant, item.memory_id, clock())
+    return Message(message=f"Successfully deleted {len(items)} memories")
 
 
-def batch_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class BatchItem:
+    """One item of a mem0 batch: the memory and, for an update, its new text and/or metadata
+    as given (``crud.check_update`` checks them)."""
+
+    memory_id: str
+    text: Any = None
+    metadata: Any = None
+
+
+def batch_items(body: dict[str, Any]) -> list[BatchItem]:
     items = body.get("memories")
     if not isinstance(items, list) or not 1 <= len(items) <= 1000:
         raise InvalidInputError("memories must be a list of 1..1000 items", field="memories")
     if not all(isinstance(i, dict) and isinstance(i.get("memory_id"), str) for i in items):
         raise InvalidInputError("each item needs a memory_id", field="memories")
-    return items
+    return [BatchItem(i["memory_id"], i.get("text"), i.get("metadata")) for i in items]
 
 
 def mem0_memory(memory: MemoryPublic) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from api.schemas import (
 from pipeline.adapters.embedding.versioned import spec_in_use
 from pipeline.errors import InvalidInputError, NotServedError
 from pipeline.features.export import Selector
-from pipeline.features.export_read import export_id, read_export, selector_of
+from pipeline.features.export_read import ExportDocument, export_id, read_export, selector_of
 from pipeline.features.platform import Feedback, delete_entity, list_entities, record_feedback
 from pipeline.store.filters import SCOPE_KEYS, split_scope
 
@@ -103,7 +103,7 @@ def get_memory_export(
     clock: ClockDep,
     principal: PrincipalDep,
     body: Annotated[dict[str, Any], Body()],
-) -> dict[str, Any]:
+) -> ExportDocument:
     """mem0's ``get_memory_export(memory_export_id=...)``, or with the same ids/filters as
     the create: the selected memories with their history and entities, as of now."""
     given = body.get("memory_export_id") or body.get("id")

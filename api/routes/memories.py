@@ -191,11 +191,11 @@ def delete_scope(
     user_id: str | None = None,
     agent_id: str | None = None,
     run_id: str | None = None,
-) -> dict[str, Any]:
+) -> Deleted:
     """Delete every memory of a scope (at least one id required)."""
     scope = scope_of(principal, user_id, agent_id, run_id)
     deleted = delete_all(store, scope, None, clock())
-    return {"message": f"deleted {deleted} memories", "deleted": deleted}
+    return Deleted(message=f"deleted {deleted} memories", deleted=deleted)
 
 
 @router.delete("/users/{user_id}", dependencies=[WriteLimited])
@@ -274,9 +274,9 @@ def update_memory(
 @router.delete("/memories/{memory_id}", response_model=Message, dependencies=[WriteLimited])
 def delete_memory(
     memory_id: IdPath, store: StoreDep, clock: ClockDep, principal: PrincipalDep
-) -> dict[str, str]:
+) -> Message:
     crud.delete_memory(store, principal.tenant, memory_id, clock())
-    return {"message": "Memory deleted successfully!"}
+    return Message(message="Memory deleted successfully!")
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[HistoryEntry])
@@ -286,7 +286,7 @@ def history(memory_id: IdPath, store: StoreDep, principal: PrincipalDep) -> list
 
 
 @router.post("/reset", response_model=Message)
-def reset(store: ElasticStoreDep, settings: SettingsDep, _admin: AdminDep) -> dict[str, str]:
+def reset(store: ElasticStoreDep, settings: SettingsDep, _admin: AdminDep) -> Message:
     """Delete every memory, entity, history row, message and job of every tenant (keys stay)."""
     store.reset(settings.es, settings.embedder.dims)
-    return {"message": "memq reset"}
+    return Message(message="memq reset")

@@ -172,6 +172,18 @@ def decode_after(cursor: str) -> list[Any]:
 
 
 @dataclass(frozen=True)
+class ConversationMessage:
+    """One message of the conversation a memory came from, as the explorer shows it: its
+    content as text (the text parts of a multi-part message, an image named by a
+    placeholder), and ``source`` when the memory came from it."""
+
+    role: str | None
+    name: str | None
+    content: str
+    source: bool = False
+
+
+@dataclass(frozen=True)
 class MemoryDetail:
     """A memory with its history, the job that wrote it, that job's conversation (each
     message marked ``source`` when the memory came from it), the memory's entities and its
@@ -180,7 +192,7 @@ class MemoryDetail:
     memory: MemoryRecord
     history: list[HistoryRow]
     job: JobRecord | None
-    conversation: list[dict[str, Any]]
+    conversation: list[ConversationMessage]
     entities: list[EntityRef]
     provenance: Provenance
 
@@ -195,21 +207,22 @@ def memory_detail(store: ServingStore, tenant: str, memory_id: str) -> MemoryDet
     provenance = provenance_of(store, memory)
     sources = {m.seq for m in provenance.sources if job is not None and m.job_id == job.job_id}
     conversation = [
-        message_view(m) | {"source": seq in sources}
+        message_view(m, source=seq in sources)
         for seq, m in enumerate(job.request.get("messages", []) if job else [])
     ]
     entities = store.entities_of(memory.scope, memory.entity_ids)
     return MemoryDetail(memory, history, job, conversation, entities, provenance)
 
 
-def message_view(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored message as ``{"role", "name", "content"}`` with its content as text (the text
-    parts of a multi-part message, an image named by a placeholder)."""
+def message_view(message: Mapping[str, Any], *, source: bool = False) -> ConversationMessage:
+    """A message of a job's request (as given to memq) as the explorer shows it."""
     content = message.get("content", "")
     if isinstance(content, list):
         parts = [p.get("text", "") if p.get("type") == "text" else "[image]" for p in content]
         content = "\n".join(parts)
-    return {"role": message.get("role"), "name": message.get("name"), "content": str(content)}
+    return ConversationMessage(
+        role=message.get("role"), name=message.get("name"), content=str(content), source=source
+    )
 
 
 @dataclass(frozen=True)

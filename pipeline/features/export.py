@@ -45,6 +45,7 @@ from pipeline.store.dump import DumpStore
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.filters import metadata_pairs, with_substrings
 from pipeline.store.protocol import EntityDoc, EntityLink, without_none
+from pipeline.store.reads import DumpedEntity, DumpedHistoryRow, DumpedMessage
 from pipeline.store.routing import scope_routing
 
 M = TypeVar("M", bound=BaseModel)
@@ -241,16 +242,16 @@ def memory_lines(
             line["history"] = [history_line(row) for row in history.get(item["id"], [])]
         if options.sources:
             found = [i for i in item.get("source_ids", []) if i in messages]
-            line["sources"] = [message_line(i, messages[i]) for i in found]
+            line["sources"] = [message_line(messages[i]) for i in found]
         if options.vectors:
             line["embedding"] = item.get("embedding")
         lines.append(line)
     return lines
 
 
-def memory_line(item: dict[str, Any], entities: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+def memory_line(item: dict[str, Any], entities: Mapping[str, DumpedEntity]) -> dict[str, Any]:
     scope = {k: item[k] for k in ("tenant", "user_id", "agent_id", "run_id") if k in item}
-    linked = [entity_line(e, entities[e]) for e in item.get("entity_ids", []) if e in entities]
+    linked = [entity_line(entities[e]) for e in item.get("entity_ids", []) if e in entities]
     fields = {k: item[k] for k in _MEMORY_FIELDS if item.get(k) is not None}
     return (
         {"type": "memory", "id": item["id"], "text": item["text"], "scope": scope}
@@ -259,26 +260,32 @@ def memory_line(item: dict[str, Any], entities: Mapping[str, dict[str, Any]]) ->
     )
 
 
-def entity_line(entity_id_: str, source: dict[str, Any]) -> dict[str, Any]:
-    line = {
-        "id": entity_id_,
-        "text": source["text"],
-        "normalized": source["normalized"],
-        "type": source.get("type", ""),
+def entity_line(entity: DumpedEntity) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "id": entity.id,
+        "text": entity.text,
+        "normalized": entity.normalized,
+        "type": entity.type,
     }
-    if "embedding" in source:
-        line["embedding"] = source["embedding"]
+    if entity.has_embedding:
+        line["embedding"] = entity.embedding
     return line
 
 
-def message_line(message_id: str, source: dict[str, Any]) -> dict[str, Any]:
-    keep = ("role", "name", "content", "created_at", "job_id", "seq")
-    return {"id": message_id} | {k: source[k] for k in keep if source.get(k) is not None}
+def message_line(message: DumpedMessage) -> dict[str, Any]:
+    keep = ("id", "role", "name", "content", "created_at", "job_id", "seq")
+    return present_fields(message, keep)
 
 
-def history_line(row: dict[str, Any]) -> dict[str, Any]:
+def history_line(row: DumpedHistoryRow) -> dict[str, Any]:
     keep = ("id", "event", "job_id", "created_at", "old", "new", "actor", "replaced_by")
-    return {k: row[k] for k in keep if row.get(k) is not None}
+    return present_fields(row, keep)
+
+
+def present_fields(read: BaseModel, keep: tuple[str, ...]) -> dict[str, Any]:
+    """The fields ``keep`` of a read that have a value, in that order."""
+    values = ((name, getattr(read, name)) for name in keep)
+    return {name: value for name, value in values if value is not None}
 
 
 def _json(value: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pipeline.errors import InvalidInputError, NotFoundError
 from pipeline.features.export import ExportOptions, Selector, export_lines
@@ -50,11 +50,26 @@ def selector_of(tenant: str, given_id: str) -> Selector:
         raise missing from None
 
 
+class ExportDocument(BaseModel):
+    """An export read whole: its id, the dump's header fields as the dump wrote them, and
+    the memories as the dump's memory lines (``pipeline.features.export``), without their
+    ``type``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    format: str
+    version: int
+    exported_at: str
+    selector: dict[str, str]
+    count: int
+    memories: list[dict[str, Any]]
+
+
 def read_export(
     store: ElasticStore, selector: Selector, embedding_model: str, dims: int, now: datetime
-) -> dict[str, Any]:
-    """The selected memories, each with its history and entities, as one document:
-    ``{"id", "format", "version", "exported_at", "selector", "count", "memories"}``.
+) -> ExportDocument:
+    """The selected memories, each with its history and entities, as one document.
     ``InvalidInputError`` when more than ``MAX_EXPORT_MEMORIES`` are selected."""
     options = ExportOptions(selector=selector, history=True)
     lines = export_lines(store, options, embedding_model, dims, now)
@@ -72,12 +87,12 @@ def read_export(
                 field="filters",
             )
         memories.append(line)
-    return {
-        "id": export_id(selector),
-        "format": header["format"],
-        "version": header["version"],
-        "exported_at": header["exported_at"],
-        "selector": header["selector"],
-        "count": len(memories),
-        "memories": memories,
-    }
+    return ExportDocument(
+        id=export_id(selector),
+        format=header["format"],
+        version=header["version"],
+        exported_at=header["exported_at"],
+        selector=header["selector"],
+        count=len(memories),
+        memories=memories,
+    )

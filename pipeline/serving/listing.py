@@ -23,6 +23,7 @@ from pipeline.store.elastic import scope_filter
 from pipeline.store.filters import translate_filters
 from pipeline.store.protocol import HistoryDoc, ServingStore
 from pipeline.store.queries import listing_body, not_expired, validity
+from pipeline.store.reads import ListedMemory
 
 PIT_KEEP_ALIVE_S = 300
 PIT_KEEP_ALIVE = f"{PIT_KEEP_ALIVE_S}s"
@@ -57,12 +58,12 @@ def list_memories(
         clauses.append(not_expired())
     clauses += validity(as_of, include_replaced)
     pit, after = decode_cursor(cursor) if cursor else (open_pit(store, scope), None)
-    hits = page_of(store, clauses, pit, after, page_size)
-    items = [MemoryView.from_source(h["_id"], h["_source"]) for h in hits]
-    if len(hits) < page_size:
+    listed = page_of(store, clauses, pit, after, page_size)
+    items = [MemoryView.from_record(memory) for memory in listed]
+    if len(listed) < page_size:
         close_pit(store, pit)
         return Page(items, None)
-    return Page(items, encode_cursor(pit, hits[-1]["sort"]))
+    return Page(items, encode_cursor(pit, listed[-1].sort))
 
 
 def count_listed(
@@ -145,11 +146,11 @@ def close_pit(store: ServingStore, pit: str) -> None:
 
 def page_of(
     store: ServingStore, clauses: list[dict[str, Any]], pit: str, after: list[Any] | None, size: int
-) -> list[dict[str, Any]]:
-    hits = store.page(listing_body(clauses, pit, PIT_KEEP_ALIVE, after, size))
-    if hits is None:
+) -> list[ListedMemory]:
+    listed = store.page(listing_body(clauses, pit, PIT_KEEP_ALIVE, after, size))
+    if listed is None:
         raise InvalidInputError("the cursor has expired; start again without it", field="cursor")
-    return hits
+    return listed
 
 
 def encode_cursor(pit: str, after: list[Any]) -> str:

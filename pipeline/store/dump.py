@@ -17,6 +17,7 @@ from elasticsearch import NotFoundError
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.store.client import error_reason, es_errors
 from pipeline.store.elastic import ElasticStore
+from pipeline.store.reads import DumpedEntity, DumpedHistoryRow, DumpedMessage
 from pipeline.store.routing import history_routing, source_routing
 
 PIT_KEEP_ALIVE = "5m"
@@ -102,12 +103,12 @@ class DumpStore:
                 raise TransientError("export: the point in time expired; start again") from exc
         return hits
 
-    def entities(self, ids: Sequence[str], vectors: bool) -> dict[str, dict[str, Any]]:
-        """Entity id -> its source (without links; ``embedding`` only when ``vectors``)."""
+    def entities(self, ids: Sequence[str], vectors: bool) -> dict[str, DumpedEntity]:
+        """Entity id -> the entity (without links; ``embedding`` only when ``vectors``)."""
         if not ids:
             return {}
         excludes = ["linked_memory_ids"] + ([] if vectors else ["embedding"])
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, DumpedEntity] = {}
         for start in range(0, len(ids), PAGE_SIZE):
             chunk = list(ids[start : start + PAGE_SIZE])
             with es_errors("read entities"):  # a search: mget cannot ask for vectors
@@ -118,36 +119,39 @@ class DumpStore:
                     source={"excludes": excludes, "exclude_vectors": not vectors},
                     track_total_hits=False,
                 )["hits"]["hits"]
-            found |= {h["_id"]: h["_source"] for h in hits}
+            found |= {h["_id"]: DumpedEntity.from_source(h["_id"], h["_source"]) for h in hits}
         return found
 
-    def messages(self, memories: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Message id -> its source, for the ``source_ids`` of ``memories`` (each read on its
+    def messages(self, memories: Sequence[Mapping[str, Any]]) -> dict[str, DumpedMessage]:
+        """Message id -> the message, for the ``source_ids`` of ``memories`` (each read on its
         memory's shard, ``PAGE_SIZE`` a request); a message no longer stored is left out."""
         wanted = {i: source_routing(m) for m in memories for i in m.get("source_ids", [])}
         docs = [{"_id": i, "routing": routing} for i, routing in wanted.items()]
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, DumpedMessage] = {}
         for start in range(0, len(docs), PAGE_SIZE):
             with es_errors("read messages"):
                 chunk = self.client.mget(
                     index=self.names.messages, docs=docs[start : start + PAGE_SIZE]
                 ).body["docs"]
-            found |= {d["_id"]: d["_source"] for d in chunk if d.get("found")}
+            found |= {
+                d["_id"]: DumpedMessage.from_source(d["_id"], d["_source"])
+                for d in chunk
+                if d.get("found")
+            }
         return found
 
-    def history(self, memory_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-        """Memory id -> its history rows (``{"id", **source}``), oldest first, every row read
-        however many there are (paged by ``search_after``)."""
-        rows: dict[str, list[dict[str, Any]]] = {}
+    def history(self, memory_ids: Sequence[str]) -> dict[str, list[DumpedHistoryRow]]:
+        """Memory id -> its history rows, oldest first, every row read however many there are
+        (paged by ``search_after``)."""
+        rows: dict[str, list[DumpedHistoryRow]] = {}
         if not memory_ids:
             return rows
         after: list[Any] | None = None
         while True:
             hits = self._history_page(memory_ids, after)
             for hit in hits:
-                rows.setdefault(hit["_source"]["memory_id"], []).append(
-                    {"id": hit["_id"], **hit["_source"]}
-                )
+                row = DumpedHistoryRow.from_source(hit["_id"], hit["_source"])
+                rows.setdefault(row.memory_id, []).append(row)
             if len(hits) < PAGE_SIZE:
                 return rows
             after = hits[-1]["sort"]

@@ -22,6 +22,7 @@ from pipeline.store.reads import (
     JobSummary,
     KeyDocument,
     ListedKey,
+    ListedMemory,
     MemoryRecord,
     StoredMessage,
     StoreHealth,
@@ -376,8 +377,8 @@ class ServingStore(Store, Protocol):
 
     def close_cursor(self, pit: str) -> None: ...
 
-    def page(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The hits of one search over a point in time, or None when it has expired."""
+    def page(self, body: dict[str, Any]) -> list[ListedMemory] | None:
+        """The memories of one search over a point in time, or None when it has expired."""
         ...
 
     def count_memories(self, scope: Scope, where: Sequence[dict[str, Any]] = ()) -> int:

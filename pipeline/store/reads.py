@@ -28,29 +28,21 @@ class _Read(BaseModel):
         return cls.model_validate({**source, "id": doc_id})
 
 
-class MemoryRecord(_Read):
-    """A memory as a read by id answers it: its scope, text and every field callers may see
-    or change; not its vector, lemmas, substrings or metadata pairs (search's own).
-    ``job_id`` is blank for a memory imported without one."""
+class _ViewRead(_Read):
+    """A read a ``MemoryView`` is made from (``MemoryView.from_record``): a memory's id and
+    the ``_source`` fields of ``VIEW_SOURCE_FIELDS``."""
 
     id: str
-    tenant: str
+    text: str = ""
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
-    text: str
-    hash: str | None = None
-    job_id: str | None = None
-    role: str | None = None
-    attributed_to: str | None = None
     actor_id: str | None = None
-    speaker: str | None = None
+    role: str | None = None
     memory_type: str | None = None
-    language: str | None = None
+    attributed_to: str | None = None
+    hash: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    entity_ids: list[str] = Field(default_factory=list)
-    source_ids: list[str] = Field(default_factory=list)
-    turn: int | None = None
     created_at: Stamp | None = None
     updated_at: Stamp | None = None
     observed_at: Stamp | None = None
@@ -60,11 +52,26 @@ class MemoryRecord(_Read):
     replaces: list[str] | None = None
     feedback: str | None = None
     feedback_reason: str | None = None
-    feedback_at: Stamp | None = None
 
     def view_fields(self) -> dict[str, Any]:
         """The ``_source`` fields a ``MemoryView`` is made from, those it has."""
         return self.model_dump(include=set(VIEW_SOURCE_FIELDS), exclude_none=True)
+
+
+class MemoryRecord(_ViewRead):
+    """A memory as a read by id answers it: its scope, text and every field callers may see
+    or change; not its vector, lemmas, substrings or metadata pairs (search's own).
+    ``job_id`` is blank for a memory imported without one."""
+
+    tenant: str
+    text: str
+    job_id: str | None = None
+    speaker: str | None = None
+    language: str | None = None
+    entity_ids: list[str] = Field(default_factory=list)
+    source_ids: list[str] = Field(default_factory=list)
+    turn: int | None = None
+    feedback_at: Stamp | None = None
 
     @property
     def scope(self) -> Scope:
@@ -72,6 +79,18 @@ class MemoryRecord(_Read):
         return Scope(
             tenant=self.tenant, user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id
         )
+
+
+class ListedMemory(_ViewRead):
+    """A memory as one page of a listing reads it: the fields a view shows and the hit's sort
+    values, which the next page starts after."""
+
+    sort: list[Any] = Field(default_factory=list)
+
+    @classmethod
+    def from_hit(cls, hit: Mapping[str, Any]) -> Self:
+        """From a search hit: its ``_id``, ``_source`` and ``sort``."""
+        return cls.model_validate({**hit["_source"], "id": hit["_id"], "sort": hit.get("sort", [])})
 
 
 class StoreHealth(BaseModel):
@@ -164,3 +183,49 @@ class ListedKey(KeyDocument):
     """A key as listed: its id and document, never the hash of its secret."""
 
     id: str
+
+
+class _Dumped(_Read):
+    """A document as a dump reads it: its fields kept as stored (times as the strings they
+    were written as), so a dump writes back what it read, byte for byte."""
+
+
+class DumpedEntity(_Dumped):
+    """An entity as a dump reads it (without its links); ``embedding`` only when asked for."""
+
+    id: str
+    text: str
+    normalized: str
+    type: str | None = ""
+    embedding: list[int | float] | None = None
+
+    @property
+    def has_embedding(self) -> bool:
+        """Whether the read carried the entity's vector (a dump with vectors)."""
+        return "embedding" in self.model_fields_set
+
+
+class DumpedMessage(_Dumped):
+    """A message a memory came from, as a dump reads it."""
+
+    id: str
+    role: str | None = None
+    name: str | None = None
+    content: str | None = None
+    created_at: str | None = None
+    job_id: str | None = None
+    seq: int | None = None
+
+
+class DumpedHistoryRow(_Dumped):
+    """One event of a memory, as a dump reads it: a blank ``job_id`` stays blank."""
+
+    id: str
+    memory_id: str
+    event: str | None = None
+    job_id: str | None = None
+    created_at: str | None = None
+    old: str | None = None
+    new: str | None = None
+    actor: str | None = None
+    replaced_by: str | None = None

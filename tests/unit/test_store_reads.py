@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from pipeline.domain.models import MemoryView, Scope
-from pipeline.store.reads import HistoryRow, KeyDocument, MemoryRecord
+from pipeline.store.reads import HistoryRow, KeyDocument, ListedMemory, MemoryRecord
 
 AT = datetime(2026, 5, 1, 14, 3, 7, 250_000, tzinfo=UTC)
 
@@ -60,3 +60,20 @@ def test_a_key_document_is_written_as_it_was_before_it_was_typed() -> None:
         "secret_sha256": "a" * 64,
         "created_at": AT.isoformat(),
     }
+
+
+def test_a_listed_memory_makes_the_view_its_source_made_and_keeps_its_sort_values() -> None:
+    source = {
+        "user_id": "alice",
+        "text": "Alice likes jazz",
+        "metadata": {"source": "chat"},
+        "created_at": AT.isoformat(),
+        "expiration_date": None,
+        "replaces": ["m0"],
+    }
+    listed = ListedMemory.from_hit({"_id": "m1", "_source": source, "sort": [1_777_644_187_250, 7]})
+    assert listed.sort == [1_777_644_187_250, 7]
+    assert MemoryView.from_record(listed) == MemoryView.from_source("m1", source)
+    untitled = ListedMemory.from_hit({"_id": "m2", "_source": {"user_id": "bob"}})
+    assert MemoryView.from_record(untitled) == MemoryView.from_source("m2", {"user_id": "bob"})
+    assert untitled.sort == []

@@ -24,7 +24,7 @@ from pipeline.store.protocol import (
     WriteOutcome,
 )
 from pipeline.store.queries import still_valid
-from pipeline.store.reads import MemoryRecord
+from pipeline.store.reads import ListedMemory, MemoryRecord
 from pipeline.store.repositories.base import Connection, Repository, scope_filter, search_header
 from pipeline.store.repositories.history import HistoryRepository
 from pipeline.store.routing import scope_routing, search_routing
@@ -323,15 +323,15 @@ class MemoryRepository(Repository):
         with es_errors("close a point in time"):
             self.connection.close_pit(pit)
 
-    def page(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The hits of one search over a point in time (``body`` names it), or None when that
-        point in time has expired."""
+    def page(self, body: dict[str, Any]) -> list[ListedMemory] | None:
+        """The memories of one search over a point in time (``body`` names it), or None when
+        that point in time has expired."""
         with es_errors("list memories"):
             try:
                 hits: list[dict[str, Any]] = self.connection.client.search(**body)["hits"]["hits"]
             except NotFoundError:
                 return None
-        return hits
+        return [ListedMemory.from_hit(hit) for hit in hits]
 
     def count_memories(self, scope: Scope, where: Sequence[dict[str, Any]] = ()) -> int:
         with es_errors("count memories"):
