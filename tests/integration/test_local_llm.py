@@ -72,9 +72,16 @@ def adapter(llama: LlamaServer, **config: Any) -> OpenAILLM:
     )
 
 
+# The extraction prompt carries the conversation's date (the day it was received when it has
+# none), and the small model's greedy reply changes with it: a fixed date keeps the replies these
+# tests expect the same from one day to the next.
+OBSERVED = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
 def said(text: str, user_id: str) -> AddRequest:
     message = MessageIn(role="user", content=text)
-    return AddRequest(scope=Scope(tenant="llama", user_id=user_id), messages=[message])
+    scope = Scope(tenant="llama", user_id=user_id)
+    return AddRequest(scope=scope, messages=[message], timestamp=OBSERVED)
 
 
 def new_user() -> str:
