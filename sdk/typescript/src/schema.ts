@@ -171,7 +171,8 @@ export interface paths {
         };
         /**
          * Get Memory
-         * @description One memory; with ``include=sources``, where it came from (``pipeline.features.provenance``).
+         * @description One memory; with ``include=sources``, where it came from
+         *     (``pipeline.features.provenance``).
          */
         get: operations["get_memory"];
         /**
@@ -2157,8 +2158,8 @@ export interface components {
         };
         /**
          * UsagePublic
-         * @description What a tenant used (``pipeline.features.usage``): jobs ended (``failed_jobs`` of them failed or
-         *     dead), memories stored, LLM tokens and calls, and texts embedded.
+         * @description What a tenant used (``pipeline.features.usage``): jobs ended (``failed_jobs`` of them failed
+         *     or dead), memories stored, LLM tokens and calls, and texts embedded.
          */
         UsagePublic: {
             /** Jobs */
