@@ -29,6 +29,7 @@ from typing import Any
 
 from pipeline.adapters.nlp.speaker import speaker_name
 from pipeline.domain.models import VIEW_SOURCE_FIELDS
+from pipeline.store.queries import VECTOR_FIELDS, vector_of
 
 QUERY_NAME = "query"
 """The name of the question's BM25 clause inside the hop search: its score for a new
@@ -86,10 +87,8 @@ class HopPlan:
         question = {k: v for k, v in self.question.items() if k != "filter"}
         return {
             "size": self.size,
-            "_source": {
-                "includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized", "embedding"],
-                "exclude_vectors": False,
-            },
+            "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized"]},
+            "docvalue_fields": VECTOR_FIELDS,
             "query": {
                 "bool": {
                     "must": [{"bool": {**question, "_name": QUERY_NAME}}],
@@ -126,7 +125,11 @@ def named_score(hit: Mapping[str, Any], name: str) -> float:
 def read_hop(hits: Sequence[Mapping[str, Any]]) -> HopResult:
     result = HopResult()
     for hit in hits:
-        result.docs[hit["_id"]] = dict(hit["_source"])
+        doc = dict(hit["_source"])
+        vector = vector_of(hit)
+        if vector is not None:
+            doc["embedding"] = vector
+        result.docs[hit["_id"]] = doc
         result.bm25[hit["_id"]] = named_score(hit, QUERY_NAME)
     return result
 

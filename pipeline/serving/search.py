@@ -78,6 +78,7 @@ from pipeline.store.queries import (
     reply_body,
     still_valid,
     validity,
+    vector_of,
     vectors_body,
     without_possessives,
 )
@@ -350,7 +351,7 @@ class Searcher:
             docs[i].update({h["_id"]: dict(h["_source"]) for h in hits.get("docs", [])})
             for h in hits.get("vectors", []):
                 if h["_id"] in docs[i]:
-                    docs[i][h["_id"]]["embedding"] = h["_source"].get("embedding")
+                    docs[i][h["_id"]]["embedding"] = vector_of(h)
             scored = {h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])}
             bm25_scores.append({**candidates.bm25, **scored})
             asked = got.get("replies")

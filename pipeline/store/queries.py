@@ -6,10 +6,13 @@ nothing here calls Elasticsearch.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+import numpy as np
 
 from pipeline.domain.models import VIEW_SOURCE_FIELDS
 
@@ -90,11 +93,28 @@ def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+VECTOR_FIELDS: list[dict[str, str]] = [{"field": "embedding", "format": "binary"}]
+"""``docvalue_fields`` that read a memory's vector as its bytes (base64 of big-endian
+float32s) from doc values: about a fifth of the size of its floats written as JSON, with no
+float formatting on Elasticsearch's side nor parsing on ours (see ``vector_of``)."""
+
+
+def vector_of(hit: Mapping[str, Any]) -> list[float] | None:
+    """The vector a hit read with ``VECTOR_FIELDS`` (None when it has none). The memories'
+    ``embedding`` is a ``float`` dense vector, so its bytes are big-endian float32s."""
+    values = (hit.get("fields") or {}).get("embedding")
+    if not values:
+        return None
+    vector: list[float] = np.frombuffer(base64.b64decode(values[0]), dtype=">f4").tolist()
+    return vector
+
+
 def vectors_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
-    """The stored vectors of ``ids`` (only these: a vector is 384 floats of JSON)."""
+    """The stored vectors of ``ids`` (only these), each read by ``vector_of``."""
     return {
         "size": len(ids) or 1,
-        "_source": {"includes": ["embedding"], "exclude_vectors": False},
+        "_source": False,
+        "docvalue_fields": VECTOR_FIELDS,
         "query": {"bool": {"filter": [*clauses, {"ids": {"values": ids}}]}},
     }
 

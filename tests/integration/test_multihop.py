@@ -6,10 +6,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from pipeline.domain.models import AddRequest, MessageIn, Role, Scope
 from pipeline.serving.search import Searcher, SearchHit, SearchQuery
+from pipeline.store.elastic import scope_filter
+from pipeline.store.queries import hits_of, vector_of, vectors_body
 from tests.integration.test_pipeline import wait_job
 from tests.processes import WorkerProcess
 from workers.app import MemqCelery
@@ -104,3 +107,28 @@ def test_a_name_nobody_speaks_under_lifts_nothing(
     assert hits and all(h.explain is not None and h.explain.hop == 0.0 for h in hits)
     off = searcher.search(query.model_copy(update={"hop": False}))
     assert off and all(h.explain is not None and h.explain.hop is None for h in off)
+
+
+def test_vectors_read_as_bytes_are_the_vectors_stored(
+    celery_app: MemqCelery, worker: WorkerProcess, scope: Scope
+) -> None:
+    """Round 2 and the hop read vectors from doc values as bytes (``VECTOR_FIELDS``): the same
+    float32s as the vectors in the memories' source."""
+    add(celery_app, scope, [said("Maria", FIRST), said("Jon", MOVED_DESK)])
+    store = celery_app.runtime.store
+    clauses = scope_filter(scope)
+    as_json = {
+        "size": 10,
+        "_source": {"includes": ["embedding"], "exclude_vectors": False},
+        "query": {"bool": {"filter": clauses}},
+    }
+    (listed,) = store.search_indices([("memories", scope, as_json)], "test")
+    stored = {h["_id"]: h["_source"]["embedding"] for h in hits_of(listed)}
+    assert len(stored) == 2
+    body = vectors_body(list(stored), clauses)
+    (read,) = store.search_indices([("memories", scope, body)], "test")
+    got = {h["_id"]: vector_of(h) for h in hits_of(read)}
+    assert got.keys() == stored.keys()
+    for memory, vector in stored.items():
+        assert len(vector) == 384
+        assert np.array_equal(np.asarray(vector, np.float32), np.asarray(got[memory], np.float32))

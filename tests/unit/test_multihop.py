@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import struct
+
 from pipeline.adapters.nlp.entities import extract_entities
 from pipeline.serving.multihop import (
     QUERY_NAME,
@@ -13,6 +16,7 @@ from pipeline.serving.multihop import (
     read_hop,
     said_by,
 )
+from pipeline.store.queries import VECTOR_FIELDS
 
 
 def names_in(question: str, limit: int = 2) -> list[frozenset[str]]:
@@ -63,7 +67,7 @@ def test_the_hop_searches_what_the_named_people_said_outside_the_pool() -> None:
     scope = [{"term": {"user_id": "u1"}}]
     body = plan.search(scope)
     assert body["size"] == 20
-    assert "embedding" in body["_source"]["includes"]
+    assert body["docvalue_fields"] == VECTOR_FIELDS  # the vector as bytes, not JSON floats
     query = body["query"]["bool"]
     (must,) = query["must"]
     assert must["bool"]["_name"] == QUERY_NAME
@@ -75,16 +79,18 @@ def test_the_hop_searches_what_the_named_people_said_outside_the_pool() -> None:
 
 
 def test_the_hop_reads_each_new_memory_with_its_question_score() -> None:
+    packed = base64.b64encode(struct.pack(">2f", 1.0, -0.5)).decode()
     hits = [
         {
             "_id": "n1",
-            "_source": {"text": "a", "embedding": [1.0]},
+            "_source": {"text": "a"},
+            "fields": {"embedding": [packed]},
             "matched_queries": {QUERY_NAME: 2.5},
         },
         {"_id": "n2", "_source": {"text": "b"}, "matched_queries": {}},
     ]
     result = read_hop(hits)
-    assert result.docs == {"n1": {"text": "a", "embedding": [1.0]}, "n2": {"text": "b"}}
+    assert result.docs == {"n1": {"text": "a", "embedding": [1.0, -0.5]}, "n2": {"text": "b"}}
     assert result.bm25 == {"n1": 2.5, "n2": 0.0}
 
 
