@@ -41,12 +41,12 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib.resources import files
 from typing import TYPE_CHECKING
 
 import redis
 
 from pipeline.adapters.redis_errors import redis_errors
+from pipeline.adapters.redis_scripts import register
 from pipeline.errors import TransientError
 from pipeline.serving.search import Searcher
 from pipeline.serving.search_cost import search_cost
@@ -71,7 +71,7 @@ class SearchSlots:
         self.prefix = f"memq:{namespace}:searching"
         self.per_tenant = per_tenant
         self.wait_s = wait_s
-        self.script = client.register_script(files("api").joinpath("search_slots.lua").read_text())
+        self.script = register(client, "api", "search_slots")
         self.local: Counter[str] = Counter()  # this process's slots, while Redis is down
         self.lock = threading.Lock()
 

@@ -2,7 +2,7 @@
 
 Each script lives in ``workers/scheduler/<name>.lua``, with its contract at its top and its
 keys and arguments named there (``local run = KEYS[1]``). ``Scripts`` loads them all once per
-Redis client (``register_script``: EVALSHA, falling back to EVAL after a script flush), and
+Redis client (``pipeline.adapters.redis_scripts``, as the API's search slots load theirs), and
 offers each as a method whose parameters are keyword-only and named as in the script, so no
 caller lines up positional keys and arguments. The methods return the raw reply; the stores
 (``state_store``, ``leases``) turn it into their typed results.
@@ -10,18 +10,14 @@ caller lines up positional keys and arguments. The methods return the raw reply;
 
 from __future__ import annotations
 
-from importlib.resources import files
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 
+from pipeline.adapters.redis_scripts import register
+
 Arg = str | int | float
-
-
-def lua(name: str) -> str:
-    """The text of ``workers/scheduler/<name>.lua``."""
-    return files(__package__).joinpath(f"{name}.lua").read_text()
 
 
 class Scripts:
@@ -43,7 +39,7 @@ class Scripts:
 
     def __init__(self, client: redis.Redis) -> None:
         self._scripts: dict[str, Script] = {
-            name: client.register_script(lua(name)) for name in self.NAMES
+            name: register(client, "workers.scheduler", name) for name in self.NAMES
         }
 
     def _run(self, name: str, keys: list[str], args: list[Arg]) -> Any:
