@@ -43,6 +43,7 @@ from workers.failures import (
     record_failure,
     release_run,
 )
+from workers.intake import intake_of
 from workers.names import (
     FAILED_TASK,
     GATHER_TASK,
@@ -218,7 +219,7 @@ def register_tasks(app: MemqCelery) -> None:
 
     for spec in PHASES:
         register_phase(app, spec, policy)
-    app.keeper.reap = lambda: reap(app)
+    app.keeper.reap = lambda: reap(app.scheduler, intake_of(app), app.runtime.redis)
 
 
 def prepare_run(app: MemqCelery, job_ids: list[str]) -> int:

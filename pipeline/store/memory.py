@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pipeline.domain.jobs import JobRecord
+from pipeline.domain.jobs import JobRecord, JobStatus
 from pipeline.domain.models import ContextMessage, ExistingMemory, Scope, message_id
 from pipeline.domain.validity import Closure, Replacement, as_time, changes_of, closure_of, merged
 from pipeline.errors import PermanentError
@@ -205,6 +205,27 @@ class InMemoryStore:
     def save_job(self, record: JobRecord) -> None:
         with self._lock:
             self.jobs[record.job_id] = record
+
+    def create_job(self, record: JobRecord) -> JobRecord | None:
+        """``record`` unless the job has one already, which is returned (None: written)."""
+        with self._lock:
+            existing = self.jobs.get(record.job_id)
+            if existing is None:
+                self.jobs[record.job_id] = record
+            return existing
+
+    def parked_jobs(self, limit: int, fresh: bool = False) -> list[JobRecord]:
+        """``queued`` records marked ``parked``, oldest first (``fresh`` changes nothing:
+        every write is seen at once here)."""
+        with self._lock:
+            parked = [r for r in self.jobs.values() if r.parked and r.status == JobStatus.QUEUED]
+        return sorted(parked, key=lambda r: (r.created_at, r.job_id))[:limit]
+
+    def unpark_jobs(self, job_ids: Sequence[str]) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                if job_id in self.jobs:
+                    self.jobs[job_id] = self.jobs[job_id].model_copy(update={"parked": False})
 
     def save_jobs(self, records: Sequence[JobRecord]) -> None:
         for record in records:

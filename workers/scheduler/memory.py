@@ -37,6 +37,9 @@ class MemoryStateStore:
         self.batches: dict[str, list[str]] = {}
         self.launched_batches: set[str] = set()
         self.rechecks: dict[str, float] = {}
+        self.intakes: dict[str, float] = {}  # job id -> when its intake began
+        self.unrecorded_jobs: dict[str, float] = {}  # job id -> when it was held
+        self.drainer: tuple[str, float] | None = None  # (owner, until)
 
     # -- job states ---------------------------------------------------------------------------
 
@@ -214,6 +217,43 @@ class MemoryStateStore:
     def _head(self, session_key: str) -> str | None:
         line = self.lines.get(session_key)
         return line[0] if line else None
+
+    # -- intakes under way, jobs held without a record, the drain's lock ----------------------
+
+    def intake_begun(self, job_id: str, now: datetime) -> bool:
+        if job_id in self.intakes:
+            return False
+        self.intakes[job_id] = now.timestamp()
+        return True
+
+    def intake_done(self, job_id: str) -> None:
+        self.intakes.pop(job_id, None)
+
+    def intakes_begun_before(self, before: float, limit: int) -> list[str]:
+        begun = sorted((at, job) for job, at in self.intakes.items() if at <= before)
+        return [job for _, job in begun[:limit]]
+
+    def note_unrecorded(self, job_id: str, now: datetime) -> None:
+        self.unrecorded_jobs.setdefault(job_id, now.timestamp())
+
+    def unrecorded(self, limit: int) -> list[str]:
+        held = sorted((at, job) for job, at in self.unrecorded_jobs.items())
+        return [job for _, job in held[:limit]]
+
+    def recorded(self, *job_ids: str) -> None:
+        for job_id in job_ids:
+            self.unrecorded_jobs.pop(job_id, None)
+
+    def take_drain(self, owner: str, ttl_s: float) -> bool:
+        now = self.clock()
+        if self.drainer is not None and self.drainer[1] > now and self.drainer[0] != owner:
+            return False
+        self.drainer = (owner, now + ttl_s)
+        return True
+
+    def end_drain(self, owner: str) -> None:
+        if self.drainer is not None and self.drainer[0] == owner:
+            self.drainer = None
 
 
 class MemoryRunLeases:

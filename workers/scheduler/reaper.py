@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import uuid
 
+import redis
+
 from pipeline.adapters.redis_errors import redis_errors
 from pipeline.domain.state import JobState, Phase
 from pipeline.errors import TransientError, WorkerLostError
 from pipeline.ingestion.phases import PHASES
 from workers.aof import rewrite_aof_if_due
-from workers.intake import drain_parked, finish_intakes, record_held
-from workers.runtime import MemqCelery
+from workers.intake import IntakeParts, drain_parked, finish_intakes, record_held
 from workers.scheduler.batches import (
     BACKFILL,
     batch_ended,
@@ -61,21 +62,20 @@ def claim_run(
 LINES_PER_SWEEP = 500
 
 
-def reap(app: MemqCelery) -> None:
+def reap(sched: Scheduler, intake: IntakeParts, redis_client: redis.Redis) -> None:
     """Take every run whose lease lapsed and recover it (``recover_run``), look at a slice of
     the session lines for a head that nothing runs (``rescue_heads``), finish the intakes that
     died between a job's record and its start (``finish_intakes``), take in the jobs accepted
     while a store was down (``take_in_held_jobs``), and send a gather to each lane that has
     jobs ready (``nudge_lanes``)."""
-    sched = app.scheduler
     now = sched.clock().timestamp()
     recover_lapsed(sched, now)
     rescue_heads(sched, sched.states.line_heads(LINES_PER_SWEEP), now)
-    take_in_held_jobs(app)
-    finish_intakes(app, now - sched.worker.orphan_after_s)
+    take_in_held_jobs(intake)
+    finish_intakes(intake, now - sched.worker.orphan_after_s)
     nudge_lanes(sched)
     with redis_errors("rewrite the append-only file"):
-        rewrite_aof_if_due(app.runtime.redis)  # an erasure's, when its turn came meanwhile
+        rewrite_aof_if_due(redis_client)  # an erasure's, when its turn came meanwhile
 
 
 def recover_lapsed(sched: Scheduler, now: float) -> None:
@@ -90,15 +90,15 @@ def recover_lapsed(sched: Scheduler, now: float) -> None:
             recover_run(sched, record)
 
 
-def take_in_held_jobs(app: MemqCelery) -> None:
+def take_in_held_jobs(intake: IntakeParts) -> None:
     """Jobs accepted while one store was down: records written for those held in Redis
     (``record_held``), lines joined by those parked in Elasticsearch (``drain_parked``). Each
     is tried whatever the other does; a store still down leaves its part for the next sweep."""
     try:
-        record_held(app)
+        record_held(intake)
     except TransientError as exc:
         log.warning("jobs accepted without a record wait for Elasticsearch: %s", exc)
-    drain_parked(app)
+    drain_parked(intake)
 
 
 def nudge_lanes(sched: Scheduler) -> None:
