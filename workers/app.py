@@ -14,7 +14,7 @@ from celery.signals import setup_logging, worker_init, worker_process_init, work
 from pipeline.config import Settings
 from pipeline.telemetry import configure_tracing
 from workers.chat import register_chat_tasks
-from workers.failures import record_failure
+from workers.failures import CeleryReports, Endings, record_failure
 from workers.metrics import scrape_registry, serve_metrics
 from workers.names import HEALTH_TASK
 from workers.reprocess import register_reprocess_tasks
@@ -47,6 +47,7 @@ def create_celery(settings: Settings) -> MemqCelery:
     """Build the app and register every task on it."""
     app = MemqCelery(settings)
     app.scheduler = scheduler_of(app)
+    app.endings = endings_of(app)
     register_tasks(app)
     register_chat_tasks(app)
     register_webhook_tasks(app)
@@ -69,7 +70,20 @@ def scheduler_of(app: MemqCelery) -> Scheduler:
         sender=CelerySender(app, runtime.settings.queues, runtime.redis),
         clock=runtime.clock,
         records=lambda: runtime.store,
-        fail_job=lambda job_id, exc: record_failure(app, job_id, exc),
+        fail_job=lambda job_id, exc: record_failure(app.endings, job_id, exc),
+    )
+
+
+def endings_of(app: MemqCelery) -> Endings:
+    """How the app's jobs end (``workers.failures``): over its scheduler, its usage ledger and
+    metrics, reporting through Celery tasks."""
+    runtime = app.runtime
+    return Endings(
+        scheduler=app.scheduler,
+        usage=runtime.usage,
+        metrics=runtime.metrics,
+        queues=runtime.settings.queues,
+        reports=CeleryReports(app),
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from celery import Celery
@@ -53,6 +53,9 @@ from workers.scheduler.keeper import Keeper
 from workers.scheduler.leases import RunLeases
 from workers.scheduler.state_store import RedisStateStore
 
+if TYPE_CHECKING:
+    from workers.failures import Endings
+
 log = logging.getLogger("memq.worker")
 
 # made in pipeline.services (the API builds the same), and still importable from here
@@ -72,6 +75,8 @@ class MemqCelery(Celery):
     # the scheduler over this process's Redis, keeper and broker, built with the app
     # (``workers.app.create_celery``: it also needs how a job fails, ``workers.failures``)
     scheduler: Scheduler
+    # how a job that cannot go on ends (``workers.failures``), built with the scheduler
+    endings: Endings
 
 
 @dataclass

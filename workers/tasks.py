@@ -137,7 +137,7 @@ class GatherTask(JobTask):
         lane = failure.args[0] if failure.args else failure.kwargs["lane"]
         app.runtime.states.release_batch(failure.task_id, lane)
         batch_ended(app.scheduler, failure.task_id)
-        release_run(app, failure.held, unfinished=False)
+        release_run(app.scheduler, failure.held, unfinished=False)
 
 
 class PhaseTask(JobTask):
@@ -152,10 +152,10 @@ class PhaseTask(JobTask):
         unfinished = False
         for state in app.runtime.states.load_many(list(job_ids)):
             if state is not None and state.run == batch_id:
-                unfinished |= not record_failure(app, state.job_id, failure.exc)
+                unfinished |= not record_failure(app.endings, state.job_id, failure.exc)
         if batch_id is not None:
             batch_ended(app.scheduler, batch_id)
-        release_run(app, failure.held, unfinished=unfinished)
+        release_run(app.scheduler, failure.held, unfinished=unfinished)
 
 
 def register_failure_report(app: MemqCelery) -> None:
@@ -208,7 +208,7 @@ def register_tasks(app: MemqCelery) -> None:
         with retried(self, policy):
             state = runtime.states.load(job_id)
             if state is not None and state.attempts == attempts:  # else replayed or erased
-                end_job(app, state, JobStatus(status), phase, reason)
+                end_job(app.endings, state, JobStatus(status), phase, reason)
 
     register_failure_report(app)
 
@@ -403,4 +403,4 @@ def settle_failures(
             delay = policy.delay_s(state.retries, exc.retry_after_s)
             send_alone(app.scheduler, state, phase, delay, since)
         else:
-            record_failure(app, state.job_id, exc)
+            record_failure(app.endings, state.job_id, exc)

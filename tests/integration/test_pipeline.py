@@ -408,7 +408,7 @@ def test_a_failure_is_recorded_then_its_state_freed(
 
     runtime = celery_app.runtime
     state = in_line(celery_app, scope, "x")
-    record_failure(celery_app, state.job_id, PermanentError("bad input"))
+    record_failure(celery_app.endings, state.job_id, PermanentError("bad input"))
     record = store.get_job(state.job_id)
     assert record is not None and record.status == JobStatus.FAILED and record.reason == "bad input"
     assert not runtime.states.exists(state.job_id)
@@ -439,7 +439,7 @@ def test_a_failure_that_cannot_be_recorded_keeps_its_state_until_it_is(
         received_at=datetime.now(UTC),
     )
     runtime.states.save(state)
-    record_failure(app, state.job_id, PermanentError("bad input"))
+    record_failure(app.endings, state.job_id, PermanentError("bad input"))
     record = wait_job(store, state.job_id, timeout_s=60)
     assert record.status == "failed" and record.reason == "bad input"
     # The record is written first and the state freed just after, by the same task: the test
