@@ -256,12 +256,3 @@ def test_a_running_or_unknown_job_does_not_replay(desk: Desk) -> None:
         replay_job(desk.intake, running.record.job_id)
     with pytest.raises(InvalidInputError, match="no job"):
         replay_job(desk.intake, "nope")
-
-
-def test_a_replay_that_would_fail_again_is_refused(desk: Desk) -> None:
-    extract = said("I like tea").model_copy(update={"infer": True})  # no LLM configured
-    state = recorded_state(extract)
-    desk.records.save_job(job_record(state, JobStatus.FAILED, NOW, reason="no LLM"))
-    with pytest.raises(InvalidInputError):
-        replay_job(desk.intake, state.job_id)
-    assert desk.ready() == []
