@@ -21,6 +21,7 @@ from api.schemas import (
     MemoryDetail,
     MemoryEvent,
     MemoryPublic,
+    ShardsPublic,
     UsagePublic,
     UsageReportPublic,
 )
@@ -32,6 +33,7 @@ from pipeline.features.provenance import provenance_of
 from pipeline.features.usage import BudgetState, Usage, UsageReport
 from pipeline.ingestion.capability import refusal
 from pipeline.serving.keys import Principal
+from pipeline.serving.search_models import Shards
 from pipeline.store.filters import split_scope
 from pipeline.store.protocol import ServingStore
 from pipeline.store.reads import MemoryRecord
@@ -202,6 +204,11 @@ def memory_detail(
     """A memory read by id, with its provenance when ``include`` names ``sources``."""
     provenance = provenance_of(store, memory) if include and "sources" in include else None
     return MemoryDetail.from_record(memory, provenance=provenance)
+
+
+def shards_public(shards: Shards) -> ShardsPublic:
+    """How much of the index answered a search, as the API documents it."""
+    return ShardsPublic.model_validate(shards, from_attributes=True)
 
 
 def usage_public(usage: Usage) -> dict[str, int]:

@@ -335,6 +335,11 @@ class Mem0Added(BaseModel):
     event_id: str | None = None
     job_id: str | None = None
 
+    @classmethod
+    def pending(cls, job_id: str) -> Mem0Added:
+        """A job not finished yet (or queued only: ``async_mode``)."""
+        return cls(results=[], status="PENDING", event_id=job_id, job_id=job_id)
+
 
 class Mem0Hit(MemoryPublic):
     score: float
@@ -354,6 +359,13 @@ class Mem0Page(BaseModel):
     next: int | None
     previous: int | None
     results: list[MemoryPublic]
+
+    def wire(self) -> dict[str, Any]:
+        """As mem0 sends it: ``next`` and ``previous`` stay (null on the ends) while each
+        memory leaves out its empty fields."""
+        page = self.model_dump(mode="json", exclude={"results"})
+        memories = [m.model_dump(mode="json", exclude_none=True) for m in self.results]
+        return page | {"results": memories}
 
 
 class Mem0Updated(MemoryPublic):

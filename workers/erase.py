@@ -10,13 +10,13 @@ jobs of the user were in flight says so (``in_flight``) and is safe to repeat.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pipeline.adapters.embedding.shared import drop_vectors
 from pipeline.adapters.embedding.versioned import model_key
 from pipeline.adapters.redis_errors import redis_errors
 from pipeline.domain.jobs import ACTIVE_STATUSES
-from pipeline.features.erase import erase_user
+from pipeline.features.erase import UserErased, erase_user
 from pipeline.ingestion.phases.retrieve import query_texts
 from workers.aof import erased_from_redis
 
@@ -28,7 +28,7 @@ ACTIVE = ACTIVE_STATUSES
 
 def erase_user_everywhere(
     app: MemqCelery, tenant: str, user_id: str, chat_tenant: str
-) -> dict[str, Any]:
+) -> UserErased:
     """Counts of what was erased, per place; ``in_flight`` lists jobs that were not finished.
     Chat buffers are searched when ``tenant`` is the one chat platforms write to."""
     runtime = app.runtime
@@ -50,4 +50,4 @@ def erase_user_everywhere(
     with redis_errors("rewrite the append-only file"):
         erased_from_redis(runtime.redis)
     counts = {**erasure.counts, "job_states": len(erasure.jobs), "chat_buffered": buffered}
-    return {"erased": counts, "in_flight": in_flight}
+    return UserErased(erased=counts, in_flight=in_flight)

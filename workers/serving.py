@@ -5,12 +5,11 @@ module and hides no cycle."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pipeline.config import Settings
 from pipeline.domain.jobs import JobRecord
 from pipeline.domain.models import AddRequest
 from pipeline.features.chat import ChatEvent
+from pipeline.features.erase import UserErased
 from pipeline.features.reprocess import ReprocessRun
 from pipeline.features.usage import check_spendable
 from pipeline.ingestion.capability import check_runnable
@@ -59,7 +58,7 @@ class CeleryIntake:
     def held_job(self, job_id: str) -> JobRecord | None:
         return held_job(self.app, job_id)
 
-    def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
+    def erase_user(self, tenant: str, user_id: str) -> UserErased:
         chat_tenant = self.app.runtime.settings.chat.tenant
         return erase_user_everywhere(self.app, tenant, user_id, chat_tenant)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -17,6 +18,7 @@ from api.convert import (
     memory_detail,
     memory_public,
     scope_from_filters,
+    shards_public,
     split_filters,
 )
 from api.deps import (
@@ -37,6 +39,7 @@ from api.schemas import (
     Include,
     Mem0Added,
     Mem0HistoryEntry,
+    Mem0Hit,
     Mem0Page,
     Mem0Ping,
     Mem0Results,
@@ -89,14 +92,10 @@ MEM0_IGNORED = (
 
 
 @router.get("/v1/ping/", response_model=Mem0Ping)
-def ping(principal: PrincipalDep) -> dict[str, str]:
+def ping(principal: PrincipalDep) -> Mem0Ping:
     """What the mem0 client reads at construction: an org and a project (here: the tenant)."""
-    return {
-        "status": "ok",
-        "org_id": principal.tenant,
-        "project_id": principal.tenant,
-        "user_email": "",
-    }
+    tenant = principal.tenant
+    return Mem0Ping(status="ok", org_id=tenant, project_id=tenant, user_email="")
 
 
 @router.post(
@@ -113,7 +112,7 @@ async def add(
     settings: SettingsDep,
     principal: PrincipalDep,
     body: Annotated[dict[str, Any], Body()],
-) -> dict[str, Any]:
+) -> Mem0Added:
     """mem0's add: blocking by default (results in the reply); ``async_mode=true`` only queues."""
     ids = {
         **scope_from_filters(body.get("filters")),
@@ -125,27 +124,15 @@ async def add(
     create = MemoryCreate.model_validate({**fields, **ids})
     accepted, record = await run_in_threadpool(accept, intake, request, create, principal, None)
     if body.get("async_mode"):
-        return {
-            "results": [],
-            "status": "PENDING",
-            "event_id": accepted.job_id,
-            "job_id": accepted.job_id,
-        }
+        return Mem0Added.pending(accepted.job_id)
     record = await wait_for(store, record, settings.api.wait_max_s)
     if not record.ended:
-        return {
-            "results": [],
-            "status": "PENDING",
-            "event_id": record.job_id,
-            "job_id": record.job_id,
-        }
+        return Mem0Added.pending(record.job_id)
     if record.status != JobStatus.SUCCEEDED:
         raise InvalidInputError(f"job {record.job_id} {record.status}: {record.reason}")
-    return {"results": mem0_results(record.results)}
+    return Mem0Added.model_validate({"results": mem0_results(record.results)})
 
 
-# Documented rather than validated: the page keeps ``next: null`` while its memories, as mem0
-# shows them, leave out empty fields.
 @router.post("/v3/memories/", responses={200: {"model": Mem0Page}})
 def get_all(
     *,
@@ -156,7 +143,7 @@ def get_all(
     body: Annotated[dict[str, Any], Body()],
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, Any]:
+) -> Response:
     """mem0's get_all: scope ids inside ``filters``; page-number pagination over memq's cursor.
     Reaching page N reads the N-1 pages before it, so a page past ``MEMQ_API_PAGE_WALK_MAX``
     memories is refused (422): memq's own ``GET /v1/memories`` pages any depth by cursor."""
@@ -172,12 +159,13 @@ def get_all(
     limits.may_open_cursor(principal.tenant)
     items, cursor = walk_to(store, scope, rest, page, page_size)
     total = count_listed(store, scope, rest)
-    return {
-        "count": total,
-        "next": page + 1 if cursor else None,
-        "previous": page - 1 if page > 1 else None,
-        "results": [mem0_memory(i) for i in items],
-    }
+    found = Mem0Page(
+        count=total,
+        next=page + 1 if cursor else None,
+        previous=page - 1 if page > 1 else None,
+        results=items,
+    )
+    return JSONResponse(found.wire())
 
 
 def walk_to(
@@ -204,20 +192,17 @@ def walk_to(
 )
 def search(
     searcher: SearcherDep, principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
-) -> dict[str, Any]:
+) -> Mem0Results:
     asked = Mem0Search.model_validate(body)
     scope, rest = split_filters(principal, asked.filters)
     query = SearchQuery(
         query=asked.query, scope=scope, filters=rest, top_k=asked.top_k, threshold=asked.threshold
     )
     found = searcher.search_reported(query)
-    return found.mem0_answer(
-        [
-            mem0_memory(MemoryPublic.from_source(h.id, {**h.model_dump(), "text": h.memory}))
-            | {"score": h.score}
-            for h in found.hits
-        ]
-    )
+    hits = [Mem0Hit.model_validate(h, from_attributes=True) for h in found.hits]
+    if not found.partial:  # mem0's own answers have no such keys
+        return Mem0Results(results=hits)
+    return Mem0Results(results=hits, partial=True, shards=shards_public(found.shards))
 
 
 @router.get(
@@ -228,10 +213,10 @@ def get(
     store: StoreDep,
     principal: PrincipalDep,
     include: Annotated[list[Include] | None, Query(max_length=5, description=INCLUDE)] = None,
-) -> dict[str, Any]:
+) -> MemoryDetail:
     """mem0's read of one memory; ``include=sources`` (memq's) adds its provenance."""
     item = crud.get_memory(store, principal.tenant, memory_id)
-    return memory_detail(store, item, include).model_dump(mode="json", exclude_none=True)
+    return memory_detail(store, item, include)
 
 
 @router.put(
@@ -246,7 +231,7 @@ def update(
     deps: PhaseDepsDep,
     principal: PrincipalDep,
     body: Annotated[dict[str, Any], Body()],
-) -> dict[str, Any]:
+) -> Mem0Updated:
     updated = crud.update_memory(
         store,
         deps,
@@ -255,15 +240,14 @@ def update(
         text=body.get("text"),
         metadata=body.get("metadata"),
     )
-    return mem0_memory(memory_public(updated)) | {"message": "Memory updated successfully!"}
+    public = memory_public(updated).model_dump()
+    return Mem0Updated(**public, message="Memory updated successfully!")
 
 
 @router.delete("/v1/memories/{memory_id}/", response_model=Message, dependencies=[WriteLimited])
-def delete(
-    memory_id: IdPath, store: StoreDep, clock: ClockDep, principal: PrincipalDep
-) -> dict[str, str]:
+def delete(memory_id: IdPath, store: StoreDep, clock: ClockDep, principal: PrincipalDep) -> Message:
     crud.delete_memory(store, principal.tenant, memory_id, clock())
-    return {"message": "Memory deleted successfully!"}
+    return Message(message="Memory deleted successfully!")
 
 
 @router.delete("/v1/memories/", response_model=Deleted, dependencies=[WriteLimited])
@@ -276,7 +260,7 @@ def delete_everything(
     agent_id: str | None = None,
     run_id: str | None = None,
     filters: str | None = None,
-) -> dict[str, Any]:
+) -> Deleted:
     """mem0's delete_all: ids as query parameters, or in ``filters``: JSON, or the
     Python-repr dict its client sends (``api.convert.filters_param``: bounded in length and
     depth, literals only). Every condition of the filter holds."""
@@ -284,7 +268,7 @@ def delete_everything(
     parsed = filters_param(filters, literals=True) if filters else None
     scope, rest = split_filters(principal, parsed, given)
     deleted = delete_all(store, scope, rest, clock())
-    return {"message": "Memories deleted successfully!", "deleted": deleted}
+    return Deleted(message="Memories deleted successfully!", deleted=deleted)
 
 
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[Mem0HistoryEntry])
@@ -357,8 +341,3 @@ def batch_items(body: dict[str, Any]) -> list[BatchItem]:
     if not all(isinstance(i, dict) and isinstance(i.get("memory_id"), str) for i in items):
         raise InvalidInputError("each item needs a memory_id", field="memories")
     return [BatchItem(i["memory_id"], i.get("text"), i.get("metadata")) for i in items]
-
-
-def mem0_memory(memory: MemoryPublic) -> dict[str, Any]:
-    public = memory.model_dump(mode="json")
-    return {k: v for k, v in public.items() if v is not None}

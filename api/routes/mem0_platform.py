@@ -21,6 +21,7 @@ from api.deps import (
 from api.limits import ReadLimited, WriteLimited
 from api.schemas import (
     Mem0Entities,
+    Mem0Entity,
     Mem0EntityDeleted,
     Mem0Export,
     Mem0ExportCreated,
@@ -38,24 +39,24 @@ router = APIRouter(tags=["mem0 compatibility"], dependencies=[UnicodeBody, ReadL
 
 
 @router.get("/v1/entities/", response_model=Mem0Entities)
-def users(store: StoreDep, principal: PrincipalDep) -> dict[str, Any]:
+def users(store: StoreDep, principal: PrincipalDep) -> Mem0Entities:
     """mem0's ``users()``: every user, agent and run with memories in the tenant, in one page
     (``reset()`` deletes each one it lists)."""
     tenant = principal.tenant
     results = [
-        {
-            "id": e.name,
-            "name": e.name,
-            "type": e.kind,
-            "total_memories": e.memories,
-            "created_at": e.created_at,
-            "updated_at": e.updated_at,
-            "owner": tenant,
-            "organization": tenant,
-        }
+        Mem0Entity(
+            id=e.name,
+            name=e.name,
+            type=e.kind,
+            total_memories=e.memories,
+            created_at=e.created_at,
+            updated_at=e.updated_at,
+            owner=tenant,
+            organization=tenant,
+        )
         for e in list_entities(store, tenant)
     ]
-    return {"count": len(results), "next": None, "previous": None, "results": results}
+    return Mem0Entities(count=len(results), results=results)
 
 
 @router.delete(
@@ -72,28 +73,31 @@ def delete_users(
     store: StoreDep,
     clock: ClockDep,
     principal: PrincipalDep,
-) -> dict[str, Any]:
+) -> Mem0EntityDeleted:
     """mem0's ``delete_users(...)``: a user is erased completely (as ``DELETE
     /v1/users/{user_id}``); an agent or a run loses its memories. mem0's apps do not exist in
     memq (422)."""
     if entity_type == "user":
-        erased = intake.erase_user(principal.tenant, entity_id)
-        return {"message": "Entity deleted successfully!", **erased}
+        gone = intake.erase_user(principal.tenant, entity_id)
+        return Mem0EntityDeleted(message=DELETED, erased=gone.erased, in_flight=gone.in_flight)
     deleted = delete_entity(store, principal.tenant, entity_type, entity_id, clock())
-    return {"message": "Entity deleted successfully!", "deleted": deleted}
+    return Mem0EntityDeleted(message=DELETED, deleted=deleted)
+
+
+DELETED = "Entity deleted successfully!"
 
 
 @router.post("/v1/exports/", response_model=Mem0ExportCreated)
 def create_memory_export(
     principal: PrincipalDep, body: Annotated[dict[str, Any], Body()]
-) -> dict[str, str]:
+) -> Mem0ExportCreated:
     """mem0's ``create_memory_export(schema, **filters)``: names the selection. The schema is
     not applied (it needs a model call): the export is memq's own dump, read when fetched."""
     selector = export_selector(principal.tenant, body)
-    return {
-        "message": "Export ready: memq reads it when it is fetched (the schema is not applied)",
-        "id": export_id(selector),
-    }
+    return Mem0ExportCreated(
+        message="Export ready: memq reads it when it is fetched (the schema is not applied)",
+        id=export_id(selector),
+    )
 
 
 @router.post("/v1/exports/get/", response_model=Mem0Export)
@@ -139,7 +143,7 @@ def export_selector(tenant: str, body: dict[str, Any]) -> Selector:
 )
 def feedback(
     store: StoreDep, clock: ClockDep, principal: PrincipalDep, body: Mem0FeedbackIn
-) -> dict[str, Any]:
+) -> Mem0FeedbackOut:
     """mem0's ``feedback(memory_id, feedback, feedback_reason)``: kept on the memory and shown
     when it is read (``feedback``, ``feedback_reason``); ``feedback=None`` clears it. Recorded
     only: search does not use it."""
@@ -152,12 +156,12 @@ def feedback(
         reason=body.feedback_reason,
         now=clock(),
     )
-    return {
-        "id": memory.id,
-        "feedback": memory.feedback,
-        "feedback_reason": memory.feedback_reason,
-        "message": "Feedback recorded" if verdict else "Feedback cleared",
-    }
+    return Mem0FeedbackOut(
+        id=memory.id,
+        feedback=memory.feedback,
+        feedback_reason=memory.feedback_reason,
+        message="Feedback recorded" if verdict else "Feedback cleared",
+    )
 
 
 NOT_SERVED = {

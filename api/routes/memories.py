@@ -18,6 +18,7 @@ from api.convert import (
     memory_detail,
     memory_public,
     scope_of,
+    shards_public,
     split_filters,
 )
 from api.deps import (
@@ -55,6 +56,7 @@ from api.schemas import (
 from pipeline.domain.jobs import JobRecord
 from pipeline.domain.models import AwareDatetime
 from pipeline.errors import InvalidInputError, TransientError
+from pipeline.features.erase import UserErased
 from pipeline.ingestion.intake import Intake
 from pipeline.serving import crud
 from pipeline.serving.keys import Principal
@@ -198,8 +200,8 @@ def delete_scope(
     return Deleted(message=f"deleted {deleted} memories", deleted=deleted)
 
 
-@router.delete("/users/{user_id}", dependencies=[WriteLimited])
-def erase_user(user_id: IdPath, intake: IntakeDep, principal: PrincipalDep) -> dict[str, Any]:
+@router.delete("/users/{user_id}", response_model=UserErased, dependencies=[WriteLimited])
+def erase_user(user_id: IdPath, intake: IntakeDep, principal: PrincipalDep) -> UserErased:
     """Forget a user completely: memories, history text, raw messages and session windows,
     entities and links, job records, job state and buffered chat messages (docs/ARCHITECTURE.md,
     "Erasure"). What stays: one content-free ERASE audit row. Safe to repeat; ``in_flight``
@@ -208,27 +210,29 @@ def erase_user(user_id: IdPath, intake: IntakeDep, principal: PrincipalDep) -> d
 
 
 @router.post("/memories/search", response_model=SearchResults, dependencies=[SearchLimited])
-def search(body: SearchRequest, searcher: SearcherDep, principal: PrincipalDep) -> dict[str, Any]:
+def search(body: SearchRequest, searcher: SearcherDep, principal: PrincipalDep) -> SearchResults:
     """Hybrid search in a scope: vectors + BM25 + entities, with filters and explain. A
     result that some shards could not give is flagged ``partial``, never passed off as whole."""
     found = searcher.search_reported(search_query(body, principal))
-    return {"results": found.hits, "partial": found.partial, "shards": found.shards}
+    return SearchResults(
+        results=found.hits, partial=found.partial, shards=shards_public(found.shards)
+    )
 
 
 @router.post("/memories/search/batch", response_model=BatchSearchResults)
 def search_batch(
     body: BatchSearchRequest, searcher: SearcherDep, principal: PrincipalDep, limits: LimitsDep
-) -> dict[str, Any]:
+) -> BatchSearchResults:
     """Several searches in one call, answered in the order given (each counts against the
     tenant's searches per second)."""
     limits.charge(principal.tenant, "search", cost=len(body.queries))
     queries = [search_query(q, principal) for q in body.queries]
     found = searcher.search_many_reported(queries)
-    return {
-        "results": [f.hits for f in found],
-        "partial": any(f.partial for f in found),
-        "shards": [f.shards for f in found],
-    }
+    return BatchSearchResults(
+        results=[f.hits for f in found],
+        partial=any(f.partial for f in found),
+        shards=[shards_public(f.shards) for f in found],
+    )
 
 
 def search_query(body: SearchRequest, principal: Principal) -> SearchQuery:

@@ -22,12 +22,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from pipeline.domain.models import Scope, history_id
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.protocol import HistoryDoc
 from pipeline.store.routing import scope_routing
 
 MAX_TERMS = 10_000  # memory ids per terms query (Elasticsearch allows 65,536)
+
+
+class UserErased(BaseModel):
+    """What erasing a user removed, and which of the user's jobs were still unfinished."""
+
+    erased: dict[str, int] = Field(description="how many documents or keys went, per place")
+    in_flight: list[str] = Field(
+        description="the user's jobs that were unfinished: erase again once they have ended"
+    )
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ class Entity:
     kind: str  # "user", "agent" or "run"
     name: str
     memories: int
-    created_at: str | None
-    updated_at: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
 
 
 def entity_kind(kind: str) -> ScopeKind:
@@ -73,12 +73,18 @@ def entities_of_kind(store: ServingStore, tenant: str, kind: str) -> Iterator[En
                 kind=kind,
                 name=str(bucket["key"]["id"]),
                 memories=int(bucket["doc_count"]),
-                created_at=bucket["first"].get("value_as_string"),
-                updated_at=bucket["last"].get("value_as_string"),
+                created_at=date_of(bucket["first"]),
+                updated_at=date_of(bucket["last"]),
             )
         after = scopes.get("after_key")
         if after is None or len(scopes["buckets"]) < ENTITY_PAGE:
             return
+
+
+def date_of(metric: dict[str, Any]) -> datetime | None:
+    """A date aggregation's value (None on a bucket with no such field)."""
+    text = metric.get("value_as_string")
+    return datetime.fromisoformat(text) if text else None
 
 
 def entity_page_body(tenant: str, field: ScopeKind, after: dict[str, Any] | None) -> dict[str, Any]:

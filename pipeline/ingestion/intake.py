@@ -9,11 +9,12 @@ and the API is given one when it is built (``api.resources``). Nothing here runs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from pipeline.domain.jobs import JobRecord
 from pipeline.domain.models import AddRequest
 from pipeline.features.chat import ChatEvent
+from pipeline.features.erase import UserErased
 from pipeline.features.reprocess import ReprocessRun
 
 
@@ -58,9 +59,9 @@ class Intake(Protocol):
         recorded there (rebuilt from its state); None for any other job."""
         ...
 
-    def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
-        """Erase a user's data everywhere memq keeps it: ``{"erased": counts per place,
-        "in_flight": ids of the user's jobs that were not finished}``."""
+    def erase_user(self, tenant: str, user_id: str) -> UserErased:
+        """Erase a user's data everywhere memq keeps it: the counts per place, and the ids of
+        the user's jobs that were not finished."""
         ...
 
     def start_reprocess(self, run: ReprocessRun) -> str:

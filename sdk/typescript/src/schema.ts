@@ -2205,6 +2205,24 @@ export interface components {
             budget: components["schemas"]["BudgetPublic"];
         };
         /**
+         * UserErased
+         * @description What erasing a user removed, and which of the user's jobs were still unfinished.
+         */
+        UserErased: {
+            /**
+             * Erased
+             * @description how many documents or keys went, per place
+             */
+            erased: {
+                [key: string]: number;
+            };
+            /**
+             * In Flight
+             * @description the user's jobs that were unfinished: erase again once they have ended
+             */
+            in_flight: string[];
+        };
+        /**
          * WebhookAck
          * @description A chat platform's event was received; ``accepted`` when it joined a conversation.
          */
@@ -2510,9 +2528,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["UserErased"];
                 };
             };
             /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */

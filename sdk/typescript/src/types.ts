@@ -66,11 +66,7 @@ export type ErrorResponse = Schemas["ErrorResponse"];
 
 /** What erasing a user removed, counted per place, and the user's jobs still running then
  * (call `eraseUser` again once they have ended). */
-export interface Erased {
-  erased: Record<string, number>;
-  in_flight: string[];
-  [key: string]: unknown;
-}
+export type Erased = Schemas["UserErased"];
 
 /** A job's status; `succeeded`, `failed` and `dead` are final. */
 export type JobStatus = "queued" | "running" | "succeeded" | "failed" | "dead";
