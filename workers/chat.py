@@ -9,18 +9,21 @@ is down, an event becomes a job of its own, parked in Elasticsearch by the intak
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
 
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
-from pipeline.config import Settings
+from pipeline.config import ChatConfig, Settings
 from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.features.chat import ChatEvent
 from pipeline.ingestion.capability import EXTRACTION, refusal
-from workers.intake import submit
+from workers.intake import IntakeParts, accept, intake_of
 from workers.names import CHAT_FLUSH_TASK
+from workers.queues import TaskSender
 from workers.runtime import MemqCelery
 
 log = logging.getLogger("memq.worker")
@@ -37,42 +40,116 @@ def check_event(event: ChatEvent, tenant: str) -> None:
         raise InvalidInputError(f"unusable message ({where}: {error['msg']})") from exc
 
 
-def accept_event(app: MemqCelery, event: ChatEvent) -> bool:
+class Buffer(Protocol):
+    """Where a conversation's events wait until it has been quiet (``ChatBuffer``, in Redis).
+    Each raises ``TransientError`` when it cannot be reached."""
+
+    def first_time(self, event: ChatEvent) -> bool:
+        """False for a platform's retry of an event already accepted."""
+        ...
+
+    def push(self, event: ChatEvent, now: datetime, limit: int) -> bool:
+        """Buffer ``event``; True when its conversation had no flush scheduled."""
+        ...
+
+    def peek_if_quiet(
+        self, conversation: str, quiet_s: float, now: datetime
+    ) -> list[ChatEvent] | float:
+        """The burst's events once it is quiet; else the seconds left."""
+        ...
+
+    def drop(self, conversation: str, count: int) -> int:
+        """Drop the first ``count`` events; how many arrived since."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChatParts:
+    """What taking chat messages needs: the buffer, the intake a burst becomes a job through
+    (its settings and clock too), and what sends the flush task."""
+
+    buffer: Buffer
+    intake: IntakeParts
+    sender: TaskSender
+
+    @property
+    def settings(self) -> Settings:
+        return self.intake.settings
+
+    @property
+    def config(self) -> ChatConfig:
+        return self.intake.settings.chat
+
+
+@dataclass(frozen=True)
+class Flush:
+    """What a flush did: the job its burst became (None when no event was usable), or, while
+    the burst goes on, the seconds to wait before trying again."""
+
+    job_id: str | None = None
+    wait_s: float | None = None
+
+
+def chat_of(app: MemqCelery) -> ChatParts:
+    """The chat intake of this process's app."""
+    return ChatParts(buffer=app.runtime.chat_buffer, intake=intake_of(app), sender=app)
+
+
+def accept_event(chat: ChatParts, event: ChatEvent) -> bool:
     """Buffer a verified event; False when it was a retry of one already accepted.
     ``InvalidInputError`` when the event could not be stored (nothing is buffered then)."""
-    runtime, chat = app.runtime, app.runtime.settings.chat
-    check_event(event, chat.tenant)
-    buffer = runtime.chat_buffer
+    check_event(event, chat.config.tenant)
     try:
-        if not buffer.first_time(event):
+        if not chat.buffer.first_time(event):
             return False
-        if buffer.push(event, runtime.clock(), chat.max_buffered):
-            schedule_flush(app, event.conversation, chat.debounce_s)
+        if chat.buffer.push(event, chat.intake.clock(), chat.config.max_buffered):
+            schedule_flush(chat, event.conversation)
     except (TransientError, OperationalError) as exc:
         log.warning("chat buffer unreachable (%s): event %s queued alone", exc, event.event_id)
-        return accept_alone(app, event)
+        return accept_alone(chat, event)
     return True
 
 
-def accept_alone(app: MemqCelery, event: ChatEvent) -> bool:
+def accept_alone(chat: ChatParts, event: ChatEvent) -> bool:
     """The event as a job of its own, for when its buffer (Redis) cannot be reached: the intake
     parks it in Elasticsearch, so the platform is answered at once and the message is kept.
     Its id is the event's, so the platform's retries of it make no second job (and a copy that
     the buffer did take before failing adds no second memory: dedup is by text within the
     scope). ``TransientError`` when Elasticsearch is down too."""
-    tenant = app.runtime.settings.chat.tenant
     key = f"chat\x1f{event.platform}\x1f{event.event_id}"
-    request = runnable_here(conversation_request([event], tenant), app.runtime.settings)
-    return submit(app, request, idempotency_key=key).created
+    request = runnable_here(conversation_request([event], chat.config.tenant), chat.settings)
+    return accept(chat.intake, request, key).created
 
 
-def schedule_flush(app: MemqCelery, conversation: str, countdown: float) -> None:
-    app.send_task(
+def schedule_flush(chat: ChatParts, conversation: str) -> None:
+    """A flush of ``conversation`` once it may have been quiet for the debounce."""
+    chat.sender.send_task(
         CHAT_FLUSH_TASK,
         args=(conversation,),
-        countdown=countdown,
-        queue=app.runtime.settings.queues.io,
+        countdown=chat.config.debounce_s,
+        queue=chat.settings.queues.io,
     )
+
+
+def flush(chat: ChatParts, conversation: str) -> Flush:
+    """Submit the burst as one job once it is over; until then, say how long to wait. The
+    events stay buffered until the job exists (a flush run again submits the same job: same
+    idempotency key), and a burst begun meanwhile gets a flush of its own."""
+    quiet_s = chat.config.debounce_s
+    taken = chat.buffer.peek_if_quiet(conversation, quiet_s, chat.intake.clock())
+    if isinstance(taken, float):
+        return Flush(wait_s=max(taken, 0.1))
+    if not taken:
+        return Flush()
+    events = usable(taken, chat.config.tenant)
+    job_id = None
+    if events:
+        key = f"chat:{conversation}:{events[0].event_id}"
+        request = runnable_here(conversation_request(events, chat.config.tenant), chat.settings)
+        job_id = accept(chat.intake, request, key).record.job_id
+    if chat.buffer.drop(conversation, len(taken)):
+        schedule_flush(chat, conversation)  # a new burst began meanwhile
+    return Flush(job_id=job_id)
 
 
 def usable(events: list[ChatEvent], tenant: str) -> list[ChatEvent]:
@@ -131,22 +208,10 @@ def register_chat_tasks(app: MemqCelery) -> None:
         retry_backoff_max=runtime.settings.worker.retry_backoff_max_s,
         retry_jitter=True,
     )
-    def flush(self: Any, conversation: str) -> str | None:
-        """Submit the burst as one job once it is over; until then, come back later. The
-        events stay buffered until the job exists, and a Redis or Elasticsearch fault is
-        retried with backoff (a retried flush submits the same job: same idempotency key)."""
-        chat = runtime.settings.chat
-        taken = runtime.chat_buffer.peek_if_quiet(conversation, chat.debounce_s, runtime.clock())
-        if isinstance(taken, float):
-            raise self.retry(countdown=max(taken, 0.1), max_retries=None)
-        if not taken:
-            return None
-        events = usable(taken, chat.tenant)
-        job_id = None
-        if events:
-            key = f"chat:{conversation}:{events[0].event_id}"
-            request = runnable_here(conversation_request(events, chat.tenant), runtime.settings)
-            job_id = submit(app, request, idempotency_key=key).record.job_id
-        if runtime.chat_buffer.drop(conversation, len(taken)):
-            schedule_flush(app, conversation, chat.debounce_s)  # a new burst began meanwhile
-        return job_id
+    def flush_task(self: Any, conversation: str) -> str | None:
+        """``flush``, come back while the burst goes on; a Redis or Elasticsearch fault is
+        retried with backoff."""
+        done = flush(chat_of(app), conversation)
+        if done.wait_s is not None:
+            raise self.retry(countdown=done.wait_s, max_retries=None)
+        return done.job_id

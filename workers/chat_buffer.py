@@ -11,19 +11,10 @@ from typing import Any, cast
 import redis
 
 from pipeline.adapters.redis_errors import redis_errors
+from pipeline.adapters.redis_scripts import register
 from pipeline.features.chat import ChatEvent
 
 SEEN_TTL_S = 86_400
-
-
-# Drop the events a flush submitted (the first ARGV[1]); keep any that came in meanwhile. Returns
-# how many are left: more than 0 means another flush must follow.
-DROP_TAKEN = """
-redis.call('LTRIM', KEYS[1], tonumber(ARGV[1]), -1)
-local left = redis.call('LLEN', KEYS[1])
-if left == 0 then redis.call('DEL', KEYS[2]) end
-return left
-"""
 
 
 class ChatBuffer:
@@ -33,7 +24,7 @@ class ChatBuffer:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}:chat"
-        self._drop = client.register_script(DROP_TAKEN)
+        self._drop = register(client, "workers", "chat_drop_taken")
 
     def first_time(self, event: ChatEvent) -> bool:
         """False for a platform's retry of an event already accepted."""

@@ -21,17 +21,15 @@ from pipeline.ingestion.phases.retrieve import query_texts
 from workers.aof import erased_from_redis
 
 if TYPE_CHECKING:
-    from workers.app import MemqCelery
+    from workers.runtime import Runtime
 
 ACTIVE = ACTIVE_STATUSES
 
 
-def erase_user_everywhere(
-    app: MemqCelery, tenant: str, user_id: str, chat_tenant: str
-) -> UserErased:
+def erase_user_everywhere(runtime: Runtime, tenant: str, user_id: str) -> UserErased:
     """Counts of what was erased, per place; ``in_flight`` lists jobs that were not finished.
     Chat buffers are searched when ``tenant`` is the one chat platforms write to."""
-    runtime = app.runtime
+    chat_tenant = runtime.settings.chat.tenant
     states = runtime.states
     erasure = erase_user(runtime.store, tenant, user_id, runtime.clock())
     loaded = states.load_many([job.job_id for job in erasure.jobs])

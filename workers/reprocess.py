@@ -39,10 +39,12 @@ from celery import Task
 from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 
+from pipeline.config import QueueConfig
 from pipeline.errors import ConflictError, TransientError
 from pipeline.features.reprocess import ReprocessRun, run_reprocess
 from pipeline.store.reprocess import Reembedded
 from workers.names import REPROCESS_TASK
+from workers.queues import TaskSender
 from workers.runtime import MemqCelery
 from workers.scheduler.state_store import RedisStateStore
 
@@ -56,21 +58,19 @@ REPROCESS_TIME_LIMIT_S = 7 * 86_400
 REPROCESS_SOFT_LIMIT_S = REPROCESS_TIME_LIMIT_S - 60
 
 
-def start_reprocess(app: MemqCelery, run: ReprocessRun) -> str:
+def start_reprocess(
+    sender: TaskSender, states: RedisStateStore, queues: QueueConfig, run: ReprocessRun
+) -> str:
     """Take the lock and send the run to a worker; its id. ``ConflictError`` while another
     run holds the lock; ``TransientError`` when Redis or the broker cannot take it."""
     run_id = uuid.uuid4().hex
-    states = app.runtime.states
     if not states.take_lock(REPROCESS_LOCK, run_id, PICKUP_S):
         raise ConflictError(
             "a reprocess is running already: GET /v1/admin/reprocess shows its progress"
         )
     try:
-        app.send_task(
-            REPROCESS_TASK,
-            kwargs={"run": run.message()},
-            task_id=run_id,
-            queue=app.runtime.settings.queues.backfill,
+        sender.send_task(
+            REPROCESS_TASK, kwargs={"run": run.message()}, task_id=run_id, queue=queues.backfill
         )
     except OperationalError as exc:
         states.end_lock(REPROCESS_LOCK, run_id)
@@ -78,9 +78,9 @@ def start_reprocess(app: MemqCelery, run: ReprocessRun) -> str:
     return run_id
 
 
-def active_reprocess(app: MemqCelery) -> str | None:
+def active_reprocess(states: RedisStateStore) -> str | None:
     """The id of the run that holds the lock now; None when none does."""
-    return app.runtime.states.lock_owner(REPROCESS_LOCK)
+    return states.lock_owner(REPROCESS_LOCK)
 
 
 def take_run(states: RedisStateStore, owner: str) -> None:

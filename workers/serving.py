@@ -15,7 +15,7 @@ from pipeline.features.usage import check_spendable
 from pipeline.ingestion.capability import check_runnable
 from pipeline.ingestion.intake import Accepted
 from workers.app import create_celery
-from workers.chat import accept_event
+from workers.chat import accept_event, chat_of
 from workers.erase import erase_user_everywhere
 from workers.intake import held_job, replay, submit
 from workers.reprocess import active_reprocess, start_reprocess
@@ -53,20 +53,20 @@ class CeleryIntake:
         return replay(self.app, job_id)
 
     def accept_chat(self, event: ChatEvent) -> bool:
-        return accept_event(self.app, event)
+        return accept_event(chat_of(self.app), event)
 
     def held_job(self, job_id: str) -> JobRecord | None:
         return held_job(self.app, job_id)
 
     def erase_user(self, tenant: str, user_id: str) -> UserErased:
-        chat_tenant = self.app.runtime.settings.chat.tenant
-        return erase_user_everywhere(self.app, tenant, user_id, chat_tenant)
+        return erase_user_everywhere(self.app.runtime, tenant, user_id)
 
     def start_reprocess(self, run: ReprocessRun) -> str:
-        return start_reprocess(self.app, run)
+        runtime = self.app.runtime
+        return start_reprocess(self.app, runtime.states, runtime.settings.queues, run)
 
     def active_reprocess(self) -> str | None:
-        return active_reprocess(self.app)
+        return active_reprocess(self.app.runtime.states)
 
 
 def celery_intake(settings: Settings) -> CeleryIntake:

@@ -16,24 +16,25 @@ from collections.abc import Sequence
 
 from celery import Task
 
+from pipeline.config import QueueConfig
 from pipeline.domain.state import JobState
 from pipeline.ingestion.phases import Workload
 from pipeline.ingestion.phases.finalize import notify_jobs
 from workers.names import WEBHOOKS_TASK
-from workers.queues import queue_for
+from workers.queues import TaskSender, queue_for
 from workers.retry import RetryPolicy, retried
 from workers.runtime import MemqCelery
 
 
-def send_webhooks(app: MemqCelery, states: Sequence[JobState]) -> None:
+def send_webhooks(sender: TaskSender, queues: QueueConfig, states: Sequence[JobState]) -> None:
     """One delivery task for each tenant among ``states`` whose jobs asked for a webhook."""
     by_tenant: dict[str, list[str]] = {}
     for state in states:
         if state.request.webhook_url is not None:
             by_tenant.setdefault(state.request.scope.tenant, []).append(state.job_id)
-    queue = queue_for(Workload.IO, app.runtime.settings.queues, backfill=False)
+    queue = queue_for(Workload.IO, queues, backfill=False)
     for tenant, job_ids in by_tenant.items():
-        app.send_task(WEBHOOKS_TASK, kwargs={"tenant": tenant, "job_ids": job_ids}, queue=queue)
+        sender.send_task(WEBHOOKS_TASK, kwargs={"tenant": tenant, "job_ids": job_ids}, queue=queue)
 
 
 def register_webhook_tasks(app: MemqCelery) -> None:

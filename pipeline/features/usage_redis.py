@@ -3,8 +3,8 @@
 Keys, under ``memq:{namespace}:usage`` (the index prefix, so deployments and test runs sharing
 a Redis stay apart):
 - ``day:{tenant}:{YYYY-MM-DD}``, ``month:{tenant}:{YYYY-MM}``, ``total:{tenant}``: hashes of
-  the ``Usage`` fields, added to by one script per charge (``CHARGE``); kept for good (a few
-  hundred bytes a tenant a day);
+  the ``Usage`` fields, added to by one script per charge (``usage_charge.lua``); kept for
+  good (a few hundred bytes a tenant a day);
 - ``tenants``: the set of tenants ever charged (what ``/metrics`` reads);
 - ``charged:{job_id}:{attempts}``: the mark of an applied charge, kept ``CHARGED_TTL_S`` (as
   long as a job's state may live, so any redelivery of its end meets the mark);
@@ -20,24 +20,10 @@ from datetime import date
 import redis
 
 from pipeline.adapters.redis_errors import redis_errors
+from pipeline.adapters.redis_scripts import register
 from pipeline.features.usage import BudgetState, Charge, DayUsage, Usage, days_between, month_of
 
 CHARGED_TTL_S = 8 * 86_400  # longer than a job state's 7 days (``workers.scheduler.state_store``)
-
-# Apply one charge unless its mark (KEYS[1]) exists: add ARGV[3..] (field, count pairs) to the
-# day, month and total hashes (KEYS[2..4]) and note the tenant ARGV[2] in KEYS[5]. The mark
-# and the sums are one step, so a charge is never half applied nor applied twice.
-CHARGE = """
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
-redis.call('SADD', KEYS[5], ARGV[2])
-for i = 3, #ARGV, 2 do
-  local n = tonumber(ARGV[i + 1])
-  if n ~= 0 then
-    for k = 2, 4 do redis.call('HINCRBY', KEYS[k], ARGV[i], n) end
-  end
-end
-return 1
-"""
 
 
 class RedisUsage:
@@ -46,7 +32,7 @@ class RedisUsage:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.prefix = f"memq:{namespace}:usage"
-        self._charge = client.register_script(CHARGE)
+        self._charge = register(client, "pipeline.features", "usage_charge")
 
     def _day(self, tenant: str, day: date) -> str:
         return f"{self.prefix}:day:{tenant}:{day.isoformat()}"

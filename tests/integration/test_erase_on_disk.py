@@ -55,8 +55,8 @@ def test_erased_words_leave_the_append_only_file(private_app: tuple[MemqCelery, 
         time.sleep(0.2)  # written to the file within a second (appendfsync everysec)
     assert files_holding(marker, data_dir), "the job state never reached the file"
 
-    erased = erase_user_everywhere(app, scope.tenant, user, chat_tenant="")
-    assert erased["erased"]["job_states"] == 1
+    erased = erase_user_everywhere(app.runtime, scope.tenant, user)
+    assert erased.erased["job_states"] == 1
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

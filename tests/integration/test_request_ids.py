@@ -29,6 +29,7 @@ from pipeline.config import Settings
 from pipeline.domain.jobs import JobRecord, JobStatus
 from pipeline.domain.models import AddRequest
 from pipeline.features.chat import ChatEvent
+from pipeline.features.erase import UserErased
 from pipeline.features.reprocess import ReprocessRun
 from pipeline.ingestion.intake import Accepted
 from pipeline.logs import ContextFilter, JsonLineFormatter
@@ -141,7 +142,7 @@ class KeptIntake:
     def held_job(self, job_id: str) -> JobRecord | None:
         return None
 
-    def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
+    def erase_user(self, tenant: str, user_id: str) -> UserErased:
         raise NotImplementedError
 
     def start_reprocess(self, run: ReprocessRun) -> str:

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
 
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
@@ -22,6 +21,7 @@ from pipeline.domain.jobs import JobRecord
 from pipeline.domain.models import AddRequest
 from pipeline.errors import InvalidInputError
 from pipeline.features.chat import ChatEvent
+from pipeline.features.erase import UserErased
 from pipeline.features.reprocess import ReprocessRun
 from pipeline.ingestion.intake import Accepted, Intake
 from tests.processes import free_port
@@ -60,7 +60,7 @@ class ChatOnlyIntake:
     def held_job(self, job_id: str) -> JobRecord | None:
         return None
 
-    def erase_user(self, tenant: str, user_id: str) -> dict[str, Any]:
+    def erase_user(self, tenant: str, user_id: str) -> UserErased:
         raise InvalidInputError("this intake takes chat events only")
 
     def start_reprocess(self, run: ReprocessRun) -> str:
