@@ -31,12 +31,18 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.convert import add_request, job_public, memory_detail, memory_public
+from api.convert import add_request, job_public, memory_detail, memory_public, shards_public
 from api.errors import error
 from api.limits import Path, RateLimitedError
 from api.request_ids import request_id_of
 from api.resources import Resources
-from api.schemas import Include, MemoryCreate
+from api.schemas import (
+    JobPublic,
+    MemoryCreate,
+    MemoryPage,
+    MemoryPublic,
+    SearchResults,
+)
 from pipeline.domain.jobs import JobRecord, JobStatus
 from pipeline.domain.models import AwareDatetime, Identifier, MemoryType
 from pipeline.domain.models import Scope as MemoryScope
@@ -65,6 +71,17 @@ INSTRUCTIONS = (
     "search_memories before answering to recall what you know about the user. Every call "
     "names whose memory it is with user_id, agent_id and/or run_id (at least one)."
 )
+
+
+class AddedJob(JobPublic):
+    """``add_memory``'s answer: the job (``created`` false when the same conversation, or the
+    same idempotency key, was a job already)."""
+
+    created: bool
+
+
+class MemoryDeleted(BaseModel):
+    deleted: str = Field(description="the id of the memory deleted")
 
 
 class ChatMessage(BaseModel):
@@ -146,7 +163,7 @@ class MemqTools:
             float,
             Field(ge=0, le=300, description="seconds to wait for the result (0: do not wait)"),
         ] = 0,
-    ) -> dict[str, Any]:
+    ) -> AddedJob:
         principal = await self.charged(ctx, "write")
         raw = messages if isinstance(messages, str) else [m.model_dump() for m in messages]
         fields = {
@@ -171,7 +188,7 @@ class MemqTools:
             record = await self.wait(record, min(wait_s, self.resources.settings.api.wait_max_s))
         if record.status in (JobStatus.FAILED, JobStatus.DEAD):
             raise ToolError(failed_job_message(record))
-        return {"created": accepted.created, **job_public(record).model_dump(mode="json")}
+        return AddedJob(**job_public(record).model_dump(), created=accepted.created)
 
     async def wait(self, record: JobRecord, timeout_s: float) -> JobRecord:
         deadline = time.monotonic() + timeout_s
@@ -198,10 +215,10 @@ class MemqTools:
         ] = None,
         as_of: AsOf = None,
         include_replaced: IncludeReplaced = False,
-    ) -> dict[str, Any]:
+    ) -> SearchResults:
         principal = await self.charged(ctx, "search")
 
-        def run() -> dict[str, Any]:
+        def run() -> SearchResults:
             scope = scope_of(principal, user_id, agent_id, run_id)
             search = SearchQuery(
                 scope=scope,
@@ -213,11 +230,8 @@ class MemqTools:
                 include_replaced=include_replaced,
             )
             found = self.resources.searcher.search_reported(search)
-            return {
-                "results": [hit.model_dump(mode="json") for hit in found.hits],
-                "partial": found.partial,
-                "shards": found.shards.model_dump(mode="json"),
-            }
+            shards = shards_public(found.shards)
+            return SearchResults(results=found.hits, partial=found.partial, shards=shards)
 
         return await self.call(run)
 
@@ -235,10 +249,10 @@ class MemqTools:
         ] = None,
         as_of: AsOf = None,
         include_replaced: IncludeReplaced = False,
-    ) -> dict[str, Any]:
+    ) -> MemoryPage:
         principal = await self.charged(ctx, "read")
 
-        def run() -> dict[str, Any]:
+        def run() -> MemoryPage:
             scope = scope_of(principal, user_id, agent_id, run_id)
             page = self.resources.limits.listing(
                 principal.tenant,
@@ -253,8 +267,7 @@ class MemqTools:
                     include_replaced=include_replaced,
                 ),
             )
-            items = [i.model_dump(mode="json") for i in page.items]
-            return {"results": items, "next_cursor": page.cursor}
+            return MemoryPage(results=page.items, next_cursor=page.cursor)
 
         return await self.call(run)
 
@@ -266,14 +279,18 @@ class MemqTools:
             bool,
             Field(description="also return its provenance: the messages it came from, its job"),
         ] = False,
-    ) -> dict[str, Any]:
+    ) -> MemoryPublic:
+        """The memory; with its provenance (a ``MemoryDetail``) only when asked for."""
         tenant = (await self.charged(ctx, "read")).tenant
         store = self.services.store
-        include: list[Include] = ["sources"] if include_sources else []
 
-        def run() -> dict[str, Any]:
-            detail = memory_detail(store, crud.get_memory(store, tenant, memory_id), include)
-            return detail.model_dump(mode="json", exclude={"provenance"} if not include else None)
+        def run() -> MemoryPublic:
+            record = crud.get_memory(store, tenant, memory_id)
+            return (
+                memory_detail(store, record, ["sources"])
+                if include_sources
+                else memory_public(record)
+            )
 
         return await self.call(run)
 
@@ -285,7 +302,7 @@ class MemqTools:
             str | None, Field(max_length=20_000, description="the new text (re-embedded)")
         ] = None,
         metadata: Metadata = None,
-    ) -> dict[str, Any]:
+    ) -> MemoryPublic:
         tenant = (await self.charged(ctx, "write")).tenant
         services = self.services
         updated = await self.call(
@@ -293,26 +310,26 @@ class MemqTools:
                 services.store, services.deps, tenant, memory_id, text=text, metadata=metadata
             )
         )
-        return memory_public(updated).model_dump(mode="json")
+        return memory_public(updated)
 
-    async def delete_memory(self, ctx: Context, memory_id: MemoryId) -> dict[str, Any]:
+    async def delete_memory(self, ctx: Context, memory_id: MemoryId) -> MemoryDeleted:
         tenant = (await self.charged(ctx, "write")).tenant
         services = self.services
         await self.call(
             lambda: crud.delete_memory(services.store, tenant, memory_id, services.clock())
         )
-        return {"deleted": memory_id}
+        return MemoryDeleted(deleted=memory_id)
 
     async def job_status(
         self,
         ctx: Context,
         job_id: Annotated[str, Field(pattern=r"^\S{1,128}$", description="from add_memory")],
-    ) -> dict[str, Any]:
+    ) -> JobPublic:
         tenant = (await self.charged(ctx, "read")).tenant
         record = await self.call(lambda: self.services.store.get_job(job_id))
         if record is None or record.tenant != tenant:
             raise ToolError(f"no job {job_id}")
-        return job_public(record).model_dump(mode="json")
+        return job_public(record)
 
 
 def scope_of(
