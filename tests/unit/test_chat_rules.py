@@ -14,16 +14,13 @@ from typing import Any
 
 import pytest
 
-from pipeline.config import Settings
 from pipeline.domain.models import AddRequest
 from pipeline.errors import TransientError
 from pipeline.features.chat import ChatEvent
-from pipeline.features.usage import InMemoryUsage
+from tests.unit.test_intake_rules import intake_over
 from tests.unit.test_scheduler_flow import NOW, World, make_world
 from workers.chat import ChatParts, accept_event, flush
-from workers.intake import IntakeParts, JobRecords
 from workers.names import CHAT_FLUSH_TASK
-from workers.runtime import Parking
 from workers.scheduler.state_store import Lane
 
 
@@ -126,16 +123,7 @@ def chat(monkeypatch: pytest.MonkeyPatch) -> Chat:
     monkeypatch.setenv("MEMQ_LLM_BASE_URL", "http://127.0.0.1:11434/v1")  # an LLM is configured
     monkeypatch.setenv("MEMQ_CHAT_DEBOUNCE_S", "5")
     world, buffer, sender, now = make_world(), MemoryBuffer(), Sender(), [NOW]
-    records: JobRecords = world.records
-    intake = IntakeParts(
-        states=world.states,
-        records=lambda: records,
-        parking=Parking(),
-        settings=Settings(),
-        usage=InMemoryUsage(),
-        scheduler=world.sched,
-        clock=lambda: now[0],
-    )
+    intake = intake_over(world, world.records, clock=lambda: now[0])
     return Chat(ChatParts(buffer, intake, sender), buffer, sender, world, now)
 
 

@@ -7,8 +7,9 @@ stores, the broker and their outages are the integration tests' (``test_intake.p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 
@@ -88,21 +89,26 @@ class Desk:
         return list(self.world.states.ready.get(Lane.LIVE, []))
 
 
-@pytest.fixture
-def desk() -> Desk:
-    world = make_world()
-    es = Outage(world.records)
-    records: JobRecords = es
-    intake = IntakeParts(
+def intake_over(
+    world: World, records: JobRecords, clock: Callable[[], datetime] = lambda: NOW
+) -> IntakeParts:
+    """An intake over the world's scheduler and memory stores, its records in ``records``."""
+    return IntakeParts(
         states=world.states,
         records=lambda: records,
         parking=Parking(),
         settings=Settings(),
         usage=InMemoryUsage(),
         scheduler=world.sched,
-        clock=lambda: NOW,
+        clock=clock,
     )
-    return Desk(intake, world, es)
+
+
+@pytest.fixture
+def desk() -> Desk:
+    world = make_world()
+    es = Outage(world.records)
+    return Desk(intake_over(world, es), world, es)
 
 
 def recorded_state(request: AddRequest) -> JobState:
