@@ -300,6 +300,14 @@ class Readiness(BaseModel):
     redis: str
 
 
+class WebhookSigning(BaseModel):
+    """How this tenant's job webhooks are signed."""
+
+    key: str = Field(description="the tenant's signing key (HMAC-SHA256)")
+    header: str = Field(description="the header that carries ``sha256=<hex>``")
+    timestamp_header: str = Field(description="the header whose value is signed with the body")
+
+
 class WebhookAck(BaseModel):
     """A chat platform's event was received; ``accepted`` when it joined a conversation."""
 

@@ -20,6 +20,7 @@ from api.schemas import (
     JobAccepted,
     JobPage,
     JobPublic,
+    WebhookSigning,
 )
 from pipeline.domain.jobs import JobRecord, JobStatus
 from pipeline.errors import InvalidInputError, NotFoundError, TransientError
@@ -50,15 +51,15 @@ def own_job(
     return record
 
 
-@router.get("/webhook-secret")
-def webhook_secret(settings: SettingsDep, principal: PrincipalDep) -> dict[str, str]:
+@router.get("/webhook-secret", response_model=WebhookSigning)
+def webhook_secret(settings: SettingsDep, principal: PrincipalDep) -> WebhookSigning:
     """The key this tenant's job webhooks are signed with: ``X-Memq-Signature`` is
     ``sha256=hex(HMAC-SHA256(key, "{X-Memq-Timestamp}.{body}"))``."""
     secret = settings.webhook.signing_secret
     if secret is None:
         raise NotFoundError("webhook signing is not enabled on this server")
     key = tenant_signing_key(secret.get_secret_value(), principal.tenant)
-    return {"key": key, "header": "X-Memq-Signature", "timestamp_header": "X-Memq-Timestamp"}
+    return WebhookSigning(key=key, header="X-Memq-Signature", timestamp_header="X-Memq-Timestamp")
 
 
 @router.get("/jobs", response_model=JobPage)

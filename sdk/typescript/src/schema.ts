@@ -2238,6 +2238,27 @@ export interface components {
              */
             accepted?: boolean;
         };
+        /**
+         * WebhookSigning
+         * @description How this tenant's job webhooks are signed.
+         */
+        WebhookSigning: {
+            /**
+             * Key
+             * @description the tenant's signing key (HMAC-SHA256)
+             */
+            key: string;
+            /**
+             * Header
+             * @description the header that carries ``sha256=<hex>``
+             */
+            header: string;
+            /**
+             * Timestamp Header
+             * @description the header whose value is signed with the body
+             */
+            timestamp_header: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2859,9 +2880,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: string;
-                    };
+                    "application/json": components["schemas"]["WebhookSigning"];
                 };
             };
             /** @description The request was refused; ``error.field`` names what was wrong (401 no or bad key, 403 not allowed, 404 absent or another tenant's, 409 conflict, 413 body too large, 422 invalid input, 429 rate limited with Retry-After) */
