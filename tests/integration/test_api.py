@@ -22,7 +22,9 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from pipeline.config import Settings
 from pipeline.domain.jobs import JobStatus
+from pipeline.features.webhook import tenant_signing_key
 from tests.conftest import admin_key
 from tests.processes import ApiProcess, WorkerProcess
 
@@ -180,6 +182,26 @@ def uid(tenants: tuple[Tenant, Tenant]) -> Iterator[str]:
     yield user_id
     for tenant in tenants:
         tenant.http.delete("/v1/memories", params={"user_id": user_id})
+
+
+# --- job webhooks' signing key -------------------------------------------------------------
+
+
+def test_a_tenant_reads_its_own_webhook_signing_key(
+    a: Tenant, b: Tenant, settings: Settings
+) -> None:
+    answer = a.http.get("/v1/webhook-secret")
+    secret = settings.webhook.signing_secret
+    if secret is None:  # signing off: said so, not a 500 nor an empty key
+        assert "not enabled" in assert_error(answer, 404)["error"]["message"]
+        return
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "key": tenant_signing_key(secret.get_secret_value(), a.name),
+        "header": "X-Memq-Signature",
+        "timestamp_header": "X-Memq-Timestamp",
+    }
+    assert b.http.get("/v1/webhook-secret").json()["key"] != answer.json()["key"]
 
 
 # --- health and metrics ---------------------------------------------------------------------
