@@ -21,6 +21,7 @@ from pipeline.domain.models import AddRequest, MessageIn, Scope
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.features.chat import ChatEvent
 from pipeline.ingestion.capability import EXTRACTION, refusal
+from pipeline.ingestion.intake import Accepted
 from workers.intake import IntakeParts, accept, intake_of
 from workers.names import CHAT_FLUSH_TASK
 from workers.queues import TaskSender
@@ -78,7 +79,7 @@ class ChatParts:
 
     @property
     def config(self) -> ChatConfig:
-        return self.intake.settings.chat
+        return self.settings.chat
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,14 @@ def accept_alone(chat: ChatParts, event: ChatEvent) -> bool:
     the buffer did take before failing adds no second memory: dedup is by text within the
     scope). ``TransientError`` when Elasticsearch is down too."""
     key = f"chat\x1f{event.platform}\x1f{event.event_id}"
-    request = runnable_here(conversation_request([event], chat.config.tenant), chat.settings)
-    return accept(chat.intake, request, key).created
+    return submit_events(chat, [event], key).created
+
+
+def submit_events(chat: ChatParts, events: list[ChatEvent], key: str) -> Accepted:
+    """``events`` as one job of the chat tenant, as it can run here, under the idempotency
+    ``key``."""
+    request = runnable_here(conversation_request(events, chat.config.tenant), chat.settings)
+    return accept(chat.intake, request, key)
 
 
 def schedule_flush(chat: ChatParts, conversation: str) -> None:
@@ -145,8 +152,7 @@ def flush(chat: ChatParts, conversation: str) -> Flush:
     job_id = None
     if events:
         key = f"chat:{conversation}:{events[0].event_id}"
-        request = runnable_here(conversation_request(events, chat.config.tenant), chat.settings)
-        job_id = accept(chat.intake, request, key).record.job_id
+        job_id = submit_events(chat, events, key).record.job_id
     if chat.buffer.drop(conversation, len(taken)):
         schedule_flush(chat, conversation)  # a new burst began meanwhile
     return Flush(job_id=job_id)

@@ -363,9 +363,8 @@ def finish(app: MemqCelery, phase: Phase, states: list[JobState]) -> None:
     if phase is not Phase.FINALIZE:
         runtime.states.save_many(states)
         return
-    send_webhooks(
-        app, app.runtime.settings.queues, states
-    )  # before the states are freed: a broker fault retries finalize
+    # before the states are freed: a broker fault retries finalize
+    send_webhooks(app, runtime.settings.queues, states)
     runtime.metrics.jobs_ended(JobStatus.SUCCEEDED.value, len(states))
     for state in states:
         log.info(
