@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pipeline.adapters.nlp.timeexpr import asks_when, periods
 from pipeline.serving.fusion import observed_at
@@ -74,7 +75,7 @@ def may_have_rivals(
 def newer_first(
     hits: list[SearchHit],
     docs: Mapping[str, Mapping[str, Any]],
-    vectors: Mapping[str, Sequence[float]],
+    vectors: Mapping[str, npt.ArrayLike],
     rivalry: Rivalry,
 ) -> list[SearchHit]:
     """``hits`` (best first) with the newer of each pair of rivals placed just above the
@@ -172,8 +173,8 @@ def _move_one(
     return False
 
 
-def _cosine(a: Sequence[float] | None, b: Sequence[float] | None) -> float:
-    if not a or not b:
+def _cosine(a: npt.ArrayLike | None, b: npt.ArrayLike | None) -> float:
+    if a is None or b is None or not np.size(a) or not np.size(b):
         return 0.0
     x, y = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
     norm = float(np.linalg.norm(x) * np.linalg.norm(y))

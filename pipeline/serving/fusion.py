@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pipeline.adapters.nlp.timeexpr import Period, closeness, mentions_time
 from pipeline.domain.validity import as_time
@@ -62,21 +63,24 @@ def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:
         hit.explain.fused = hit.score
 
 
-def cosines(vector: Sequence[float], others: Sequence[Sequence[float] | None]) -> list[float]:
-    """Cosine of ``vector`` with each of ``others`` (0 where a vector is missing), clipped at 0.
-    A vector of another size was read across a switch of embedder (``memq reprocess``):
-    ``EmbedderChangedError``, which the searcher meets by searching again."""
+def cosines(vector: Sequence[float], others: Sequence[npt.ArrayLike | None]) -> list[float]:
+    """Cosine of ``vector`` with each of ``others`` (0 where a vector is missing), clipped at 0,
+    in one matrix product. A vector of another size was read across a switch of embedder
+    (``memq reprocess``): ``EmbedderChangedError``, which the searcher meets by searching
+    again."""
     query = np.asarray(vector, dtype=np.float32)
-    if any(other and len(other) != len(query) for other in others):
+    present = [n for n, other in enumerate(others) if other is not None and np.size(other)]
+    result = [0.0] * len(others)
+    if not present:
+        return result
+    rows = [np.asarray(others[n], dtype=np.float32) for n in present]
+    if any(row.shape != query.shape for row in rows):
         raise EmbedderChangedError(f"vectors of {len(query)} dims compared with another size")
-    query = query / max(float(np.linalg.norm(query)), 1e-12)
-    result = []
-    for other in others:
-        if not other:
-            result.append(0.0)
-            continue
-        array = np.asarray(other, dtype=np.float32)
-        result.append(max(0.0, float(query @ array) / max(float(np.linalg.norm(array)), 1e-12)))
+    matrix = np.stack(rows)
+    norms = np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
+    similar = matrix @ (query / max(float(np.linalg.norm(query)), 1e-12)) / norms
+    for n, value in zip(present, similar.tolist(), strict=True):
+        result[n] = max(0.0, value)
     return result
 
 

@@ -10,10 +10,11 @@ replies to that person, and the evidence sits lower or outside the candidates al
 The hop follows the link the store already has: a name in the question, the speaker of a
 memory (``actor_id``, also indexed as ``speaker``). For each person the question names (by the
 entity extractor, at most ``hop_people``):
-- a second retrieval: the question's BM25 restricted to the memories that person said, the
-  first round's candidates left out, up to ``hop_candidates`` new ones. It rides in the second
-  round's msearch (no extra round trip) and brings back the fields, the vector and the
-  question's BM25 score the fusion needs;
+- a second retrieval: the question's best ``hop_candidates`` by BM25 among the memories that
+  person said. It rides in the first round's msearch beside the kNN and BM25 lists (no round
+  trip of its own, so it cannot leave their hits out: a memory it shares with them is read
+  twice, the same) and brings back the fields, the vector and the question's BM25 score the
+  fusion needs;
 - the ``hop`` signal: 1 for a candidate said by a person the question names, 0 otherwise,
   mixed into the fused score as feedback is (the fused score weighs 1, the hop ``weight_hop``).
 A name that is nobody's speaker (a place, a person only talked about) finds nothing and lifts
@@ -28,8 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.adapters.nlp.speaker import speaker_name
-from pipeline.domain.models import VIEW_SOURCE_FIELDS
-from pipeline.store.queries import VECTOR_FIELDS, vector_of
+from pipeline.store.queries import DOC_FIELDS, VECTOR_FIELDS, with_vector
 
 QUERY_NAME = "query"
 """The name of the question's BM25 clause inside the hop search: its score for a new
@@ -72,22 +72,20 @@ def speaker_clause(name: frozenset[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class HopPlan:
-    """One query's hop: the people it names, the question's BM25 query, the candidates the
-    first round already has (left out of the hop's retrieval) and how many new ones to get."""
+    """One query's hop: the people it names, the question's BM25 query and how many memories
+    to get."""
 
     people: list[frozenset[str]]
     question: dict[str, Any]
-    pool: list[str]
     size: int
 
     def search(self, clauses: list[dict[str, Any]]) -> dict[str, Any]:
         """The body of one search over the memories: the question's best matches among what
-        the named people said, outside the pool, with their fields, vector and named BM25
-        score."""
+        the named people said, with their fields, vector and named BM25 score."""
         question = {k: v for k, v in self.question.items() if k != "filter"}
         return {
             "size": self.size,
-            "_source": {"includes": [*VIEW_SOURCE_FIELDS, "text_lemmatized"]},
+            "_source": {"includes": list(DOC_FIELDS)},
             "docvalue_fields": VECTOR_FIELDS,
             "query": {
                 "bool": {
@@ -101,7 +99,6 @@ class HopPlan:
                             }
                         },
                     ],
-                    "must_not": [{"ids": {"values": self.pool}}],
                 }
             },
         }
@@ -125,28 +122,19 @@ def named_score(hit: Mapping[str, Any], name: str) -> float:
 def read_hop(hits: Sequence[Mapping[str, Any]]) -> HopResult:
     result = HopResult()
     for hit in hits:
-        doc = dict(hit["_source"])
-        vector = vector_of(hit)
-        if vector is not None:
-            doc["embedding"] = vector
-        result.docs[hit["_id"]] = doc
+        result.docs[hit["_id"]] = with_vector(hit)
         result.bm25[hit["_id"]] = named_score(hit, QUERY_NAME)
     return result
 
 
 def plan_hop(
-    entities: Sequence[str],
-    question: dict[str, Any],
-    pool: list[str],
-    *,
-    people: int,
-    size: int,
+    entities: Sequence[str], question: dict[str, Any], *, people: int, size: int
 ) -> HopPlan | None:
     """The hop of one query (None when it names nobody)."""
     named = people_named(entities, people)
     if not named:
         return None
-    return HopPlan(named, question, pool, size)
+    return HopPlan(named, question, size)
 
 
 def mixed(score: float, signal: float, weight: float) -> float:

@@ -7,8 +7,9 @@ For each query, three candidate lists are gathered inside the caller's scope and
   over ``speaker`` (who said the memory);
 - entity: entities found in the query → the scope's entity index (exact name, or an embedding
   at least as similar as the merge threshold) → their linked memories, damped for hub entities.
-The union of the three is scored on every signal (cosine from the stored vectors, BM25 by an
-ids-restricted query), so a keyword-only or entity-only hit competes on equal terms. Signals are
+The union of the three is scored on every signal (cosine from the stored vectors, read as
+bytes with the BM25 list's hits; BM25 read with the kNN list's hits, by a rescore that changes
+nothing), so a keyword-only or entity-only hit competes on equal terms. Signals are
 normalized to [0, 1] and fused with the weights of ``SearchConfig``, joined by two signals a
 query may ask for: ``time`` (its ``observed_at`` near a period the query names) and ``dated``
 (its text carries a time, for a "when" question). The fused score is then mixed with
@@ -16,7 +17,9 @@ query may ask for: ``time`` (its ``observed_at`` near a period the query names) 
 a second retrieval of what they said: ``pipeline.serving.multihop``), optionally reranked; the reply
 to the best hit, when it is a conversation's turn, is placed second (``pipeline.serving.replies``),
 and ``threshold`` applies to the final score. Several queries are served by one msearch per round
-trip.
+trip: one for every candidate list with what ranking needs of it, and a second one for the
+replies and the newer-first rule's vectors, run while the candidates are ranked (ranking waits
+for it only when an entity-only candidate must be read first).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from pipeline.serving.fusion import (
     on_similarity_scale,
     with_ranks,
 )
-from pipeline.serving.multihop import HopPlan, mixed, plan_hop, read_hop, said_by
+from pipeline.serving.multihop import HopPlan, mixed, named_score, plan_hop, read_hop, said_by
 from pipeline.serving.replies import Replies, Turn, followed_by_reply, reply_key
 from pipeline.serving.rounds import Key, Round
 from pipeline.serving.search_models import (
@@ -67,6 +70,8 @@ from pipeline.store.filters import translate_filters
 from pipeline.store.protocol import ServingStore
 from pipeline.store.queries import (
     DOC_FIELDS,
+    VECTOR_FIELDS,
+    also_scored_by,
     docs_body,
     entities_named_body,
     hits_of,
@@ -80,10 +85,14 @@ from pipeline.store.queries import (
     validity,
     vector_of,
     vectors_body,
+    with_vector,
     without_possessives,
 )
 
 Docs = dict[str, dict[str, Any]]  # a query's candidates' fields (and vectors read), by id
+
+BM25_NAME = "bm25"
+"""The name of the question's BM25 query scoring the kNN list's hits in round 1."""
 
 
 def entity_of(hit: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -158,18 +167,16 @@ class Searcher:
         vectors = self.embedder.embed([q.query for q in queries])
         batch = Batch(queries, [self._filter(q) for q in queries], [Shards() for _ in queries])
         named = self.entities.extract([q.query for q in queries])
-        found, docs = self._first_round(batch, vectors, named)
-        hops = [
-            self._hop_plan(q, [e.text for e in n], c)
-            for q, n, c in zip(queries, named, found, strict=True)
-        ]
-        bm25, replies = self._second_round(batch, found, docs, hops)
+        hops = [self._hop_plan(q, [e.text for e in n]) for q, n in zip(queries, named, strict=True)]
+        found, docs, bm25 = self._first_round(batch, vectors, named, hops)
+        later = self._second_round(batch, found, docs, bm25, hops)
         ranked = [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
+        replies = later()
         ranked = self._with_replies(batch, ranked, docs, replies)
-        ranked = self._newer_first(queries, ranked, docs)
+        ranked = self._newer_first(queries, ranked, found, docs)
         return [
             SearchResult(self._cut(q, hits), s)
             for q, hits, s in zip(queries, ranked, batch.shards, strict=True)
@@ -211,11 +218,21 @@ class Searcher:
     # -- round 1: the three candidate lists ---------------------------------------------------
 
     def _first_round(
-        self, batch: Batch, vectors: list[list[float]], named: list[list[Entity]]
-    ) -> tuple[list[Candidates], list[Docs]]:
-        """One round trip for every query's kNN list and BM25 list, each hit with its fields,
-        and the scope's entities the query names, with their links. A name no entity has is
-        looked for by its vector, in one more round trip, only then."""
+        self,
+        batch: Batch,
+        vectors: list[list[float]],
+        named: list[list[Entity]],
+        hops: Sequence[HopPlan | None],
+    ) -> tuple[list[Candidates], list[Docs], list[dict[str, float]]]:
+        """One round trip for every query's candidates with what ranking needs of them:
+        - the kNN list, each hit with its fields and its BM25 score (a rescore that changes
+          nothing, read back by name);
+        - the BM25 list, each hit with its fields and its vector (as bytes);
+        - the scope's entities the query names, with their links;
+        - the hop, when the query names people (``pipeline.serving.multihop``).
+        A name no entity has is looked for by its vector, in one more round trip, only then.
+        Returns each query's candidates, their fields (with the vectors read) and the BM25
+        score of each candidate read so far."""
         names = [list(dict.fromkeys(normalize_entity(e.text) for e in n)) for n in named]
         first = Round()
         queries, shards = batch.queries, batch.shards
@@ -223,15 +240,23 @@ class Searcher:
             zip(queries, vectors, batch.filters, strict=True)
         ):
             size = self._fetch(query)
-            first.add((i, "knn"), "memories", query.scope, knn_body(vector, clauses, size, True))
+            knn = also_scored_by(
+                knn_body(vector, clauses, size, True), self._question(query.query), BM25_NAME
+            )
+            first.add((i, "knn"), "memories", query.scope, knn)
             bm25 = self._bm25_body(query.query, clauses, size, fields=True)
-            first.add((i, "bm25"), "memories", query.scope, bm25)
+            first.add(
+                (i, "bm25"), "memories", query.scope, {**bm25, "docvalue_fields": VECTOR_FIELDS}
+            )
             if names[i]:
                 body = entities_named_body(names[i], scope_filter(query.scope))
                 first.add((i, "entities"), "entities", query.scope, body)
-        answered = first.run(self.store, "hybrid search")
+            hop = hops[i]
+            if hop is not None:
+                first.add((i, "hop"), "memories", query.scope, hop.search(clauses))
+        answered = first.run(self.store, "hybrid search", named=True)
         links = self._entity_links(queries, names, answered)
-        found, docs = [], []
+        found, docs, scores = [], [], []
         for i in range(len(queries)):
             knn, bm25 = answered[(i, "knn")], answered[(i, "bm25")]
             shards[i] = shards[i].worst(Shards.of(knn)).worst(Shards.of(bm25))
@@ -239,9 +264,31 @@ class Searcher:
             read_hits(knn, candidates.semantic, candidates.rank_semantic, cosine_from_score)
             read_hits(bm25, candidates.bm25, candidates.rank_bm25, float)
             self._entity_candidates(candidates, links[i])
+            read: Docs = {}
+            for response in (knn, bm25):
+                for hit in hits_of(response):
+                    read.setdefault(hit["_id"], {}).update(with_vector(hit))
+            known = {h["_id"]: named_score(h, BM25_NAME) for h in hits_of(knn)}
+            known.update(candidates.bm25)
+            hop = hops[i]
+            if hop is not None:
+                response = answered[(i, "hop")]
+                shards[i] = shards[i].worst(Shards.of(response))
+                reached = read_hop(hits_of(response))
+                for memory, doc in reached.docs.items():
+                    read.setdefault(memory, {}).update(doc)
+                known.update(reached.bm25)
+                self._mark_hop(candidates, read, hop)
             found.append(candidates)
-            docs.append({h["_id"]: dict(h["_source"]) for r in (knn, bm25) for h in hits_of(r)})
-        return found, docs
+            docs.append(read)
+            scores.append(known)
+        return found, docs, scores
+
+    def _question(self, text: str) -> dict[str, Any]:
+        """The question's BM25 query (a ``bool``'s body, no filter): see ``_bm25_body``."""
+        question: dict[str, Any] = self._bm25_body(text, [], 1)["query"]["bool"]
+        question.pop("filter")
+        return question
 
     def _bm25_body(
         self, text: str, clauses: list[dict[str, Any]], size: int, fields: bool = False
@@ -311,77 +358,94 @@ class Searcher:
                     matched[i][name] = entity_of(hits[0])
         return [list(dict(m.values()).values()) for m in matched]
 
-    # -- round 2: every candidate scored on every signal --------------------------------------
+    # -- round 2: what the first did not say ---------------------------------------------
 
     def _second_round(
         self,
         batch: Batch,
         found: list[Candidates],
         docs: list[Docs],
+        bm25: list[dict[str, float]],
         hops: Sequence[HopPlan | None],
-    ) -> tuple[list[dict[str, float]], list[Replies | None]]:
-        """One round trip for what round 1 did not say of every query's candidates: the
-        fields of those only the entities found (filters re-applied); the vectors of those the
-        kNN list did not score (and, for a question about the present, of the kNN list's best:
-        see ``_newer_first``); the BM25 score of those the BM25 list did not score (an
-        ids-restricted query gives the same scores as the full one); the replies to those that
-        are a conversation's turns (see ``_with_replies``); and the query's hop (see
-        ``pipeline.serving.multihop``). Fills ``docs``; returns the BM25 scores and the replies."""
+    ) -> Callable[[], list[Replies | None]]:
+        """What round 1 did not say of every query's candidates, in one round trip:
+        - for ranking: the fields of those only the entities found (filters re-applied), the
+          vectors of those neither the kNN list scored nor a read brought, the BM25 score of
+          those without one (an ids-restricted query gives the same scores as the full one);
+        - after ranking: the replies to the likely best (see ``_with_replies``) and the vectors
+          of the kNN list's best still unread (see ``_newer_first``).
+        When ranking needs nothing of it (no entity-only candidate: the usual case), the round
+        trip runs while the candidates are ranked. Fills ``docs`` and ``bm25`` (ranking's part
+        before this returns); the returned call waits for the rest and gives the replies."""
         second, queries = Round(), batch.queries
         turns = [
             self._reply_keys(d, c, self.config.reply_prefetch_rank) if self._wants_reply(q) else []
             for q, d, c in zip(queries, docs, found, strict=True)
         ]
+        needed = False
         for i, (query, candidates, clauses) in enumerate(
             zip(queries, found, batch.filters, strict=True)
         ):
-            scoring = self._scoring(
-                query, candidates, docs[i], clauses, hop=hops[i], turns=turns[i]
-            )
-            for kind, body in scoring:
+            for kind, body in self._scoring(query, candidates, docs[i], bm25[i], clauses):
                 second.add((i, kind), "memories", query.scope, body)
-        answered = second.run(self.store, "hybrid search (scoring)", named=any(hops))
-        bm25_scores: list[dict[str, float]] = []
+                needed = True
+            for kind, body in self._after_ranking(query, candidates, docs[i], clauses, turns[i]):
+                second.add((i, kind), "memories", query.scope, body)
+
+        def read(answered: Mapping[Key, dict[str, Any]]) -> list[Replies | None]:
+            replies = self._read_second(batch, answered, docs, bm25, turns)
+            for candidates, read_docs, hop in zip(found, docs, hops, strict=True):
+                if hop is not None:
+                    self._mark_hop(candidates, read_docs, hop)
+            return replies
+
+        what = "hybrid search (scoring)"
+        if needed:
+            answered = read(second.run(self.store, what))
+            return lambda: answered
+        pending = second.start(self.store, what)
+        return lambda: read(pending())
+
+    def _read_second(
+        self,
+        batch: Batch,
+        answered: Mapping[Key, dict[str, Any]],
+        docs: list[Docs],
+        bm25: list[dict[str, float]],
+        turns: list[list[Turn]],
+    ) -> list[Replies | None]:
         replies: list[Replies | None] = []
-        for i, (candidates, hop) in enumerate(zip(found, hops, strict=True)):
+        for i in range(len(batch.queries)):
             got = {kind: response for (at, kind), response in answered.items() if at == i}
             for response in got.values():
                 batch.shards[i] = batch.shards[i].worst(Shards.of(response))
             hits = {kind: hits_of(response) for kind, response in got.items()}
             docs[i].update({h["_id"]: dict(h["_source"]) for h in hits.get("docs", [])})
-            for h in hits.get("vectors", []):
-                if h["_id"] in docs[i]:
-                    docs[i][h["_id"]]["embedding"] = vector_of(h)
-            scored = {h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])}
-            bm25_scores.append({**candidates.bm25, **scored})
+            for kind in ("vectors", "rivals"):
+                for h in hits.get(kind, []):
+                    if h["_id"] in docs[i]:
+                        docs[i][h["_id"]]["embedding"] = vector_of(h)
+            bm25[i].update({h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])})
             asked = got.get("replies")
             replies.append(Replies.read(asked, turns[i]) if asked else None)
-            if hop:
-                reached = read_hop(hits.get("hop", []))
-                docs[i].update(reached.docs)
-                bm25_scores[-1].update(reached.bm25)
-                candidates.hop.update(
-                    {m: float(said_by(d.get("actor_id"), hop.people)) for m, d in docs[i].items()}
-                )
-        return bm25_scores, replies
+        return replies
 
     def _scoring(
         self,
         query: SearchQuery,
         candidates: Candidates,
         docs: Docs,
+        bm25: Mapping[str, float],
         clauses: list[dict[str, Any]],
-        *,
-        hop: HopPlan | None,
-        turns: list[Turn],
     ) -> list[tuple[str, dict[str, Any]]]:
-        """The searches of round 2 for one query (see ``_second_round``), by kind; a kind with
-        nothing to ask is left out."""
+        """The searches of round 2 ranking waits for (see ``_second_round``), by kind; a kind
+        with nothing to ask is left out."""
         ids = candidates.ids()
         unread = [i for i in ids if i not in docs]
-        unscored = [i for i in ids if i not in candidates.semantic]
-        unscored += self._rival_vectors(query, candidates)
-        no_bm25 = [i for i in ids if i not in candidates.bm25]
+        unscored = [
+            i for i in ids if i not in candidates.semantic and "embedding" not in docs.get(i, {})
+        ]
+        no_bm25 = [i for i in ids if i not in bm25]
         searches: list[tuple[str, dict[str, Any]]] = []
         if unread:
             searches.append(("docs", docs_body(unread, clauses)))
@@ -390,22 +454,42 @@ class Searcher:
         if no_bm25:
             restricted = [*clauses, {"ids": {"values": no_bm25}}]
             searches.append(("bm25", self._bm25_body(query.query, restricted, len(no_bm25))))
-        if turns:
-            searches.append(("replies", replies_body(turns, clauses, size=len(turns) + 1)))
-        if hop:
-            searches.append(("hop", hop.search(clauses)))
         return searches
 
-    def _hop_plan(
-        self, query: SearchQuery, entities: list[str], candidates: Candidates
-    ) -> HopPlan | None:
+    def _after_ranking(
+        self,
+        query: SearchQuery,
+        candidates: Candidates,
+        docs: Docs,
+        clauses: list[dict[str, Any]],
+        turns: list[Turn],
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The searches of round 2 only read after ranking: the replies and the rivals'
+        vectors still unread."""
+        searches: list[tuple[str, dict[str, Any]]] = []
+        rivals = [
+            m for m in self._rival_vectors(query, candidates) if "embedding" not in docs.get(m, {})
+        ]
+        if rivals:
+            searches.append(("rivals", vectors_body(rivals, clauses)))
+        if turns:
+            searches.append(("replies", replies_body(turns, clauses, size=len(turns) + 1)))
+        return searches
+
+    @staticmethod
+    def _mark_hop(candidates: Candidates, docs: Docs, hop: HopPlan) -> None:
+        """The hop signal of every candidate read: whether a person the query names said it."""
+        candidates.hop.update(
+            {m: float(said_by(d.get("actor_id"), hop.people)) for m, d in docs.items()}
+        )
+
+    def _hop_plan(self, query: SearchQuery, entities: list[str]) -> HopPlan | None:
         """The query's second hop (pipeline.serving.multihop), or None when it is off."""
         if not query.hop or self.config.weight_hop <= 0:
             return None
         return plan_hop(
             entities,
-            self._bm25_body(query.query, [], 1)["query"]["bool"],
-            candidates.ids(),
+            self._question(query.query),
             people=self.config.hop_people,
             size=self.config.hop_candidates,
         )
@@ -424,10 +508,15 @@ class Searcher:
         ids = [i for i in candidates.ids() if i in docs]
         if not ids:
             return []
-        computed = cosines(vector, [docs[i].get("embedding") for i in ids])
+        unscored = [i for i in ids if i not in candidates.semantic]
+        computed = dict(
+            zip(
+                unscored, cosines(vector, [docs[i].get("embedding") for i in unscored]), strict=True
+            )
+        )
         semantic = [
-            max(0.0, candidates.semantic[i]) if i in candidates.semantic else computed[n]
-            for n, i in enumerate(ids)
+            max(0.0, candidates.semantic[i]) if i in candidates.semantic else computed[i]
+            for i in ids
         ]
         top_bm25 = max(bm25.values(), default=0.0)
         timing = self._timing(query)
@@ -465,18 +554,29 @@ class Searcher:
     # -- the newer statement first --------------------------------------------------------------
 
     def _newer_first(
-        self, queries: Sequence[SearchQuery], ranked: list[list[SearchHit]], docs: list[Docs]
+        self,
+        queries: Sequence[SearchQuery],
+        ranked: list[list[SearchHit]],
+        found: list[Candidates],
+        docs: list[Docs],
     ) -> list[list[SearchHit]]:
         """For each question about the present, its best hits with the older of two rivals
-        below the newer (``pipeline.serving.currency``), by the vectors round 2 read: those of every
-        candidate outside the kNN list's best, and of its best ``_pool`` (a best hit whose
-        vector is not read has no rival; reading them all would cost every search more)."""
+        below the newer (``pipeline.serving.currency``), compared by their vectors: those of
+        the kNN list's best ``_pool`` (read in round 2 while ranking) and of every candidate
+        outside the kNN list (read to score it). A hit lower in the kNN list has no rival, even
+        when another list read its vector: reading all of the kNN list's would cost every
+        search more, and the rule stays the same whichever list happened to read a vector."""
         rivalry = self._rivalry()
         out = list(ranked)
         for i, query in enumerate(queries):
             pool = self._pool(query)
             if self._present(query) and may_have_rivals(out[i][:pool], docs[i], rivalry):
-                vectors = {m: d["embedding"] for m, d in docs[i].items() if d.get("embedding")}
+                ranks = found[i].rank_semantic
+                vectors = {
+                    m: d["embedding"]
+                    for m, d in docs[i].items()
+                    if "embedding" in d and ranks.get(m, 0) <= pool
+                }
                 out[i] = newer_first(out[i][:pool], docs[i], vectors, rivalry) + out[i][pool:]
         return out
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pipeline.domain.models import VIEW_SOURCE_FIELDS
 
@@ -85,6 +86,23 @@ def knn_body(
     }
 
 
+def also_scored_by(body: dict[str, Any], query: dict[str, Any], name: str) -> dict[str, Any]:
+    """``body`` with each hit also scored by ``query``, read back as the hit's score for the
+    named query ``name`` (asked with ``include_named_queries_score``): a rescore of weight 0
+    over every hit, so neither the hits nor their order or scores change."""
+    return {
+        **body,
+        "rescore": {
+            "window_size": body["size"],
+            "query": {
+                "query_weight": 1,
+                "rescore_query_weight": 0,
+                "rescore_query": {"bool": {**query, "_name": name}},
+            },
+        },
+    }
+
+
 def docs_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "size": len(ids) or 1,
@@ -99,14 +117,25 @@ float32s) from doc values: about a fifth of the size of its floats written as JS
 float formatting on Elasticsearch's side nor parsing on ours (see ``vector_of``)."""
 
 
-def vector_of(hit: Mapping[str, Any]) -> list[float] | None:
-    """The vector a hit read with ``VECTOR_FIELDS`` (None when it has none). The memories'
-    ``embedding`` is a ``float`` dense vector, so its bytes are big-endian float32s."""
+Vector = npt.NDArray[np.float32]
+
+
+def vector_of(hit: Mapping[str, Any]) -> Vector | None:
+    """The vector a hit read with ``VECTOR_FIELDS`` as an array (None when it has none). The
+    memories' ``embedding`` is a ``float`` dense vector, so its bytes are big-endian float32s."""
     values = (hit.get("fields") or {}).get("embedding")
     if not values:
         return None
-    vector: list[float] = np.frombuffer(base64.b64decode(values[0]), dtype=">f4").tolist()
-    return vector
+    return np.frombuffer(base64.b64decode(values[0]), dtype=">f4").astype(np.float32)
+
+
+def with_vector(hit: Mapping[str, Any]) -> dict[str, Any]:
+    """A hit's fields, with its vector as ``embedding`` when it read one (``vector_of``)."""
+    doc = dict(hit.get("_source") or {})
+    vector = vector_of(hit)
+    if vector is not None:
+        doc["embedding"] = vector
+    return doc
 
 
 def vectors_body(ids: list[str], clauses: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import struct
 
+import numpy as np
+
 from pipeline.adapters.nlp.entities import extract_entities
 from pipeline.serving.multihop import (
     QUERY_NAME,
@@ -52,17 +54,17 @@ def test_a_memory_said_by_a_named_person() -> None:
 
 
 def test_no_hop_for_a_question_that_names_nobody() -> None:
-    assert plan_hop([], {"should": []}, ["a"], people=2, size=20) is None
-    assert plan_hop(["May 2023"], {"should": []}, ["a"], people=2, size=20) is None
+    assert plan_hop([], {"should": []}, people=2, size=20) is None
+    assert plan_hop(["May 2023"], {"should": []}, people=2, size=20) is None
 
 
-def test_the_hop_searches_what_the_named_people_said_outside_the_pool() -> None:
+def test_the_hop_searches_what_the_named_people_said_with_the_fields_search_reads() -> None:
     question = {
         "should": [{"match": {"text": {"query": "Maria move"}}}],
         "minimum_should_match": 1,
         "filter": [{"term": {"user_id": "ignored"}}],
     }
-    plan = plan_hop(["Maria"], question, ["m1", "m2"], people=2, size=20)
+    plan = plan_hop(["Maria"], question, people=2, size=20)
     assert isinstance(plan, HopPlan)
     scope = [{"term": {"user_id": "u1"}}]
     body = plan.search(scope)
@@ -75,7 +77,8 @@ def test_the_hop_searches_what_the_named_people_said_outside_the_pool() -> None:
     assert query["filter"][0] == scope[0]
     speakers = query["filter"][1]["bool"]["should"]
     assert speakers == [{"match": {"speaker": {"query": "maria", "operator": "and"}}}]
-    assert query["must_not"] == [{"ids": {"values": ["m1", "m2"]}}]
+    assert "must_not" not in query  # it rides beside the first round: no pool to leave out
+    assert set(body["_source"]["includes"]) >= {"job_id", "turn", "text_lemmatized"}
 
 
 def test_the_hop_reads_each_new_memory_with_its_question_score() -> None:
@@ -90,7 +93,11 @@ def test_the_hop_reads_each_new_memory_with_its_question_score() -> None:
         {"_id": "n2", "_source": {"text": "b"}, "matched_queries": {}},
     ]
     result = read_hop(hits)
-    assert result.docs == {"n1": {"text": "a", "embedding": [1.0, -0.5]}, "n2": {"text": "b"}}
+    assert result.docs["n2"] == {"text": "b"}
+    n1 = result.docs["n1"]
+    assert n1["text"] == "a"
+    assert n1["embedding"].dtype == np.float32  # native float32s, ready for the cosines
+    assert n1["embedding"].tolist() == [1.0, -0.5]
     assert result.bm25 == {"n1": 2.5, "n2": 0.0}
 
 
