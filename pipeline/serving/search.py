@@ -17,9 +17,9 @@ query may ask for: ``time`` (its ``observed_at`` near a period the query names) 
 a second retrieval of what they said: ``pipeline.serving.multihop``), optionally reranked; the reply
 to the best hit, when it is a conversation's turn, is placed second (``pipeline.serving.replies``),
 and ``threshold`` applies to the final score. Several queries are served by one msearch per round
-trip: one for every candidate list with what ranking needs of it, and a second one for the
-replies and the newer-first rule's vectors, run while the candidates are ranked (ranking waits
-for it only when an entity-only candidate must be read first).
+trip: one for every candidate list with what ranking needs of it, and a second, small one for
+what depends on the first's answers (the replies to the likely best hits, the newer-first
+rule's vectors, and the fields, vector and BM25 of a candidate only the entities found).
 """
 
 from __future__ import annotations
@@ -169,12 +169,11 @@ class Searcher:
         named = self.entities.extract([q.query for q in queries])
         hops = [self._hop_plan(q, [e.text for e in n]) for q, n in zip(queries, named, strict=True)]
         found, docs, bm25 = self._first_round(batch, vectors, named, hops)
-        later = self._second_round(batch, found, docs, bm25, hops)
+        replies = self._second_round(batch, found, docs, bm25, hops)
         ranked = [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
-        replies = later()
         ranked = self._with_replies(batch, ranked, docs, replies)
         ranked = self._newer_first(queries, ranked, found, docs)
         return [
@@ -367,44 +366,31 @@ class Searcher:
         docs: list[Docs],
         bm25: list[dict[str, float]],
         hops: Sequence[HopPlan | None],
-    ) -> Callable[[], list[Replies | None]]:
-        """What round 1 did not say of every query's candidates, in one round trip:
-        - for ranking: the fields of those only the entities found (filters re-applied), the
-          vectors of those neither the kNN list scored nor a read brought, the BM25 score of
-          those without one (an ids-restricted query gives the same scores as the full one);
-        - after ranking: the replies to the likely best (see ``_with_replies``) and the vectors
-          of the kNN list's best still unread (see ``_newer_first``).
-        When ranking needs nothing of it (no entity-only candidate: the usual case), the round
-        trip runs while the candidates are ranked. Fills ``docs`` and ``bm25`` (ranking's part
-        before this returns); the returned call waits for the rest and gives the replies."""
+    ) -> list[Replies | None]:
+        """One round trip for what round 1 did not say of every query's candidates: the
+        fields of those only the entities found (filters re-applied); the vectors of those
+        neither the kNN list scored nor a read brought, and of the kNN list's best still
+        unread (see ``_newer_first``); the BM25 score of those without one (an ids-restricted
+        query gives the same scores as the full one); the replies to the likely best (see
+        ``_with_replies``). Fills ``docs`` and ``bm25``; returns the replies."""
         second, queries = Round(), batch.queries
         turns = [
             self._reply_keys(d, c, self.config.reply_prefetch_rank) if self._wants_reply(q) else []
             for q, d, c in zip(queries, docs, found, strict=True)
         ]
-        needed = False
         for i, (query, candidates, clauses) in enumerate(
             zip(queries, found, batch.filters, strict=True)
         ):
-            for kind, body in self._scoring(query, candidates, docs[i], bm25[i], clauses):
+            for kind, body in self._scoring(
+                query, candidates, docs[i], bm25[i], clauses, turns=turns[i]
+            ):
                 second.add((i, kind), "memories", query.scope, body)
-                needed = True
-            for kind, body in self._after_ranking(query, candidates, docs[i], clauses, turns[i]):
-                second.add((i, kind), "memories", query.scope, body)
-
-        def read(answered: Mapping[Key, dict[str, Any]]) -> list[Replies | None]:
-            replies = self._read_second(batch, answered, docs, bm25, turns)
-            for candidates, read_docs, hop in zip(found, docs, hops, strict=True):
-                if hop is not None:
-                    self._mark_hop(candidates, read_docs, hop)
-            return replies
-
-        what = "hybrid search (scoring)"
-        if needed:
-            answered = read(second.run(self.store, what))
-            return lambda: answered
-        pending = second.start(self.store, what)
-        return lambda: read(pending())
+        answered = second.run(self.store, "hybrid search (scoring)")
+        replies = self._read_second(batch, answered, docs, bm25, turns)
+        for candidates, read_docs, hop in zip(found, docs, hops, strict=True):
+            if hop is not None:
+                self._mark_hop(candidates, read_docs, hop)
+        return replies
 
     def _read_second(
         self,
@@ -421,10 +407,9 @@ class Searcher:
                 batch.shards[i] = batch.shards[i].worst(Shards.of(response))
             hits = {kind: hits_of(response) for kind, response in got.items()}
             docs[i].update({h["_id"]: dict(h["_source"]) for h in hits.get("docs", [])})
-            for kind in ("vectors", "rivals"):
-                for h in hits.get(kind, []):
-                    if h["_id"] in docs[i]:
-                        docs[i][h["_id"]]["embedding"] = vector_of(h)
+            for h in hits.get("vectors", []):
+                if h["_id"] in docs[i]:
+                    docs[i][h["_id"]]["embedding"] = vector_of(h)
             bm25[i].update({h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])})
             asked = got.get("replies")
             replies.append(Replies.read(asked, turns[i]) if asked else None)
@@ -437,13 +422,18 @@ class Searcher:
         docs: Docs,
         bm25: Mapping[str, float],
         clauses: list[dict[str, Any]],
+        *,
+        turns: list[Turn],
     ) -> list[tuple[str, dict[str, Any]]]:
-        """The searches of round 2 ranking waits for (see ``_second_round``), by kind; a kind
-        with nothing to ask is left out."""
+        """The searches of round 2 for one query (see ``_second_round``), by kind; a kind with
+        nothing to ask is left out."""
         ids = candidates.ids()
         unread = [i for i in ids if i not in docs]
         unscored = [
             i for i in ids if i not in candidates.semantic and "embedding" not in docs.get(i, {})
+        ]
+        unscored += [
+            m for m in self._rival_vectors(query, candidates) if "embedding" not in docs.get(m, {})
         ]
         no_bm25 = [i for i in ids if i not in bm25]
         searches: list[tuple[str, dict[str, Any]]] = []
@@ -454,24 +444,6 @@ class Searcher:
         if no_bm25:
             restricted = [*clauses, {"ids": {"values": no_bm25}}]
             searches.append(("bm25", self._bm25_body(query.query, restricted, len(no_bm25))))
-        return searches
-
-    def _after_ranking(
-        self,
-        query: SearchQuery,
-        candidates: Candidates,
-        docs: Docs,
-        clauses: list[dict[str, Any]],
-        turns: list[Turn],
-    ) -> list[tuple[str, dict[str, Any]]]:
-        """The searches of round 2 only read after ranking: the replies and the rivals'
-        vectors still unread."""
-        searches: list[tuple[str, dict[str, Any]]] = []
-        rivals = [
-            m for m in self._rival_vectors(query, candidates) if "embedding" not in docs.get(m, {})
-        ]
-        if rivals:
-            searches.append(("rivals", vectors_body(rivals, clauses)))
         if turns:
             searches.append(("replies", replies_body(turns, clauses, size=len(turns) + 1)))
         return searches

@@ -1,5 +1,5 @@
-"""The searcher's round trips on the real node: what round 1 asks beside its lists (each kNN
-hit's BM25 score by a rescore that changes nothing), and a round run in the background."""
+"""The searcher's first round trip on the real node: what it asks beside its lists (each kNN
+hit's BM25 score, by a rescore that changes nothing)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from pipeline.domain.models import Scope
-from pipeline.errors import PermanentError
 from pipeline.serving.multihop import named_score
-from pipeline.serving.rounds import Round
 from pipeline.store.elastic import scope_filter
 from pipeline.store.queries import also_scored_by, hits_of, knn_body
 from tests.integration.test_multihop import conversation
@@ -63,28 +61,3 @@ def test_each_knn_hit_carries_its_bm25_score_and_the_knn_list_is_unchanged(
     assert len(expected) == 8  # Jon's turns (two of them with both clauses), not Maria's two
     for hit in hits_of(both):
         assert named_score(hit, "bm25") == pytest.approx(expected.get(hit["_id"], 0.0), rel=1e-5)
-
-
-def test_a_round_started_in_the_background_answers_as_one_run_now(
-    celery_app: MemqCelery, worker: WorkerProcess, scope: Scope
-) -> None:
-    conversation(celery_app, scope)
-    store = celery_app.runtime.store
-    round_ = Round()
-    body = {"size": 20, "_source": ["text"], "query": {"bool": {"filter": scope_filter(scope)}}}
-    round_.add((0, "all"), "memories", scope, body)
-    pending = round_.start(store, "test")
-    assert pending() == round_.run(store, "test")
-    assert len(hits_of(pending()[(0, "all")])) == 10  # the conversation's ten turns
-    assert Round().start(store, "test")() == {}  # nothing to ask: no round trip
-
-
-def test_a_background_round_that_fails_raises_where_its_answers_are_awaited(
-    celery_app: MemqCelery, worker: WorkerProcess, scope: Scope
-) -> None:
-    store = celery_app.runtime.store
-    broken = Round()
-    broken.add((0, "bad"), "memories", scope, {"query": {"no_such_query": {}}})
-    pending = broken.start(store, "test")
-    with pytest.raises(PermanentError, match="unknown query"):
-        pending()
