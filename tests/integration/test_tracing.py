@@ -129,12 +129,14 @@ def test_one_job_is_one_trace_from_the_api_through_the_tasks_to_elasticsearch(
 
 
 def complete(trace: list[ReceivedSpan]) -> bool:
-    """The worker ran tasks in this trace, they reached Elasticsearch, and every span's
-    parent has arrived (spans are exported in batches, parents often after children)."""
+    """The worker's extract and persist tasks are in this trace, they reached Elasticsearch,
+    and every span's parent has arrived (spans are exported in batches, each task's when its
+    process flushes, parents often after children)."""
     worker_spans = [s for s in trace if s.service == "memq-worker"]
     ids = {s.span_id for s in trace}
+    tasks = {s.name.removeprefix("run/") for s in worker_spans if s.name.startswith("run/")}
     return (
-        any(s.name.startswith("run/") for s in worker_spans)
+        {phase_task_name(Phase.EXTRACT), phase_task_name(Phase.PERSIST)} <= tasks
         and any(elasticsearch_span(s) for s in worker_spans)
         and all(not s.parent_id or s.parent_id in ids for s in trace)
     )
