@@ -118,6 +118,7 @@ class Batch:
     queries: Sequence[SearchQuery]
     filters: list[list[dict[str, Any]]]
     shards: list[Shards]
+    questions: list[dict[str, Any]]  # each query's BM25 query (see ``Searcher._question``)
 
 
 class Reranker(Protocol):
@@ -165,9 +166,17 @@ class Searcher:
 
     def _search_many(self, queries: Sequence[SearchQuery]) -> list[SearchResult]:
         vectors = self.embedder.embed([q.query for q in queries])
-        batch = Batch(queries, [self._filter(q) for q in queries], [Shards() for _ in queries])
+        batch = Batch(
+            queries,
+            [self._filter(q) for q in queries],
+            [Shards() for _ in queries],
+            [self._question(q.query) for q in queries],
+        )
         named = self.entities.extract([q.query for q in queries])
-        hops = [self._hop_plan(q, [e.text for e in n]) for q, n in zip(queries, named, strict=True)]
+        hops = [
+            self._hop_plan(q, question, [e.text for e in n])
+            for q, question, n in zip(queries, batch.questions, named, strict=True)
+        ]
         found, docs, bm25 = self._first_round(batch, vectors, named, hops)
         replies = self._second_round(batch, found, docs, bm25, hops)
         ranked = [
@@ -239,11 +248,10 @@ class Searcher:
             zip(queries, vectors, batch.filters, strict=True)
         ):
             size = self._fetch(query)
-            knn = also_scored_by(
-                knn_body(vector, clauses, size, True), self._question(query.query), BM25_NAME
-            )
+            question = batch.questions[i]
+            knn = also_scored_by(knn_body(vector, clauses, size, True), question, BM25_NAME)
             first.add((i, "knn"), "memories", query.scope, knn)
-            bm25 = self._bm25_body(query.query, clauses, size, fields=True)
+            bm25 = self._bm25_body(question, clauses, size, fields=True)
             first.add(
                 (i, "bm25"), "memories", query.scope, {**bm25, "docvalue_fields": VECTOR_FIELDS}
             )
@@ -277,38 +285,36 @@ class Searcher:
                 for memory, doc in reached.docs.items():
                     read.setdefault(memory, {}).update(doc)
                 known.update(reached.bm25)
-                self._mark_hop(candidates, read, hop)
             found.append(candidates)
             docs.append(read)
             scores.append(known)
         return found, docs, scores
 
     def _question(self, text: str) -> dict[str, Any]:
-        """The question's BM25 query (a ``bool``'s body, no filter): see ``_bm25_body``."""
-        question: dict[str, Any] = self._bm25_body(text, [], 1)["query"]["bool"]
-        question.pop("filter")
-        return question
-
-    def _bm25_body(
-        self, text: str, clauses: list[dict[str, Any]], size: int, fields: bool = False
-    ) -> dict[str, Any]:
-        """BM25 over the raw and the lemmatized text and over the speaker's name, function
-        words left out of the query (unless nothing else is left); with ``fields``, each hit
-        with its ``DOC_FIELDS``."""
+        """The question's BM25 query (a ``bool``'s body, no filter): over the raw and the
+        lemmatized text and over the speaker's name, function words left out of the query
+        (unless nothing else is left)."""
         raw = without_stopwords(text) or text
-        lemmas = without_stopwords(self.lemmatizer.lemmatize(text)) or self.lemmatizer.lemmatize(
-            text
-        )
+        lemmatized = self.lemmatizer.lemmatize(text)
+        lemmas = without_stopwords(lemmatized) or lemmatized
         should: list[dict[str, Any]] = [
             {"match": {"text": {"query": raw}}},
             {"match": {"speaker": {"query": without_possessives(raw)}}},
         ]
         if lemmas:
             should.append({"match": {"text_lemmatized": {"query": lemmas}}})
+        return {"should": should, "minimum_should_match": 1}
+
+    @staticmethod
+    def _bm25_body(
+        question: dict[str, Any], clauses: list[dict[str, Any]], size: int, fields: bool = False
+    ) -> dict[str, Any]:
+        """The ``size`` best memories within ``clauses`` by the question's BM25 query; with
+        ``fields``, each with its ``DOC_FIELDS``."""
         return {
             "size": size,
             "_source": {"includes": list(DOC_FIELDS)} if fields else False,
-            "query": {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}},
+            "query": {"bool": {**question, "filter": clauses}},
         }
 
     def _entity_candidates(self, candidates: Candidates, links: list[list[str]]) -> None:
@@ -382,7 +388,13 @@ class Searcher:
             zip(queries, found, batch.filters, strict=True)
         ):
             for kind, body in self._scoring(
-                query, candidates, docs[i], bm25[i], clauses, turns=turns[i]
+                query,
+                candidates,
+                docs[i],
+                bm25[i],
+                clauses,
+                question=batch.questions[i],
+                turns=turns[i],
             ):
                 second.add((i, kind), "memories", query.scope, body)
         answered = second.run(self.store, "hybrid search (scoring)")
@@ -423,6 +435,7 @@ class Searcher:
         bm25: Mapping[str, float],
         clauses: list[dict[str, Any]],
         *,
+        question: dict[str, Any],
         turns: list[Turn],
     ) -> list[tuple[str, dict[str, Any]]]:
         """The searches of round 2 for one query (see ``_second_round``), by kind; a kind with
@@ -443,7 +456,7 @@ class Searcher:
             searches.append(("vectors", vectors_body(unscored, clauses)))
         if no_bm25:
             restricted = [*clauses, {"ids": {"values": no_bm25}}]
-            searches.append(("bm25", self._bm25_body(query.query, restricted, len(no_bm25))))
+            searches.append(("bm25", self._bm25_body(question, restricted, len(no_bm25))))
         if turns:
             searches.append(("replies", replies_body(turns, clauses, size=len(turns) + 1)))
         return searches
@@ -455,13 +468,15 @@ class Searcher:
             {m: float(said_by(d.get("actor_id"), hop.people)) for m, d in docs.items()}
         )
 
-    def _hop_plan(self, query: SearchQuery, entities: list[str]) -> HopPlan | None:
+    def _hop_plan(
+        self, query: SearchQuery, question: dict[str, Any], entities: list[str]
+    ) -> HopPlan | None:
         """The query's second hop (pipeline.serving.multihop), or None when it is off."""
         if not query.hop or self.config.weight_hop <= 0:
             return None
         return plan_hop(
             entities,
-            self._question(query.query),
+            question,
             people=self.config.hop_people,
             size=self.config.hop_candidates,
         )
