@@ -76,9 +76,13 @@ class MiniLMEmbedder:
         self._tokenizer.no_padding()  # padded per run of similar lengths (``length_runs``)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if config.threads:  # cores shared with sibling processes: no spinning on idle threads
+        if config.threads:  # cores shared with sibling processes
             options.intra_op_num_threads = config.threads
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Idle model threads sleep instead of spinning, in every process: a spinning thread
+        # holds a core for a while after each call, and the API's query embeddings are short
+        # calls between which the same cores serve Elasticsearch and the rest of the search
+        # (docs/BENCHMARKS.md, "The model's idle threads").
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(
             str(verified(model_file(), MODEL_SHA256)), options, providers=["CPUExecutionProvider"]
         )
