@@ -14,7 +14,7 @@ import numpy.typing as npt
 from pipeline.adapters.nlp.timeexpr import Period, closeness, mentions_time
 from pipeline.domain.validity import as_time
 from pipeline.errors import EmbedderChangedError
-from pipeline.serving.search_models import SearchHit
+from pipeline.serving.search_models import Explain, SearchHit
 
 
 @dataclass
@@ -55,12 +55,50 @@ def observed_at(source: Mapping[str, Any]) -> datetime | None:
     return as_time(source.get("observed_at"))
 
 
-def add_feedback(hit: SearchHit, signal: float, weight: float) -> None:
-    """Mix ``hit``'s fused score with the feedback ``signal`` (the score weighs 1), in place."""
-    hit.score = round((hit.score + weight * signal) / (1 + weight), 6)
-    if hit.explain is not None:
-        hit.explain.feedback = round(signal, 6)
-        hit.explain.fused = hit.score
+@dataclass(slots=True)
+class Scored:
+    """A candidate while it is ranked: its signals (rounded as ``Explain`` shows them) and its
+    score. Only the candidates a search may show are made ``SearchHit`` models (``hit``): a
+    search ranks about a hundred to show ten, and a model validates every field it is given."""
+
+    id: str
+    score: float
+    semantic: float
+    bm25: float
+    bm25_raw: float
+    entity: float
+    time: float | None = None
+    dated: float | None = None
+    feedback: float | None = None
+    hop: float | None = None
+    rank_semantic: int | None = None
+    rank_bm25: int | None = None
+    rank_entity: int | None = None
+
+    def hit(self, source: dict[str, Any]) -> SearchHit:
+        """The candidate as a hit, its memory's fields from ``source``, its signals in its
+        ``explain`` (``fused``: the score it is ranked by)."""
+        explain = Explain(
+            semantic=self.semantic,
+            bm25=self.bm25,
+            bm25_raw=self.bm25_raw,
+            entity=self.entity,
+            time=self.time,
+            dated=self.dated,
+            feedback=self.feedback,
+            hop=self.hop,
+            fused=self.score,
+            rank_semantic=self.rank_semantic,
+            rank_bm25=self.rank_bm25,
+            rank_entity=self.rank_entity,
+        )
+        return SearchHit.from_source(self.id, source, score=self.score, explain=explain)
+
+
+def add_feedback(scored: Scored, signal: float, weight: float) -> None:
+    """Mix a candidate's score with the feedback ``signal`` (the score weighs 1), in place."""
+    scored.score = round((scored.score + weight * signal) / (1 + weight), 6)
+    scored.feedback = round(signal, 6)
 
 
 def cosines(vector: Sequence[float], others: Sequence[npt.ArrayLike | None]) -> list[float]:

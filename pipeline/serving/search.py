@@ -48,6 +48,7 @@ from pipeline.serving.currency import (
 )
 from pipeline.serving.fusion import (
     Candidates,
+    Scored,
     Timing,
     add_feedback,
     cosines,
@@ -121,6 +122,25 @@ class Batch:
     questions: list[dict[str, Any]]  # each query's BM25 query (see ``Searcher._question``)
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """One query's candidates ranked, best first: ``hits``, the best of them made hits (as
+    many as the search may show), and ``scored``, every candidate still in the ranking by
+    id, to make a hit of one found lower when it moves up (a reply to the best hit)."""
+
+    hits: list[SearchHit]
+    scored: Mapping[str, Scored]
+    docs: Docs
+
+    def including(self, memory_id: str) -> list[SearchHit]:
+        """``hits``, with the candidate ``memory_id`` made a hit at the end when it is one
+        further down."""
+        found = self.scored.get(memory_id)
+        if found is None or any(h.id == memory_id for h in self.hits):
+            return self.hits
+        return [*self.hits, found.hit(self.docs[memory_id])]
+
+
 class Reranker(Protocol):
     """Scores ``texts`` against ``query`` in [0, 1], one score per text, in order."""
 
@@ -179,11 +199,11 @@ class Searcher:
         ]
         found, docs, bm25 = self._first_round(batch, vectors, named, hops)
         replies = self._second_round(batch, found, docs, bm25, hops)
-        ranked = [
+        rankings = [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
-        ranked = self._with_replies(batch, ranked, docs, replies)
+        ranked = self._with_replies(batch, rankings, docs, replies)
         ranked = self._newer_first(queries, ranked, found, docs)
         return [
             SearchResult(self._cut(q, hits), s)
@@ -490,11 +510,13 @@ class Searcher:
         candidates: Candidates,
         docs: dict[str, dict[str, Any]],
         bm25: dict[str, float],
-    ) -> list[SearchHit]:
-        """Fuse the signals of every candidate still visible (filters re-applied in round 2)."""
+    ) -> Ranking:
+        """Fuse the signals of every candidate still visible (filters re-applied in round 2),
+        and rank them. Only the best ``_pool`` become hits (all the search can show, and what
+        the newer-first rule and the reranker see)."""
         ids = [i for i in candidates.ids() if i in docs]
         if not ids:
-            return []
+            return Ranking([], {}, docs)
         unscored = [i for i in ids if i not in candidates.semantic]
         computed = dict(
             zip(
@@ -507,8 +529,8 @@ class Searcher:
         ]
         top_bm25 = max(bm25.values(), default=0.0)
         timing = self._timing(query)
-        hits = [
-            self._hit(
+        scored = [
+            self._scored(
                 i,
                 docs[i],
                 semantic=semantic[n],
@@ -519,11 +541,16 @@ class Searcher:
             )
             for n, i in enumerate(ids)
         ]
-        hits = self._fed_back(query, hits, docs)
-        hits = self._hopped(hits, candidates.hop)
-        hits = self._reranked(query, hits)
-        hits.sort(key=lambda h: -h.score)
-        return hits
+        self._fed_back(query, scored, docs)
+        self._hopped(scored, candidates.hop)
+        scored.sort(key=lambda c: -c.score)
+        best = scored[: self._pool(query)]
+        hits = [c.hit(docs[c.id]) for c in best]
+        if query.rerank and self.reranker is not None:
+            hits = self._reranked(query, hits)
+            hits.sort(key=lambda h: -h.score)
+            return Ranking(hits, {}, docs)  # what the reranker did not see is out
+        return Ranking(hits, {c.id: c for c in scored}, docs)
 
     def _cut(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
         """The best ``top_k`` ranked hits, scored on the similarity scale (``SearchHit``;
@@ -605,14 +632,14 @@ class Searcher:
     def _with_replies(
         self,
         batch: Batch,
-        ranked: list[list[SearchHit]],
+        rankings: list[Ranking],
         docs: list[Docs],
         replies: Sequence[Replies | None],
     ) -> list[list[SearchHit]]:
         """Each query's best hit followed by its reply (``pipeline.serving.replies``), when the best
         hit is a verbatim message and the reply is on: read in round 2 with the replies to
         every candidate round 1 read, or, for a best hit found later, in one more round trip."""
-        ranked = list(ranked)
+        ranked = [ranking.hits for ranking in rankings]
         late = Round()
         for i, (query, hits) in enumerate(zip(batch.queries, ranked, strict=True)):
             if not (self._wants_reply(query) and hits):
@@ -622,7 +649,8 @@ class Searcher:
             if key is not None and known is not None and known.answers(key):
                 reply = known.found.get(key)
                 if reply is not None:
-                    ranked[i] = followed_by_reply(hits, *reply, explain=True)
+                    placed = rankings[i].including(reply[0])
+                    ranked[i] = followed_by_reply(placed, *reply, explain=True)
             elif key is not None:
                 late.add((i, "reply"), "memories", query.scope, reply_body(key, batch.filters[i]))
         for (i, _), response in late.run(self.store, "hybrid search (reply)").items():
@@ -630,10 +658,11 @@ class Searcher:
             found = hits_of(response)
             if found:
                 reply = (found[0]["_id"], found[0]["_source"])
-                ranked[i] = followed_by_reply(ranked[i], *reply, explain=True)
+                placed = rankings[i].including(reply[0])
+                ranked[i] = followed_by_reply(placed, *reply, explain=True)
         return ranked
 
-    def _hit(
+    def _scored(
         self,
         memory: str,
         source: dict[str, Any],
@@ -643,7 +672,7 @@ class Searcher:
         top_bm25: float,
         candidates: Candidates,
         timing: Timing,
-    ) -> SearchHit:
+    ) -> Scored:
         weights = self.config
         bm25 = bm25_raw / top_bm25 if top_bm25 > 0 else 0.0
         entity = candidates.entity.get(memory, 0.0)
@@ -659,52 +688,48 @@ class Searcher:
             signals.append((weights.weight_dated, dated))
         total = sum(weight for weight, _ in signals)
         fused = sum(weight * value for weight, value in signals) / total if total > 0 else 0.0
-        explain = Explain(
+        return Scored(
+            id=memory,
+            score=round(fused, 6),
             semantic=round(semantic, 6),
             bm25=round(bm25, 6),
             bm25_raw=round(bm25_raw, 6),
             entity=round(entity, 6),
             time=None if time is None else round(time, 6),
             dated=None if dated is None else round(dated, 6),
-            fused=round(fused, 6),
             rank_semantic=candidates.rank_semantic.get(memory),
             rank_bm25=candidates.rank_bm25.get(memory),
             rank_entity=candidates.rank_entity.get(memory),
         )
-        return SearchHit.from_source(memory, source, score=round(fused, 6), explain=explain)
 
     def _fed_back(
-        self, query: SearchQuery, hits: list[SearchHit], docs: dict[str, dict[str, Any]]
-    ) -> list[SearchHit]:
-        """Every hit's score mixed with its ``feedback``: how many of the terms shared by the
-        best hits it mentions (see ``pipeline.adapters.nlp.feedback``). Off at weight 0, and when
-        there are no more hits than seeds (nothing to lift)."""
+        self, query: SearchQuery, scored: list[Scored], docs: dict[str, dict[str, Any]]
+    ) -> None:
+        """Every candidate's score mixed with its ``feedback``, in place: how many of the terms
+        shared by the best candidates it mentions (see ``pipeline.adapters.nlp.feedback``). Off
+        at weight 0, and when there are no more candidates than seeds (nothing to lift)."""
         weight, seeds = self.config.weight_feedback, self.config.feedback_seeds
-        if weight <= 0 or len(hits) <= seeds:
-            return hits
-        lemmas = {h.id: str(docs[h.id].get("text_lemmatized", "")) for h in hits}
-        best = sorted(hits, key=lambda h: -h.score)[:seeds]
+        if weight <= 0 or len(scored) <= seeds:
+            return
+        lemmas = {c.id: str(docs[c.id].get("text_lemmatized", "")) for c in scored}
+        best = sorted(scored, key=lambda c: -c.score)[:seeds]
         terms = expansion_terms(
-            [lemmas[h.id] for h in best],
+            [lemmas[c.id] for c in best],
             self.lemmatizer.lemmatize(query.query),
             self.config.feedback_terms,
         )
-        for hit in hits:  # built by this search and shared with nobody: updated in place
-            add_feedback(hit, feedback(lemmas[hit.id], terms), weight)
-        return hits
+        for candidate in scored:
+            add_feedback(candidate, feedback(lemmas[candidate.id], terms), weight)
 
-    def _hopped(self, hits: list[SearchHit], signal: Mapping[str, float]) -> list[SearchHit]:
-        """Every hit's score mixed with its ``hop`` signal (pipeline.serving.multihop) when the
-        query had a hop; in place, as feedback."""
+    def _hopped(self, scored: list[Scored], signal: Mapping[str, float]) -> None:
+        """Every candidate's score mixed with its ``hop`` signal (pipeline.serving.multihop)
+        when the query had a hop; in place, as feedback."""
         if not signal:
-            return hits
-        for hit in hits:
-            value = signal.get(hit.id, 0.0)
-            hit.score = round(mixed(hit.score, value, self.config.weight_hop), 6)
-            if hit.explain is not None:
-                hit.explain.hop = round(value, 6)
-                hit.explain.fused = hit.score
-        return hits
+            return
+        for candidate in scored:
+            value = signal.get(candidate.id, 0.0)
+            candidate.score = round(mixed(candidate.score, value, self.config.weight_hop), 6)
+            candidate.hop = round(value, 6)
 
     def _timing(self, query: SearchQuery) -> Timing:
         reference = query.reference_time or self.clock()
@@ -714,9 +739,8 @@ class Searcher:
         )
 
     def _reranked(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
-        if not query.rerank or self.reranker is None:
-            return hits
-        hits = sorted(hits, key=lambda h: -h.score)[: self._pool(query)]
+        """The best ``_pool`` hits (``hits``, best first) scored by the reranker."""
+        assert self.reranker is not None
         scores = self.reranker.rerank(query.query, [h.memory for h in hits])
         return [
             h.model_copy(
