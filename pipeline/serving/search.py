@@ -347,7 +347,8 @@ class Searcher:
         for linked in links:
             weight = 1.0 / math.log2(2 + len(linked))
             hub = len(linked) > self.config.entity_links_per_entity
-            for memory in pool.intersection(linked) if hub else linked:
+            boosted = dict.fromkeys(m for m in linked if m in pool) if hub else linked
+            for memory in boosted:  # in the links' stored order: ties rank the same each time
                 candidates.entity[memory] = candidates.entity.get(memory, 0.0) + weight
         ordered = sorted(candidates.entity, key=lambda m: -candidates.entity[m])
         candidates.rank_entity.update({m: i + 1 for i, m in enumerate(ordered)})
