@@ -23,29 +23,20 @@ import sys
 import time
 from collections.abc import Callable
 
-from benchlib.search import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, local_minilm, questions
+from benchlib.search import (
+    MEMQ_PREFIX,
+    SEED,
+    floor_search,
+    local_minilm,
+    questions,
+    search_query,
+    settings_for,
+)
 from elasticsearch import Elasticsearch
 
-from pipeline.config import Settings
 from pipeline.services import Services
-from pipeline.serving.search import SearchQuery
 
 WARM_UP = 20
-
-
-def settings_for(prefix: str) -> Settings:
-    """The environment's settings on the kept scope's indices, with the local MiniLM."""
-    base = Settings()
-    return base.model_copy(
-        update={
-            "es": base.es.model_copy(update={"index_prefix": prefix}),
-            "embedder": base.embedder.model_copy(update={"kind": "local"}),
-        }
-    )
-
-
-def search_query(text: str) -> SearchQuery:
-    return SearchQuery(query=text, scope=SCOPE, top_k=TOP_K)
 
 
 def elasticsearch_cpu_ms(es: Elasticsearch) -> float:

@@ -47,14 +47,23 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchlib.search import MEMQ_PREFIX, SCOPE, SEED, TOP_K, floor_search, local_minilm, questions
+from benchlib.search import (
+    MEMQ_PREFIX,
+    SCOPE,
+    SEED,
+    TOP_K,
+    floor_search,
+    local_minilm,
+    questions,
+    search_query,
+    settings_for,
+)
 from benchlib.stack import Stack
 from benchlib.stats import percentile
 
 from pipeline.adapters.nlp.timeexpr import periods
-from pipeline.config import Settings
 from pipeline.services import Services
-from pipeline.serving.search import Searcher, SearchQuery
+from pipeline.serving.search import Searcher
 
 WARM_UP = 5
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,16 +114,6 @@ def timed_ms(call: Callable[..., object], *args: Any) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def settings_for(prefix: str) -> Settings:
-    base = Settings()
-    return base.model_copy(
-        update={
-            "es": base.es.model_copy(update={"index_prefix": prefix}),
-            "embedder": base.embedder.model_copy(update={"kind": "local"}),
-        }
-    )
-
-
 def parts(services: Services, asked: list[str]) -> Timings:
     """Each part of a search timed alone, and every store call of whole searches."""
     searcher = services.searcher
@@ -129,10 +128,6 @@ def parts(services: Services, asked: list[str]) -> Timings:
     for query in asked:
         timings["search, in process"].append(timed_ms(timed.search, search_query(query)))
     return timings
-
-
-def search_query(text: str) -> SearchQuery:
-    return SearchQuery(query=text, scope=SCOPE, top_k=TOP_K)
 
 
 Search = Callable[[str], object]

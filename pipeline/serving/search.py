@@ -547,7 +547,7 @@ class Searcher:
         scored.sort(key=lambda c: -c.score)
         best = scored[: self._pool(query)]
         hits = [c.hit(docs[c.id]) for c in best]
-        if query.rerank and self.reranker is not None:
+        if query.rerank:  # a reranker is configured: ``_check`` made sure
             hits = self._reranked(query, hits)
             hits.sort(key=lambda h: -h.score)
             return Ranking(hits, {}, docs)  # what the reranker did not see is out

@@ -331,10 +331,13 @@ def drop_mem0(es: Elasticsearch) -> None:
 Search = Callable[[str], object]
 
 
+def search_query(text: str, hop: bool = True, reply: bool = True) -> SearchQuery:
+    """The bench's question ``text`` as memq's search of the bench's scope, top ``TOP_K``."""
+    return SearchQuery(query=text, scope=SCOPE, top_k=TOP_K, hop=hop, reply=reply)
+
+
 def memq_search(searcher: Searcher, hop: bool = True, reply: bool = True) -> Search:
-    return lambda q: searcher.search(
-        SearchQuery(query=q, scope=SCOPE, top_k=TOP_K, hop=hop, reply=reply)
-    )
+    return lambda q: searcher.search(search_query(q, hop=hop, reply=reply))
 
 
 def mem0_search(memory: Any) -> Search:
@@ -458,16 +461,21 @@ class Bench:
         return searches
 
 
-def fresh_runtime(prefix: str) -> Runtime:
-    """memq on empty indices under ``prefix``, with the local MiniLM whatever the environment
-    says (benchmarks compare like with like)."""
+def settings_for(prefix: str) -> Settings:
+    """The environment's settings on the indices under ``prefix``, with the local MiniLM
+    whatever the environment says (benchmarks compare like with like)."""
     base = Settings()
-    settings = base.model_copy(
+    return base.model_copy(
         update={
             "es": base.es.model_copy(update={"index_prefix": prefix}),
             "embedder": base.embedder.model_copy(update={"kind": "local"}),
         }
     )
+
+
+def fresh_runtime(prefix: str) -> Runtime:
+    """memq on empty indices under ``prefix``, with the local MiniLM (``settings_for``)."""
+    settings = settings_for(prefix)
     drop_indices(make_client(settings.es), IndexNames(prefix))
     runtime = Runtime(settings)
     ensure_indices(runtime.es, settings.es, settings.embedder.dims)
