@@ -244,10 +244,6 @@ class SearchConfig(_Section):
     # Reply: the next turn after the best hit, when that hit is a verbatim message, is placed
     # second (pipeline.serving.replies). False: off; a search may ask ``reply: false``.
     reply: bool = True
-    # The replies to the candidates among the best ``reply_prefetch_rank`` of the kNN or the
-    # BM25 list are read beside the scoring; a best hit found deeper has its reply read after
-    # ranking, in one more round trip. 0: always after ranking.
-    reply_prefetch_rank: int = Field(default=10, ge=0, le=1000)
     # The newer statement first (pipeline.serving.currency): for a question about the present, of
     # two of the best hits said by one speaker at different times, alike (cosine of their vectors
     # at least ``rival_similarity``) and near in score (the lower at least ``rival_score_ratio``

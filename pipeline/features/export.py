@@ -41,9 +41,10 @@ from pipeline.domain.models import (
 )
 from pipeline.errors import InvalidInputError
 from pipeline.ingestion.deps import Deps
+from pipeline.store.derived import with_derived
 from pipeline.store.dump import DumpStore
 from pipeline.store.elastic import ElasticStore
-from pipeline.store.filters import metadata_pairs, with_substrings
+from pipeline.store.filters import metadata_pairs
 from pipeline.store.protocol import EntityDoc, EntityLink, without_none
 from pipeline.store.reads import DumpedEntity, DumpedHistoryRow, DumpedMessage
 from pipeline.store.routing import scope_routing
@@ -557,7 +558,7 @@ def memory_source(line: MemoryLine, deps: Deps, vector: list[float]) -> dict[str
         "turn": line.turn,
         "source_ids": line.source_ids or None,
     }
-    return with_substrings(doc | without_none(optional))
+    return with_derived(doc | without_none(optional))
 
 
 def message_sources(line: MemoryLine) -> Iterator[tuple[str, tuple[dict[str, Any], str]]]:

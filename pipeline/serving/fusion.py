@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.adapters.nlp.timeexpr import Period, closeness, mentions_time
+from pipeline.adapters.nlp.timeexpr import Period, closeness
 from pipeline.domain.validity import as_time
 from pipeline.errors import EmbedderChangedError
 from pipeline.serving.search_models import Explain, SearchHit
+from pipeline.store.columns import time_mentioned
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Timing:
         time = None
         if self.periods:
             time = closeness(observed_at(source), self.periods)
-        dated = float(mentions_time(str(source.get("text", "")))) if self.when else None
+        dated = float(time_mentioned(source)) if self.when else None
         return time, dated
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.adapters.nlp.speaker import speaker_name
-from pipeline.store.queries import DOC_FIELDS, VECTOR_FIELDS, with_vector
+from pipeline.store.queries import RANKED_FIELDS, ranked_doc
 
 QUERY_NAME = "query"
 """The name of the question's BM25 clause inside the hop search: its score for a new
@@ -85,8 +85,8 @@ class HopPlan:
         question = {k: v for k, v in self.question.items() if k != "filter"}
         return {
             "size": self.size,
-            "_source": {"includes": list(DOC_FIELDS)},
-            "docvalue_fields": VECTOR_FIELDS,
+            "_source": False,
+            "docvalue_fields": RANKED_FIELDS,
             "query": {
                 "bool": {
                     "must": [{"bool": {**question, "_name": QUERY_NAME}}],
@@ -120,9 +120,13 @@ def named_score(hit: Mapping[str, Any], name: str) -> float:
 
 
 def read_hop(hits: Sequence[Mapping[str, Any]]) -> HopResult:
+    """Each hit's BM25 score, and its columns and vector (a memory without columns is left
+    out of ``docs``: its source is read with the other unread candidates)."""
     result = HopResult()
     for hit in hits:
-        result.docs[hit["_id"]] = with_vector(hit)
+        doc = ranked_doc(hit)
+        if doc is not None:
+            result.docs[hit["_id"]] = doc
         result.bm25[hit["_id"]] = named_score(hit, QUERY_NAME)
     return result
 

@@ -17,9 +17,11 @@ query may ask for: ``time`` (its ``observed_at`` near a period the query names) 
 a second retrieval of what they said: ``pipeline.serving.multihop``), optionally reranked; the reply
 to the best hit, when it is a conversation's turn, is placed second (``pipeline.serving.replies``),
 and ``threshold`` applies to the final score. Several queries are served by one msearch per round
-trip: one for every candidate list with what ranking needs of it, and a second, small one for
-what depends on the first's answers (the replies to the likely best hits, the newer-first
-rule's vectors, and the fields, vector and BM25 of a candidate only the entities found).
+trip: one for every candidate list with what ranking needs of it, read from columns (doc
+values, ``pipeline.store.columns``) instead of sources; only when a query needs it, one for
+the fields, vector and BM25 of a candidate only the entities found; and a last, small one for
+what is shown once ranked (the sources of the best, the reply to the best hit, the
+newer-first rule's vectors).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pipeline.adapters.embedding.versioned import refresh_embedder
-from pipeline.adapters.nlp.feedback import expansion_terms, feedback
+from pipeline.adapters.nlp.feedback import expansion_of, share_of
 from pipeline.adapters.nlp.stopwords import without_stopwords
 from pipeline.adapters.nlp.timeexpr import asks_when, periods
 from pipeline.config import SearchConfig
@@ -66,12 +68,12 @@ from pipeline.serving.search_models import (
     SearchResult,
     Shards,
 )
+from pipeline.store.columns import terms_of
 from pipeline.store.elastic import cosine_from_score, scope_filter
 from pipeline.store.filters import translate_filters
 from pipeline.store.protocol import ServingStore
 from pipeline.store.queries import (
-    DOC_FIELDS,
-    VECTOR_FIELDS,
+    RANKED_FIELDS,
     also_scored_by,
     docs_body,
     entities_named_body,
@@ -79,6 +81,7 @@ from pipeline.store.queries import (
     knn_body,
     nearest_entity_body,
     not_expired,
+    ranked_doc,
     read_hits,
     replies_body,
     reply_body,
@@ -86,7 +89,6 @@ from pipeline.store.queries import (
     validity,
     vector_of,
     vectors_body,
-    with_vector,
     without_possessives,
 )
 
@@ -124,21 +126,23 @@ class Batch:
 
 @dataclass(frozen=True)
 class Ranking:
-    """One query's candidates ranked, best first: ``hits``, the best of them made hits (as
-    many as the search may show), and ``scored``, every candidate still in the ranking by
-    id, to make a hit of one found lower when it moves up (a reply to the best hit)."""
+    """One query's candidates ranked, best first: ``best``, as many as the search may show
+    (whose sources are read to make them hits), and ``scored``, every candidate still in the
+    ranking by id, to make a hit of one found lower when it moves up (a reply to the best
+    hit). A reranked search has only ``best``."""
 
-    hits: list[SearchHit]
+    best: list[Scored]
     scored: Mapping[str, Scored]
-    docs: Docs
 
-    def including(self, memory_id: str) -> list[SearchHit]:
-        """``hits``, with the candidate ``memory_id`` made a hit at the end when it is one
-        further down."""
+    def including(
+        self, hits: list[SearchHit], memory_id: str, source: dict[str, Any]
+    ) -> list[SearchHit]:
+        """``hits``, with the candidate ``memory_id`` made a hit at the end (from its
+        ``source``) when it is one further down."""
         found = self.scored.get(memory_id)
-        if found is None or any(h.id == memory_id for h in self.hits):
-            return self.hits
-        return [*self.hits, found.hit(self.docs[memory_id])]
+        if found is None or any(h.id == memory_id for h in hits):
+            return hits
+        return [*hits, found.hit(source)]
 
 
 class Reranker(Protocol):
@@ -198,12 +202,14 @@ class Searcher:
             for q, question, n in zip(queries, batch.questions, named, strict=True)
         ]
         found, docs, bm25 = self._first_round(batch, vectors, named, hops)
-        replies = self._second_round(batch, found, docs, bm25, hops)
+        self._second_round(batch, found, docs, bm25, hops)
         rankings = [
             self._rank(q, v, c, d, b)
             for q, v, c, d, b in zip(queries, vectors, found, docs, bm25, strict=True)
         ]
-        ranked = self._with_replies(batch, rankings, docs, replies)
+        replies = self._shown_round(batch, rankings, found, docs)
+        hits = [self._hits(q, r, d) for q, r, d in zip(queries, rankings, docs, strict=True)]
+        ranked = self._with_replies(batch, rankings, hits, docs, replies)
         ranked = self._newer_first(queries, ranked, found, docs)
         return [
             SearchResult(self._cut(q, hits), s)
@@ -252,15 +258,16 @@ class Searcher:
         named: list[list[Entity]],
         hops: Sequence[HopPlan | None],
     ) -> tuple[list[Candidates], list[Docs], list[dict[str, float]]]:
-        """One round trip for every query's candidates with what ranking needs of them:
-        - the kNN list, each hit with its fields and its BM25 score (a rescore that changes
+        """One round trip for every query's candidates with what ranking needs of them, read
+        from columns (``pipeline.store.columns``), not from their sources:
+        - the kNN list, each hit with its columns and its BM25 score (a rescore that changes
           nothing, read back by name);
-        - the BM25 list, each hit with its fields and its vector (as bytes);
+        - the BM25 list, each hit with its columns and its vector (as bytes);
         - the scope's entities the query names, with their links;
         - the hop, when the query names people (``pipeline.serving.multihop``).
         A name no entity has is looked for by its vector, in one more round trip, only then.
-        Returns each query's candidates, their fields (with the vectors read) and the BM25
-        score of each candidate read so far."""
+        Returns each query's candidates, their columns (with the vectors read) and the BM25
+        score of each candidate read so far; a memory without columns is left unread."""
         names = [list(dict.fromkeys(normalize_entity(e.text) for e in n)) for n in named]
         first = Round()
         queries, shards = batch.queries, batch.shards
@@ -272,9 +279,7 @@ class Searcher:
             knn = also_scored_by(knn_body(vector, clauses, size, True), question, BM25_NAME)
             first.add((i, "knn"), "memories", query.scope, knn)
             bm25 = self._bm25_body(question, clauses, size, fields=True)
-            first.add(
-                (i, "bm25"), "memories", query.scope, {**bm25, "docvalue_fields": VECTOR_FIELDS}
-            )
+            first.add((i, "bm25"), "memories", query.scope, bm25)
             if names[i]:
                 body = entities_named_body(names[i], scope_filter(query.scope))
                 first.add((i, "entities"), "entities", query.scope, body)
@@ -294,21 +299,32 @@ class Searcher:
             read: Docs = {}
             for response in (knn, bm25):
                 for hit in hits_of(response):
-                    read.setdefault(hit["_id"], {}).update(with_vector(hit))
+                    doc = ranked_doc(hit)
+                    if doc is not None:  # else it is read in round 2, as an unread candidate
+                        read.setdefault(hit["_id"], {}).update(doc)
             known = {h["_id"]: named_score(h, BM25_NAME) for h in hits_of(knn)}
             known.update(candidates.bm25)
-            hop = hops[i]
-            if hop is not None:
+            if hops[i] is not None:
                 response = answered[(i, "hop")]
                 shards[i] = shards[i].worst(Shards.of(response))
-                reached = read_hop(hits_of(response))
-                for memory, doc in reached.docs.items():
-                    read.setdefault(memory, {}).update(doc)
-                known.update(reached.bm25)
+                self._hopped_to(candidates, read, known, response)
             found.append(candidates)
             docs.append(read)
             scores.append(known)
         return found, docs, scores
+
+    @staticmethod
+    def _hopped_to(
+        candidates: Candidates, read: Docs, known: dict[str, float], response: dict[str, Any]
+    ) -> None:
+        """The hop's answer added to one query's reads (``read``) and BM25 scores (``known``);
+        a memory it reached without columns becomes a candidate to read in round 2."""
+        reached = read_hop(hits_of(response))
+        for memory, doc in reached.docs.items():
+            read.setdefault(memory, {}).update(doc)
+        for memory in reached.bm25.keys() - reached.docs.keys():
+            candidates.hop.setdefault(memory, 0.0)
+        known.update(reached.bm25)
 
     def _question(self, text: str) -> dict[str, Any]:
         """The question's BM25 query (a ``bool``'s body, no filter): over the raw and the
@@ -330,10 +346,12 @@ class Searcher:
         question: dict[str, Any], clauses: list[dict[str, Any]], size: int, fields: bool = False
     ) -> dict[str, Any]:
         """The ``size`` best memories within ``clauses`` by the question's BM25 query; with
-        ``fields``, each with its ``DOC_FIELDS``."""
+        ``fields``, each with what ranking reads of it (``RANKED_FIELDS``: its columns and its
+        vector), not its source."""
         return {
             "size": size,
-            "_source": {"includes": list(DOC_FIELDS)} if fields else False,
+            "_source": False,
+            **({"docvalue_fields": RANKED_FIELDS} if fields else {}),
             "query": {"bool": {**question, "filter": clauses}},
         }
 
@@ -384,7 +402,7 @@ class Searcher:
                     matched[i][name] = entity_of(hits[0])
         return [list(dict(m.values()).values()) for m in matched]
 
-    # -- round 2: what the first did not say ---------------------------------------------
+    # -- round 2: what ranking needs that the first did not say --------------------------------
 
     def _second_round(
         self,
@@ -393,71 +411,60 @@ class Searcher:
         docs: list[Docs],
         bm25: list[dict[str, float]],
         hops: Sequence[HopPlan | None],
-    ) -> list[Replies | None]:
-        """One round trip for what round 1 did not say of every query's candidates: the
-        fields of those only the entities found (filters re-applied); the vectors of those
-        neither the kNN list scored nor a read brought, and of the kNN list's best still
-        unread (see ``_newer_first``); the BM25 score of those without one (an ids-restricted
-        query gives the same scores as the full one); the replies to the likely best (see
-        ``_with_replies``). Fills ``docs`` and ``bm25``; returns the replies."""
+    ) -> None:
+        """One round trip, only when some query needs it, for what round 1 did not say of a
+        candidate that ranking needs: the fields of those only the entities found or without
+        columns (filters re-applied); the vectors of those neither the kNN list scored nor a
+        read brought; the BM25 score of those without one (an ids-restricted query gives the
+        same scores as the full one). Fills ``docs`` and ``bm25``."""
         second, queries = Round(), batch.queries
-        turns = [
-            self._reply_keys(d, c, self.config.reply_prefetch_rank) if self._wants_reply(q) else []
-            for q, d, c in zip(queries, docs, found, strict=True)
-        ]
         for i, (query, candidates, clauses) in enumerate(
             zip(queries, found, batch.filters, strict=True)
         ):
             for kind, body in self._scoring(
-                query,
-                candidates,
-                docs[i],
-                bm25[i],
-                clauses,
-                question=batch.questions[i],
-                turns=turns[i],
+                candidates, docs[i], bm25[i], clauses, question=batch.questions[i]
             ):
                 second.add((i, kind), "memories", query.scope, body)
         answered = second.run(self.store, "hybrid search (scoring)")
-        replies = self._read_second(batch, answered, docs, bm25, turns)
+        self._read_answers(batch, answered, docs, bm25)
         for candidates, read_docs, hop in zip(found, docs, hops, strict=True):
             if hop is not None:
                 self._mark_hop(candidates, read_docs, hop)
-        return replies
 
-    def _read_second(
+    def _read_answers(
         self,
         batch: Batch,
         answered: Mapping[Key, dict[str, Any]],
         docs: list[Docs],
-        bm25: list[dict[str, float]],
-        turns: list[list[Turn]],
-    ) -> list[Replies | None]:
-        replies: list[Replies | None] = []
+        bm25: list[dict[str, float]] | None = None,
+    ) -> list[dict[str, dict[str, Any]]]:
+        """Each query's answers of a round trip after the first, by kind: the fields read
+        (``docs``) and vectors (``vectors``) go into ``docs``, the BM25 scores (``bm25``) into
+        ``bm25``; the shards' word is kept."""
+        out: list[dict[str, dict[str, Any]]] = []
         for i in range(len(batch.queries)):
             got = {kind: response for (at, kind), response in answered.items() if at == i}
             for response in got.values():
                 batch.shards[i] = batch.shards[i].worst(Shards.of(response))
             hits = {kind: hits_of(response) for kind, response in got.items()}
-            docs[i].update({h["_id"]: dict(h["_source"]) for h in hits.get("docs", [])})
+            for h in hits.get("docs", []):
+                docs[i].setdefault(h["_id"], {}).update(h["_source"])
             for h in hits.get("vectors", []):
                 if h["_id"] in docs[i]:
                     docs[i][h["_id"]]["embedding"] = vector_of(h)
-            bm25[i].update({h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])})
-            asked = got.get("replies")
-            replies.append(Replies.read(asked, turns[i]) if asked else None)
-        return replies
+            if bm25 is not None:
+                bm25[i].update({h["_id"]: float(h["_score"]) for h in hits.get("bm25", [])})
+            out.append(got)
+        return out
 
     def _scoring(
         self,
-        query: SearchQuery,
         candidates: Candidates,
         docs: Docs,
         bm25: Mapping[str, float],
         clauses: list[dict[str, Any]],
         *,
         question: dict[str, Any],
-        turns: list[Turn],
     ) -> list[tuple[str, dict[str, Any]]]:
         """The searches of round 2 for one query (see ``_second_round``), by kind; a kind with
         nothing to ask is left out."""
@@ -465,9 +472,6 @@ class Searcher:
         unread = [i for i in ids if i not in docs]
         unscored = [
             i for i in ids if i not in candidates.semantic and "embedding" not in docs.get(i, {})
-        ]
-        unscored += [
-            m for m in self._rival_vectors(query, candidates) if "embedding" not in docs.get(m, {})
         ]
         no_bm25 = [i for i in ids if i not in bm25]
         searches: list[tuple[str, dict[str, Any]]] = []
@@ -478,9 +482,51 @@ class Searcher:
         if no_bm25:
             restricted = [*clauses, {"ids": {"values": no_bm25}}]
             searches.append(("bm25", self._bm25_body(question, restricted, len(no_bm25))))
-        if turns:
-            searches.append(("replies", replies_body(turns, clauses, size=len(turns) + 1)))
         return searches
+
+    # -- the last round: what is shown ------------------------------------------------------------
+
+    def _shown_round(
+        self,
+        batch: Batch,
+        rankings: list[Ranking],
+        found: list[Candidates],
+        docs: list[Docs],
+    ) -> list[Replies | None]:
+        """One round trip for what each query shows, once ranked: the fields of its best
+        (their sources: ranking read columns), the reply to its best hit (unless a reranker
+        may change which is best; ``_with_replies`` then reads it), and, for a question about
+        the present, the vectors the newer-first rule compares (``_newer_first``). Fills
+        ``docs``; returns the replies read."""
+        shown, queries = Round(), batch.queries
+        turns: list[list[Turn]] = []
+        for i, (query, ranking, clauses) in enumerate(
+            zip(queries, rankings, batch.filters, strict=True)
+        ):
+            unread = [c.id for c in ranking.best if "text" not in docs[i][c.id]]
+            if unread:
+                shown.add((i, "docs"), "memories", query.scope, docs_body(unread, clauses))
+            rivals = [
+                m
+                for m in self._rival_vectors(query, found[i])
+                if "embedding" not in docs[i].get(m, {})
+            ]
+            if rivals:
+                shown.add((i, "vectors"), "memories", query.scope, vectors_body(rivals, clauses))
+            key = (
+                reply_key(docs[i][ranking.best[0].id])
+                if ranking.best and self._wants_reply(query) and not query.rerank
+                else None
+            )
+            turns.append([key] if key is not None else [])
+            if key is not None:
+                body = replies_body([key], clauses, size=2)
+                shown.add((i, "replies"), "memories", query.scope, body)
+        answered = self._read_answers(batch, shown.run(self.store, "hybrid search (shown)"), docs)
+        return [
+            Replies.read(got["replies"], asked) if "replies" in got else None
+            for got, asked in zip(answered, turns, strict=True)
+        ]
 
     @staticmethod
     def _mark_hop(candidates: Candidates, docs: Docs, hop: HopPlan) -> None:
@@ -513,11 +559,11 @@ class Searcher:
         bm25: dict[str, float],
     ) -> Ranking:
         """Fuse the signals of every candidate still visible (filters re-applied in round 2),
-        and rank them. Only the best ``_pool`` become hits (all the search can show, and what
+        and rank them. Only the best ``_pool`` will be hits (all the search can show, and what
         the newer-first rule and the reranker see)."""
         ids = [i for i in candidates.ids() if i in docs]
         if not ids:
-            return Ranking([], {}, docs)
+            return Ranking([], {})
         unscored = [i for i in ids if i not in candidates.semantic]
         computed = dict(
             zip(
@@ -546,12 +592,18 @@ class Searcher:
         self._hopped(scored, candidates.hop)
         scored.sort(key=lambda c: -c.score)
         best = scored[: self._pool(query)]
-        hits = [c.hit(docs[c.id]) for c in best]
+        if query.rerank:  # what the reranker does not see is out
+            return Ranking(best, {})
+        return Ranking(best, {c.id: c for c in scored})
+
+    def _hits(self, query: SearchQuery, ranking: Ranking, docs: Docs) -> list[SearchHit]:
+        """The best of ``ranking`` made hits, from the sources the last round read (one that
+        was deleted in between is left out), reranked when asked."""
+        hits = [c.hit(docs[c.id]) for c in ranking.best if "text" in docs[c.id]]
         if query.rerank:  # a reranker is configured: ``_check`` made sure
             hits = self._reranked(query, hits)
             hits.sort(key=lambda h: -h.score)
-            return Ranking(hits, {}, docs)  # what the reranker did not see is out
-        return Ranking(hits, {c.id: c for c in scored}, docs)
+        return hits
 
     def _cut(self, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
         """The best ``top_k`` ranked hits, scored on the similarity scale (``SearchHit``;
@@ -617,51 +669,47 @@ class Searcher:
         # top_k 1 keeps only the best hit: the reply would be fetched to be cut off
         return query.reply and self.config.reply and query.top_k > 1
 
-    @staticmethod
-    def _reply_keys(docs: Docs, candidates: Candidates, depth: int) -> list[Turn]:
-        """The turns that reply to the candidates likely to rank first (among the best
-        ``depth`` of the kNN or the BM25 list), once each: a best hit outside them has its
-        reply read after ranking, in one more round trip."""
-        likely = [
-            m
-            for m in docs
-            if candidates.rank_semantic.get(m, depth + 1) <= depth
-            or candidates.rank_bm25.get(m, depth + 1) <= depth
-        ]
-        return list(dict.fromkeys(k for k in (reply_key(docs[m]) for m in likely) if k))
-
     def _with_replies(
         self,
         batch: Batch,
         rankings: list[Ranking],
+        hits: list[list[SearchHit]],
         docs: list[Docs],
         replies: Sequence[Replies | None],
     ) -> list[list[SearchHit]]:
-        """Each query's best hit followed by its reply (``pipeline.serving.replies``), when the best
-        hit is a verbatim message and the reply is on: read in round 2 with the replies to
-        every candidate round 1 read, or, for a best hit found later, in one more round trip."""
-        ranked = [ranking.hits for ranking in rankings]
+        """Each query's best hit followed by its reply (``pipeline.serving.replies``), when the
+        best hit is a verbatim message and the reply is on: read in the last round with the
+        sources of the best, or, after a reranker chose the best hit, in one more round trip."""
+        ranked = list(hits)
         late = Round()
-        for i, (query, hits) in enumerate(zip(batch.queries, ranked, strict=True)):
-            if not (self._wants_reply(query) and hits):
+        for i, (query, shown) in enumerate(zip(batch.queries, ranked, strict=True)):
+            if not (self._wants_reply(query) and shown):
                 continue
-            key = reply_key(docs[i].get(hits[0].id, {}))
+            key = reply_key(docs[i].get(shown[0].id, {}))
             known = replies[i]
             if key is not None and known is not None and known.answers(key):
                 reply = known.found.get(key)
                 if reply is not None:
-                    placed = rankings[i].including(reply[0])
-                    ranked[i] = followed_by_reply(placed, *reply, explain=True)
+                    ranked[i] = self._replied(rankings[i], shown, *reply)
             elif key is not None:
                 late.add((i, "reply"), "memories", query.scope, reply_body(key, batch.filters[i]))
         for (i, _), response in late.run(self.store, "hybrid search (reply)").items():
             batch.shards[i] = batch.shards[i].worst(Shards.of(response))
             found = hits_of(response)
             if found:
-                reply = (found[0]["_id"], found[0]["_source"])
-                placed = rankings[i].including(reply[0])
-                ranked[i] = followed_by_reply(placed, *reply, explain=True)
+                ranked[i] = self._replied(
+                    rankings[i], ranked[i], found[0]["_id"], found[0]["_source"]
+                )
         return ranked
+
+    @staticmethod
+    def _replied(
+        ranking: Ranking, hits: list[SearchHit], reply: str, source: dict[str, Any]
+    ) -> list[SearchHit]:
+        """``hits`` with ``reply`` (its ``source`` read) second: a candidate further down
+        comes up with its signals, another memory with none."""
+        placed = ranking.including(hits, reply, source)
+        return followed_by_reply(placed, reply, source, explain=True)
 
     def _scored(
         self,
@@ -712,15 +760,16 @@ class Searcher:
         weight, seeds = self.config.weight_feedback, self.config.feedback_seeds
         if weight <= 0 or len(scored) <= seeds:
             return
-        lemmas = {c.id: str(docs[c.id].get("text_lemmatized", "")) for c in scored}
+        terms = {c.id: terms_of(docs[c.id]) for c in scored}
         best = sorted(scored, key=lambda c: -c.score)[:seeds]
-        terms = expansion_terms(
-            [lemmas[c.id] for c in best],
+        expansion = expansion_of(
+            [terms[c.id] for c in best],
             self.lemmatizer.lemmatize(query.query),
             self.config.feedback_terms,
         )
         for candidate in scored:
-            add_feedback(candidate, feedback(lemmas[candidate.id], terms), weight)
+            signal = share_of(frozenset(terms[candidate.id]), expansion)
+            add_feedback(candidate, signal, weight)
 
     def _hopped(self, scored: list[Scored], signal: Mapping[str, float]) -> None:
         """Every candidate's score mixed with its ``hop`` signal (pipeline.serving.multihop)

@@ -16,13 +16,14 @@ from elasticsearch import NotFoundError
 
 from pipeline.errors import InvalidInputError, TransientError
 from pipeline.store.client import error_reason, es_errors
+from pipeline.store.columns import COLUMN_MAPPING
 from pipeline.store.elastic import ElasticStore
 from pipeline.store.reads import DumpedEntity, DumpedHistoryRow, DumpedMessage
 from pipeline.store.routing import history_routing, source_routing
 
 PIT_KEEP_ALIVE = "5m"
 PAGE_SIZE = 1000
-_INTERNAL_FIELDS = ("text_lemmatized", "metadata_kv", "substrings")
+_INTERNAL_FIELDS = ("text_lemmatized", "metadata_kv", "substrings", *COLUMN_MAPPING)
 
 
 def selector_filter(selector: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -104,6 +104,8 @@ _FORBIDDEN = {
     "tenant": "the tenant always comes from the caller's key",
     "embedding": "vectors are searched, not filtered",
     "text_lemmatized": "it is internal: filter on 'text'",
+    "content_terms": "it is internal: filter on 'text'",
+    "mentions_time": "it is internal",
     "source_ids": "provenance is read with the memory (GET /v1/memories/{id}?include=sources)",
 }
 _LOGICAL = {"AND": "AND", "and": "AND", "OR": "OR", "or": "OR", "NOT": "NOT", "not": "NOT"}

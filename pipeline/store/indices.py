@@ -20,6 +20,7 @@ from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import ConfigurationError, PermanentError
 from pipeline.store.client import error_reason, es_errors
+from pipeline.store.columns import COLUMN_MAPPING, CONTENT_TERMS
 
 # 2: memories, entities, messages and history require their routing (pipeline.store.routing)
 SCHEMA_VERSION = 2
@@ -28,8 +29,9 @@ _KEYWORD: dict[str, Any] = {"type": "keyword"}
 _DATE: dict[str, Any] = {"type": "date"}
 _STORED_ONLY: dict[str, Any] = {"type": "object", "enabled": False}
 # keyword fields of memories read whole, never filtered on by callers: no substrings
-# (a memory's ``source_ids`` can be many uuids, each would add 36 suffixes)
-WHOLE_VALUE_FIELDS = frozenset({"tenant", "source_ids"})
+# (a memory's ``source_ids`` can be many uuids, each would add 36 suffixes; ``content_terms``
+# is a ranking column, pipeline.store.columns)
+WHOLE_VALUE_FIELDS = frozenset({"tenant", "source_ids", CONTENT_TERMS})
 _SCOPE: dict[str, Any] = {
     "tenant": _KEYWORD,
     "user_id": _KEYWORD,
@@ -152,6 +154,8 @@ def _memory_fields(dims: int) -> dict[str, Any]:
         "feedback": _KEYWORD,
         "feedback_reason": {"type": "text", "index": False},
         "feedback_at": _DATE,
+        # what ranking reads without the source (pipeline.store.columns), added in place to v1
+        **COLUMN_MAPPING,
     }
 
 
@@ -308,9 +312,9 @@ def ensure_indices(client: Elasticsearch, config: ElasticsearchConfig, dims: int
         _ensure_index(client, names, kind)
         _add_new_fields(client, names, kind, dims, embedder)
     # imported here: pipeline.store.filters reads the memories mapping from this module
-    from pipeline.store.substrings import fill_substrings
+    from pipeline.store.derived import fill_derived
 
-    fill_substrings(client, names.memories)
+    fill_derived(client, names.memories)
     return names
 
 

@@ -15,7 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pipeline.domain.jobs import JobRecord
 from pipeline.domain.models import ContextMessage, ExistingMemory, Scope
 from pipeline.domain.validity import Closure, Replacement
-from pipeline.store.filters import metadata_pairs, with_substrings
+from pipeline.store.derived import with_derived
+from pipeline.store.filters import metadata_pairs
 from pipeline.store.reads import (
     EntityRef,
     HistoryRow,
@@ -102,7 +103,7 @@ class MemoryDoc:
             "turn": self.turn,
             "source_ids": list(self.source_ids) or None,
         }
-        return with_substrings(doc | without_none(optional))
+        return with_derived(doc | without_none(optional))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.domain.models import VIEW_SOURCE_FIELDS
+from pipeline.store.columns import RANK_FIELDS, columns_of
 
 _POSSESSIVE = re.compile(r"(?<=\w)['\u2019]s\b", re.IGNORECASE)
 
@@ -66,16 +67,19 @@ def validity(as_of: datetime | None, include_replaced: bool) -> list[dict[str, A
 
 
 DOC_FIELDS = (*VIEW_SOURCE_FIELDS, "text_lemmatized", "job_id", "turn")
-"""The fields search reads of a candidate: what a hit shows, what feedback and the reply need."""
+"""The fields search reads of a memory it shows or ranks without columns: what a hit shows,
+what feedback and the reply need."""
 
 
 def knn_body(
     vector: Sequence[float], clauses: list[dict[str, Any]], size: int, fields: bool = False
 ) -> dict[str, Any]:
-    """The ``size`` nearest memories; with ``fields``, each with its ``DOC_FIELDS``."""
+    """The ``size`` nearest memories; with ``fields``, each with the columns ranking reads
+    (``RANK_FIELDS``), not its source."""
     return {
         "size": size,
-        "_source": {"includes": list(DOC_FIELDS)} if fields else False,
+        "_source": False,
+        **({"docvalue_fields": list(RANK_FIELDS)} if fields else {}),
         "knn": {
             "field": "embedding",
             "query_vector": list(vector),
@@ -129,9 +133,17 @@ def vector_of(hit: Mapping[str, Any]) -> Vector | None:
     return np.frombuffer(base64.b64decode(values[0]), dtype=">f4").astype(np.float32)
 
 
-def with_vector(hit: Mapping[str, Any]) -> dict[str, Any]:
-    """A hit's fields, with its vector as ``embedding`` when it read one (``vector_of``)."""
-    doc = dict(hit.get("_source") or {})
+RANKED_FIELDS: list[str | dict[str, str]] = [*RANK_FIELDS, *VECTOR_FIELDS]
+"""``docvalue_fields`` of a candidate read with its vector: what ranking reads of it."""
+
+
+def ranked_doc(hit: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a hit read with ``RANK_FIELDS`` (and maybe ``VECTOR_FIELDS``) says for ranking: its
+    columns, with its vector as ``embedding`` when it read one; None for a memory without
+    columns (``pipeline.store.columns``), whose source must be read to rank it."""
+    doc = columns_of(hit)
+    if doc is None:
+        return None
     vector = vector_of(hit)
     if vector is not None:
         doc["embedding"] = vector

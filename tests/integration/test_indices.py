@@ -7,9 +7,11 @@ import uuid
 import pytest
 from elasticsearch import BadRequestError, Elasticsearch
 
+from pipeline.adapters.nlp.feedback import content_terms
 from pipeline.config import ElasticsearchConfig, Settings
 from pipeline.errors import ConfigurationError, PermanentError
 from pipeline.store.client import es_errors
+from pipeline.store.columns import RANK_FIELDS, columns_of, rank_columns
 from pipeline.store.filters import translate_filters
 from pipeline.store.indices import (
     SCHEMA_VERSION,
@@ -145,7 +147,7 @@ def test_memories_written_before_substrings_get_them_at_the_next_start(
     es: Elasticsearch, settings: Settings
 ) -> None:
     """A memory stored before ``substrings`` existed is found by ``contains`` once memq has
-    started again on its index (``pipeline.store.substrings``)."""
+    started again on its index (``pipeline.store.derived``)."""
     config, names = legacy_memories(es, settings, "subs", "substrings")
     try:
         old = {"tenant": "t", "user_id": "u1", "agent_id": "Travel-Planner", "hash": "h1"}
@@ -159,6 +161,30 @@ def test_memories_written_before_substrings_get_them_at_the_next_start(
         ):
             query = {"bool": {"filter": translate_filters(condition)}}
             assert es.search(index=names.memories, query=query)["hits"]["total"]["value"] == 1
+        ensure_indices(es, config, settings.embedder.dims)  # nothing left to fill: a no-op
+    finally:
+        drop_indices(es, names)
+
+
+def test_memories_written_before_the_ranking_columns_get_them_at_the_next_start(
+    es: Elasticsearch, settings: Settings
+) -> None:
+    """A memory stored before the ranking columns existed (``pipeline.store.columns``) gets
+    them, made from its text and lemmas, once memq has started again on its index."""
+    config, names = legacy_memories(es, settings, "cols", "mentions_time")
+    try:
+        old = {"tenant": "t", "user_id": "u1", "hash": "h1", "text": "We met in May 2021"}
+        old |= {"text_lemmatized": "we meet in May 2021"}
+        es.index(index=names.memories, id="old", document=old, routing="t\x1fu1", refresh=True)
+        ensure_indices(es, config, settings.embedder.dims)
+        hit = es.search(index=names.memories, docvalue_fields=RANK_FIELDS, source=False, size=1)[
+            "hits"
+        ]["hits"][0]
+        assert columns_of(hit) == {
+            "content_terms": " ".join(content_terms("we meet in May 2021")),
+            "mentions_time": True,
+        }
+        assert columns_of(hit) == rank_columns(old)
         ensure_indices(es, config, settings.embedder.dims)  # nothing left to fill: a no-op
     finally:
         drop_indices(es, names)

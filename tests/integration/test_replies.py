@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -110,16 +111,22 @@ def test_the_setting_turns_it_off(
     ]
 
 
-def test_a_reply_read_after_ranking_is_the_one_read_beside_the_scoring(
+class Overlap:
+    """A reranker: the share of the query's words each text has."""
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        wanted = set(query.lower().strip("?").split())
+        return [len(wanted & set(t.lower().strip("?!.").split())) / len(wanted) for t in texts]
+
+
+def test_the_reply_follows_the_best_hit_a_reranker_chose(
     celery_app: MemqCelery, store: ElasticStore, scope: Scope
 ) -> None:
     chat(celery_app, store, scope)
-    searcher = celery_app.runtime.searcher
-    config = searcher.config.model_copy(update={"reply_prefetch_rank": 0})
-    late = replace(searcher, config=config)  # every reply in a round trip of its own
-    hits, late_hits = search(searcher, scope), search(late, scope)
-    assert [h.memory for h in late_hits[:2]] == [ASKED, ANSWER]
-    assert [h.model_dump() for h in late_hits] == [h.model_dump() for h in hits]
+    reranked = replace(celery_app.runtime.searcher, reranker=Overlap())
+    hits = search(reranked, scope, rerank=True)  # its reply is read after the reranker chose
+    assert [h.memory for h in hits[:2]] == [ASKED, ANSWER]
+    assert hits[1].explain is not None and hits[1].explain.reply_to == hits[0].id
 
 
 def test_extracted_facts_have_no_turn_and_no_reply(

@@ -18,6 +18,7 @@ from pipeline.serving.multihop import (
     read_hop,
     said_by,
 )
+from pipeline.store.columns import RANK_FIELDS
 from pipeline.store.queries import VECTOR_FIELDS
 
 
@@ -69,7 +70,7 @@ def test_the_hop_searches_what_the_named_people_said_with_the_fields_search_read
     scope = [{"term": {"user_id": "u1"}}]
     body = plan.search(scope)
     assert body["size"] == 20
-    assert body["docvalue_fields"] == VECTOR_FIELDS  # the vector as bytes, not JSON floats
+    assert body["docvalue_fields"] == [*RANK_FIELDS, *VECTOR_FIELDS]  # columns, vector as bytes
     query = body["query"]["bool"]
     (must,) = query["must"]
     assert must["bool"]["_name"] == QUERY_NAME
@@ -78,27 +79,29 @@ def test_the_hop_searches_what_the_named_people_said_with_the_fields_search_read
     speakers = query["filter"][1]["bool"]["should"]
     assert speakers == [{"match": {"speaker": {"query": "maria", "operator": "and"}}}]
     assert "must_not" not in query  # it rides beside the first round: no pool to leave out
-    assert set(body["_source"]["includes"]) >= {"job_id", "turn", "text_lemmatized"}
+    assert body["_source"] is False  # ranking reads columns; the sources of the best come later
 
 
 def test_the_hop_reads_each_new_memory_with_its_question_score() -> None:
     packed = base64.b64encode(struct.pack(">2f", 1.0, -0.5)).decode()
+    columns = {"content_terms": ["maria move"], "mentions_time": [False]}
     hits = [
         {
             "_id": "n1",
-            "_source": {"text": "a"},
-            "fields": {"embedding": [packed]},
+            "fields": {**columns, "actor_id": ["maria"], "embedding": [packed]},
             "matched_queries": {QUERY_NAME: 2.5},
         },
-        {"_id": "n2", "_source": {"text": "b"}, "matched_queries": {}},
+        {"_id": "n2", "fields": columns, "matched_queries": {}},
+        {"_id": "n3", "matched_queries": {QUERY_NAME: 1.0}},  # written before the columns
     ]
     result = read_hop(hits)
-    assert result.docs["n2"] == {"text": "b"}
+    assert result.docs["n2"] == {"content_terms": "maria move", "mentions_time": False}
     n1 = result.docs["n1"]
-    assert n1["text"] == "a"
+    assert n1["actor_id"] == "maria"
     assert n1["embedding"].dtype == np.float32  # native float32s, ready for the cosines
     assert n1["embedding"].tolist() == [1.0, -0.5]
-    assert result.bm25 == {"n1": 2.5, "n2": 0.0}
+    assert "n3" not in result.docs  # its source is read with the other unread candidates
+    assert result.bm25 == {"n1": 2.5, "n2": 0.0, "n3": 1.0}
 
 
 def test_the_hop_is_mixed_as_feedback_is() -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.adapters.nlp.feedback import expansion_terms, feedback
+from pipeline.adapters.nlp.feedback import content_terms, expansion_of, share_of
 from pipeline.adapters.nlp.speaker import embedding_text, speaker_name, speaker_of
 from pipeline.adapters.nlp.timeexpr import Period, asks_when, closeness, mentions_time, periods
 from pipeline.domain.models import Fact, Scope
@@ -162,12 +162,15 @@ def test_the_embedded_text_puts_the_speaker_first() -> None:
 
 def test_expansion_terms_are_what_the_seeds_share_beyond_the_query() -> None:
     seeds = ["I run far to de-stress", "pottery be my way to de-stress, run too"]
-    terms = expansion_terms(seeds, "what do Melanie do to de-stress", 3)
+    terms = expansion_of([content_terms(s) for s in seeds], "what do Melanie do to de-stress", 3)
     assert terms == ["run", "far", "pottery"]  # shared first, then in order of appearance
-    assert expansion_terms([], "anything", 5) == []
+    assert expansion_of([], "anything", 5) == []
 
 
 def test_feedback_is_the_share_of_terms_mentioned() -> None:
+    def feedback(lemmatized: str, terms: list[str]) -> float:
+        return share_of(frozenset(content_terms(lemmatized)), terms)
+
     assert feedback("she love pottery and run", ["run", "pottery", "swim", "paint"]) == 0.5
     assert feedback("The Pottery class", ["pottery"]) == 1.0
     assert feedback("anything", []) == 0.0

@@ -5,14 +5,14 @@ share little with the question itself but something with each other. The terms t
 first-round hits (the seeds) share, beyond the question's own, describe the topic the question
 is about; a candidate that mentions them gets the ``feedback`` signal. It is the classic
 query-expansion idea (Rocchio, RM3), applied to the candidates already gathered, so it costs
-no extra round trip to Elasticsearch: it reads the lemmatized text stored with each memory.
+no extra round trip to Elasticsearch: it reads the content terms stored with each memory
+(``pipeline.store.columns``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from functools import lru_cache
 
 from pipeline.adapters.nlp.stopwords import without_stopwords
 
@@ -22,26 +22,20 @@ def content_terms(lemmatized: str) -> list[str]:
     return list(dict.fromkeys(without_stopwords(lemmatized).casefold().split()))
 
 
-@lru_cache(maxsize=8192)
-def _term_set(lemmatized: str) -> frozenset[str]:
-    """``content_terms`` as a set, kept per process: a scope's memories come back search
-    after search, and each search reads the terms of every candidate."""
-    return frozenset(content_terms(lemmatized))
-
-
-def expansion_terms(seeds: Sequence[str], query: str, count: int) -> list[str]:
-    """Up to ``count`` terms of the lemmatized ``seeds`` that are not in the lemmatized
-    ``query``: the ones most seeds share first, ties in order of first appearance (so the
-    answer never depends on hashing)."""
+def expansion_of(seeds: Sequence[Sequence[str]], query: str, count: int) -> list[str]:
+    """Up to ``count`` terms of the ``seeds`` (each its ``content_terms``) that are not in the
+    lemmatized ``query``: the ones most seeds share first, ties in order of first appearance
+    (so the answer never depends on hashing)."""
     asked = set(content_terms(query))
     counts: Counter[str] = Counter()
     for seed in seeds:
-        counts.update(t for t in content_terms(seed) if t not in asked)
+        counts.update(t for t in seed if t not in asked)
     return [term for term, _ in counts.most_common(count)]
 
 
-def feedback(lemmatized: str, terms: Sequence[str]) -> float:
-    """The share of ``terms`` that the lemmatized text mentions, in [0, 1] (0 without terms)."""
+def share_of(mentioned: frozenset[str], terms: Sequence[str]) -> float:
+    """The share of ``terms`` among a text's ``mentioned`` content terms, in [0, 1] (0 without
+    terms)."""
     if not terms:
         return 0.0
-    return len(_term_set(lemmatized).intersection(terms)) / len(terms)
+    return len(mentioned.intersection(terms)) / len(terms)

@@ -14,7 +14,7 @@ from pipeline.domain.models import ExistingMemory, Scope
 from pipeline.domain.validity import Change, Closure, Replacement, changes_of, closure_of, merged
 from pipeline.errors import TransientError
 from pipeline.store.client import es_errors, item_error
-from pipeline.store.filters import with_substrings
+from pipeline.store.derived import with_derived
 from pipeline.store.indices import Kind
 from pipeline.store.protocol import (
     HistoryDoc,
@@ -196,7 +196,7 @@ class MemoryRepository(Repository):
                 continue
             guard = {"if_seq_no": doc["_seq_no"], "if_primary_term": doc["_primary_term"]}
             header = {"_index": self.index, "_id": memory, "routing": routing[memory]}
-            actions += [{"update": {**header, **guard}}, {"doc": with_substrings(fields)}]
+            actions += [{"update": {**header, **guard}}, {"doc": with_derived(fields)}]
         if not actions:
             return {}
         with es_errors("replace memories"):
@@ -277,7 +277,7 @@ class MemoryRepository(Repository):
                 index=self.index,
                 id=memory_id,
                 routing=scope_routing(scope),
-                doc=with_substrings(fields),
+                doc=with_derived(fields),
                 refresh="wait_for",
             )
 
