@@ -9,6 +9,7 @@ SDK (``memq.Client``): no section may be named ``client``, and these settings ig
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Annotated, Literal, Self
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -23,6 +24,14 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+log = logging.getLogger(__name__)
+
+RETIRED_SEARCH = {
+    "reply_prefetch_rank": "the reply to the best hit is read with the hits shown, in the"
+    " search's last round trip",
+}
+"""Search settings that were and are no longer: each with what took its place."""
 
 _INDEX_PREFIX = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -213,6 +222,20 @@ class QueueConfig(_Section):
 
 class SearchConfig(_Section):
     """Hybrid search: how much each signal weighs in the fused score, and how wide to look."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: object) -> object:
+        """A setting search no longer has is left out, with a warning, so a deployment that
+        still sets it starts as before."""
+        if not isinstance(data, dict):
+            return data
+        for name in RETIRED_SEARCH.keys() & data.keys():
+            variable = f"MEMQ_SEARCH_{name.upper()}"
+            log.warning(
+                "%s is no longer a setting and is ignored: %s", variable, RETIRED_SEARCH[name]
+            )
+        return {key: value for key, value in data.items() if key not in RETIRED_SEARCH}
 
     weight_semantic: float = Field(default=0.45, ge=0, le=1)
     weight_bm25: float = Field(default=0.40, ge=0, le=1)

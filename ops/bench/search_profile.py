@@ -160,6 +160,17 @@ def same_ranking(a: Searcher, b: Searcher, asked: list[str]) -> int:
     return sum(x == y for x, y in ids)
 
 
+Answers = Callable[[str], list[tuple[str, float]]]
+
+
+def same_over_http(a: Answers, b: Answers, asked: list[str]) -> tuple[int, int]:
+    """Of ``asked``, how many two APIs answer with the same ids in the same order, and how
+    many of those with the same scores too."""
+    answers = [(a(q), b(q)) for q in asked]
+    ids = [x for x, y in answers if [i for i, _ in x] == [i for i, _ in y]]
+    return len(ids), sum(x == y for x, y in answers)
+
+
 def floor(services: Services) -> Search:
     """search_latency's floor: embed in process, then one bare kNN request."""
     embedder = local_minilm(services.searcher.embedder)
@@ -167,7 +178,7 @@ def floor(services: Services) -> Search:
 
 
 @contextmanager
-def over_http(code: Path, port: int, logs: Path) -> Iterator[Search]:
+def over_http(code: Path, port: int, logs: Path) -> Iterator[Answers]:
     """``POST /v1/memories/search`` to an API process running the memq checkout ``code``
     (on the kept indices, with a key of their tenant), on one kept-alive connection."""
     stack = Stack(MEMQ_PREFIX, port, logs, tenant=SCOPE.tenant, settings={"PYTHONPATH": str(code)})
@@ -176,9 +187,11 @@ def over_http(code: Path, port: int, logs: Path) -> Iterator[Search]:
         headers = {"Authorization": f"Bearer {stack.key}"}
         with httpx.Client(base_url=stack.url, headers=headers, timeout=30) as http:
 
-            def post(query: str) -> None:
+            def post(query: str) -> list[tuple[str, float]]:
                 body = {"query": query, "user_id": SCOPE.user_id, "top_k": TOP_K}
-                http.post("/v1/memories/search", json=body).raise_for_status()
+                answer = http.post("/v1/memories/search", json=body)
+                answer.raise_for_status()
+                return [(hit["id"], hit["score"]) for hit in answer.json()["results"]]
 
             yield post
     finally:
@@ -273,8 +286,18 @@ def main(argv: list[str] | None = None) -> int:
                 searchers[f"{name}, no newer-first"] = replace(searcher, config=config)
         for name, searcher in searchers.items():
             searches[name] = partial(searched, searcher)
-        for port, (name, code) in enumerate(codes.items(), start=args.port):
-            searches[name] = apis.enter_context(over_http(code, port, Path(logs)))
+        https = [
+            apis.enter_context(over_http(code, port, Path(logs)))
+            for port, code in enumerate(codes.values(), start=args.port)
+        ]
+        searches.update(zip(codes, https, strict=True))
+        if args.baseline is not None:
+            ours, theirs = https
+            same, scored = same_over_http(ours, theirs, asked)
+            print(
+                f"same ranking over HTTP as {args.baseline}: {same} of {len(asked)} questions"
+                f" ({scored} with the same scores too)"
+            )
         print(compared(interleaved(searches, asked)))
     if args.pyinstrument is not None:
         profiled(services, asked, args.pyinstrument)

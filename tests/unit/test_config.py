@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from pipeline.config import Settings
+from pipeline.config import SearchConfig, Settings
 
 
 @pytest.fixture(autouse=True)
@@ -232,3 +233,16 @@ def test_the_redis_password_goes_into_a_url_that_names_none() -> None:
     own = RedisConfig(url="redis://:mine@host:1/0", password="other")  # type: ignore[arg-type]
     assert own.url == "redis://:mine@host:1/0"
     assert RedisConfig(url="redis://host:1/0").url == "redis://host:1/0"
+
+
+def test_a_retired_search_setting_is_ignored_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("MEMQ_SEARCH_REPLY_PREFETCH_RANK", "10")
+    monkeypatch.setenv("MEMQ_SEARCH_REPLY", "false")
+    with caplog.at_level(logging.WARNING, logger="pipeline.config"):
+        settings = Settings()
+    assert settings.search.reply is False  # the section's other settings still apply
+    assert "MEMQ_SEARCH_REPLY_PREFETCH_RANK is no longer a setting" in caplog.text
+    with pytest.raises(ValidationError, match="reply_prefetch_rnk"):
+        SearchConfig.model_validate({"reply_prefetch_rnk": 10})  # a typo is still refused
