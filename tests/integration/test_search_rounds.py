@@ -80,29 +80,51 @@ def test_memories_without_ranking_columns_rank_as_they_do_with_them(
     """A memory written before the ranking columns existed (``pipeline.store.columns``) is
     ranked from its source, read in one more round trip: the same hits, scores and explain.
 
-    The same conversation is stored in two scopes and one of them written again without the
-    columns; both are searched over the same index, so the same term statistics (a rewrite
-    leaves its old versions in them) and the same segment (a vector's score depends on the
-    segment it was quantized in)."""
+    The same conversation is stored in two scopes, and both are written again in one bulk, in
+    pairs, one of them without the columns. Both are then searched over the same index, the
+    same term statistics (a rewrite leaves its old versions in them) and the same segment: a
+    vector's int8 score depends on the quantiles of the segment it was quantized in, and a merge
+    may keep a segment's quantized bytes, so two copies of one vector written apart can score a
+    little apart, which turns near ties around."""
     bare_scope = Scope(tenant=scope.tenant, user_id=f"{scope.user_id}-bare")
     conversation(celery_app, scope)
     conversation(celery_app, bare_scope)
     runtime = celery_app.runtime
     es, index = runtime.es, runtime.store.names.memories
-    scoped = {"bool": {"filter": scope_filter(bare_scope)}}
-    stored = hits_of(es.search(index=index, query=scoped, size=1000, docvalue_fields=VECTOR_FIELDS))
-    for hit in stored:  # written again as before the columns: a document without them
-        source = {k: v for k, v in hit["_source"].items() if k not in COLUMN_MAPPING}
-        vector = vector_of(hit)  # a vector is not kept in _source: read from its doc value
-        assert vector is not None
-        source["embedding"] = [float(x) for x in vector]
-        es.index(index=index, id=hit["_id"], document=source, routing=hit["_routing"])
-    es.indices.forcemerge(index=index, max_num_segments=1)
-    es.indices.refresh(index=index)
+
+    def stored(of: Scope) -> dict[str, dict[str, Any]]:
+        query = {"bool": {"filter": scope_filter(of)}}
+        found = es.search(index=index, query=query, size=1000, docvalue_fields=VECTOR_FIELDS)
+        return {hit["_source"]["hash"]: hit for hit in hits_of(found)}
+
+    kept, bare = stored(scope), stored(bare_scope)
+    assert kept and kept.keys() == bare.keys()
+    operations: list[dict[str, Any]] = []
+    for key in sorted(kept):
+        for hit, keep_columns in ((kept[key], True), (bare[key], False)):
+            source = {
+                k: v for k, v in hit["_source"].items() if keep_columns or k not in COLUMN_MAPPING
+            }
+            vector = vector_of(hit)  # a vector is not kept in _source: read from its doc value
+            assert vector is not None
+            source["embedding"] = [float(x) for x in vector]
+            operations += [{"index": {"_id": hit["_id"], "routing": hit["_routing"]}}, source]
+    # no scheduled refresh in the middle of the bulk: every rewritten copy in one segment
+    interval = es.indices.get_settings(index=index, name="index.refresh_interval")
+    # (a setting left at its default is not listed: None puts the default back)
+    listed = [i["settings"]["index"]["refresh_interval"] for i in interval.body.values()]
+    before = listed[0] if listed else None
+    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    try:
+        written = es.bulk(index=index, operations=operations)
+        assert not written["errors"]
+        es.indices.refresh(index=index)
+    finally:
+        es.indices.put_settings(index=index, settings={"index": {"refresh_interval": before}})
     columns = {
         "bool": {"filter": [*scope_filter(bare_scope), {"exists": {"field": MENTIONS_TIME}}]}
     }
-    assert stored and es.count(index=index, query=columns)["count"] == 0
+    assert es.count(index=index, query=columns)["count"] == 0
 
     def results(of: Scope) -> list[list[dict[str, Any]]]:
         """Each question's hits, told apart from the other scope's by their text alone."""
@@ -124,7 +146,7 @@ def test_memories_without_ranking_columns_rank_as_they_do_with_them(
                 for key in ("reply_to", "below"):
                     why[key] = hashes.get(why[key], why[key])
                 # every memory here names Maria or Jon: their entity scores tie, and ties are
-                # ranked in the order the documents sit in the index, which ids set
+                # ranked in the order the entity's links were stored, each scope's own
                 del why["rank_entity"]
         return same
 
