@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError, Elasticsearch
+from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from pipeline.config import ElasticsearchConfig
 from pipeline.errors import (
@@ -19,6 +21,19 @@ from pipeline.errors import (
 )
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class OrjsonNdjsonSerializer(NdjsonSerializer):
+    """NDJSON bodies (msearch, bulk) written and read with orjson, like the client's JSON ones
+    (``OrjsonSerializer``): each line of a search carries a query vector, each answer of a
+    search round its hits' columns, which the standard library's json formats and parses
+    several times slower."""
+
+    def json_dumps(self, data: Any) -> bytes:
+        return orjson.dumps(data, default=self.default, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    def json_loads(self, data: bytes) -> Any:
+        return orjson.loads(data)
 
 
 def make_client(config: ElasticsearchConfig) -> Elasticsearch:
@@ -34,6 +49,9 @@ def make_client(config: ElasticsearchConfig) -> Elasticsearch:
     the client's default would retry 429/502/503/504 under memq's own backoff), a 4xx is never
     retried, and a timeout is not (the request may have run; a second node would only double
     the wait before memq's own retry).
+
+    Bodies are written and read with orjson (``OrjsonSerializer``, the client's own, and its
+    NDJSON twin): the same JSON, formatted and parsed in a fraction of the time.
     """
     if config.urls[:1] != (config.url,):  # a copy that changed one without the other
         raise ConfigurationError(f"url {config.url} is not the first of urls {config.urls}")
@@ -50,6 +68,10 @@ def make_client(config: ElasticsearchConfig) -> Elasticsearch:
         # the order given is the order tried (then round robin): a dead first node costs
         # one refused connection per call until the pool marks it dead
         randomize_nodes_in_pool=False,
+        serializers={
+            OrjsonSerializer.mimetype: OrjsonSerializer(),
+            OrjsonNdjsonSerializer.mimetype: OrjsonNdjsonSerializer(),
+        },
     )
 
 
