@@ -431,11 +431,23 @@ def versions_of(client: Elasticsearch, names: IndexNames) -> dict[Kind, list[Ver
         with es_errors(f"read the versions of {alias}"):
             current = single_index(client, alias)
             indices = client.indices.get(index=f"{alias}-v*", features=["mappings"]).body
+            documents = documents_of(client, f"{alias}-v*")
         found[kind] = [
-            version_of(index, body["mappings"].get("_meta", {}), current, count(client, index))
+            version_of(index, body["mappings"].get("_meta", {}), current, documents.get(index, 0))
             for index, body in sorted(indices.items())
         ]
     return found
+
+
+def documents_of(client: Elasticsearch, pattern: str) -> dict[str, int]:
+    """How many documents each index matching ``pattern`` holds, from the index stats: unlike
+    a count, they answer for an index whose shards are still starting (a build just created,
+    counted 0) and leave out one deleted meanwhile, so the status never fails on either."""
+    stats = client.indices.stats(index=pattern, metric="docs").body.get("indices", {})
+    return {
+        index: int(body.get("primaries", {}).get("docs", {}).get("count", 0))
+        for index, body in stats.items()
+    }
 
 
 def version_of(index: str, meta: dict[str, Any], current: str, documents: int) -> Version:

@@ -323,7 +323,9 @@ def test_a_reextraction_started_over_http_runs_on_a_worker(stack: Stack) -> None
     builds = started.json()["builds"]
 
     def switched() -> dict[str, Any] | None:
-        status: dict[str, Any] = stack.admin.get(url).json()
+        response = stack.admin.get(url)
+        assert response.status_code == 200, response.text
+        status: dict[str, Any] = response.json()
         built = next((v for v in status["versions"] if v["index"] in builds), None)
         progress = (built or {}).get("progress") or {}  # None: the worker has not made it yet
         assert progress.get("stage") != "failed", progress

@@ -24,7 +24,7 @@ from elasticsearch import ApiError, Elasticsearch
 from memq.cli import main
 from pipeline.config import Settings
 from pipeline.domain.jobs import JobStatus
-from pipeline.store.indices import IndexNames
+from pipeline.store.indices import IndexNames, Kind
 from tests.fakellm import FakeLLMServer
 from tests.integration.private_stack import private_stack
 from tests.integration.test_api import Tenant, create_tenant, wait_until
@@ -309,6 +309,26 @@ def builds_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {v["kind"]: v for v in status["versions"] if v["state"] == "building"}
 
 
+def test_the_status_answers_while_a_build_is_still_starting(
+    stack: Stack, es: Elasticsearch
+) -> None:
+    """A build a worker has just created has no started shard for a while, and a count of it
+    fails then: the status lists it with no documents instead of failing (its shard here is
+    held unassigned, so the moment lasts)."""
+    starting = f"{stack.names.alias(Kind.MEMORIES)}-v0-starting"
+    held = {"number_of_replicas": 0, "index.routing.allocation.require._name": "no-such-node"}
+    es.indices.create(index=starting, settings=held, wait_for_active_shards="0")
+    try:
+        with pytest.raises(ApiError):
+            es.count(index=starting)
+        status = stack.admin.get("/v1/admin/reprocess")
+        assert status.status_code == 200, status.text
+        version = next(v for v in status.json()["versions"] if v["index"] == starting)
+        assert (version["state"], version["documents"]) == ("old", 0), version
+    finally:
+        es.indices.delete(index=starting)
+
+
 def test_a_reembed_started_over_http_runs_on_a_worker_and_reports_its_progress(
     stack: Stack,
 ) -> None:
@@ -345,7 +365,9 @@ def test_a_reembed_started_over_http_runs_on_a_worker_and_reports_its_progress(
     seen: list[tuple[bool, str, str | None, int]] = []
 
     def switched() -> dict[str, Any] | None:
-        status: dict[str, Any] = stack.admin.get(url).json()
+        response = stack.admin.get(url)
+        assert response.status_code == 200, response.text
+        status: dict[str, Any] = response.json()
         memories = next((v for v in status["versions"] if v["index"] in answer["builds"]
                          and v["kind"] == "memories"), None)  # fmt: skip
         if memories is None:  # the worker has not made it yet
