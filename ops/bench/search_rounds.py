@@ -2,17 +2,17 @@
 as they are and as variants, on the scope ``search_latency.py --keep`` leaves (prefix
 ``memqbench-latency``).
 
-memq's search (``Searcher.search``) is run once for each of N template questions with the
-store's ``search_indices`` and the embedder wrapped, so that every round trip it makes is kept
-(its searches, their index and scope) and each search's time is split: its round trips, the
-query's embedding, and the rest (the searcher's own Python). Each kept round trip of one
-kind (``hybrid search``: the candidate lists; ``hybrid search (shown)``: what the best show)
-is then sent again through the store, once as it was and once as each variant, the order
-shuffled per round trip, ``--rounds`` times.
-The wall time of each msearch and the largest ``took`` of its searches are reported, p50 and
-p95, beside the answer's size. Only the round trip is timed: the rest of a search (embedding,
-ranking) is not, and no ranking is made from a variant's answer, so a variant says what a
-change would save, not what it would find (that is LoCoMo's and the knowledge updates' part).
+memq's search (``Searcher.search``) is run once for each of N template questions over a timed
+store and embedder (``benchlib.timing``), and every round trip it makes is kept as it was
+built (``pipeline.serving.rounds.Round``: each search under the searcher's key for it, with
+its index and scope). Each search's time is split: its round trips, the query's embedding, and
+the rest (the searcher's own Python). Each kept round trip of one kind (``hybrid search``: the
+candidate lists; ``hybrid search (shown)``: what the best show) is then sent again through the
+store, once as it was and once as each variant, the order shuffled per round trip,
+``--rounds`` times. Of these replays the wall time of each msearch and the largest ``took`` of
+its searches are reported, p50 and p95, beside the answer's size; they time the round trip
+alone, and no ranking is made from a variant's answer, so a variant says what a change would
+save, not what it would find (that is LoCoMo's and the knowledge updates' part).
 
 Variants of the candidate round:
 - ``sources``: the kNN and BM25 lists' hits also read the fields a hit shows (``DOC_FIELDS``
@@ -37,22 +37,26 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+from unittest import mock
 
 import orjson
 from benchlib.search import MEMQ_PREFIX, SEED, questions, search_query, settings_for
 from benchlib.stats import percentile
+from benchlib.timing import Timed
 
 from pipeline.domain.models import Scope
 from pipeline.services import Services
-from pipeline.store.protocol import SearchIndex
+from pipeline.serving.rounds import Key, Round
+from pipeline.store.protocol import SearchIndex, ServingStore
 from pipeline.store.queries import DOC_FIELDS
 
-Searches = list[tuple[SearchIndex, Scope | None, dict[str, Any]]]
+Searches = list[tuple[Key, SearchIndex, Scope | None, dict[str, Any]]]
 Variant = Callable[[Searches], Searches]
 CANDIDATES = "hybrid search"
 SHOWN = "hybrid search (shown)"
+REPLAY = "search rounds"
 
 
 @dataclass
@@ -70,47 +74,32 @@ class Capture:
 
 
 def captured(services: Services, asked: Sequence[str]) -> Capture:
-    """``asked``'s searches, each once, with the store's ``search_indices`` and the embedder
-    wrapped to keep and time what they do."""
-    searcher = services.searcher
-    store, embedder = searcher.store, searcher.embedder
-    out, spent = Capture(), {"round trips": 0.0, "embedding": 0.0}
-    search_indices, embed = store.search_indices, embedder.embed
+    """``asked``'s searches, each once, over a timed store and embedder, every round trip kept
+    as its ``Round`` held it (the one place its searches carry their keys)."""
+    out = Capture()
+    store = Timed(services.searcher.store, "store")
+    embedder = Timed(services.searcher.embedder, "embedder")
+    searcher = replace(services.searcher, store=store, embedder=embedder)
+    run = Round.run
 
     def keeping(
-        searches: Sequence[tuple[SearchIndex, Scope | None, dict[str, Any]]],
-        what: str,
-        named: bool = False,
-    ) -> list[dict[str, Any]]:
+        round_: Round, on: ServingStore, what: str, named: bool = False
+    ) -> dict[Key, dict[str, Any]]:
         if what in out.kept:
-            out.kept[what].append((copy.deepcopy(list(searches)), named))
-        started = time.perf_counter()
-        try:
-            return search_indices(searches, what, named)
-        finally:
-            spent["round trips"] += time.perf_counter() - started
+            out.kept[what].append((copy.deepcopy(round_.searches), named))
+        return run(round_, on, what, named)
 
-    def embedding(texts: Sequence[str]) -> list[list[float]]:
-        started = time.perf_counter()
-        try:
-            return embed(texts)
-        finally:
-            spent["embedding"] += time.perf_counter() - started
-
-    store.search_indices = keeping  # type: ignore[method-assign,assignment]
-    embedder.embed = embedding  # type: ignore[method-assign]
-    try:
+    with mock.patch.object(Round, "run", autospec=True, side_effect=keeping):
         for query in asked:
-            spent.update(dict.fromkeys(spent, 0.0))
+            before, own = (store.spent_ms, embedder.spent_ms), store.own_ms
             started = time.perf_counter()
             searcher.search(search_query(query))
-            whole = time.perf_counter() - started
-            for name, seconds in [*spent.items(), ("search", whole)]:
-                out.split[name].append(seconds * 1000)
-            out.split["rest"].append((whole - sum(spent.values())) * 1000)
-    finally:
-        store.search_indices = search_indices  # type: ignore[method-assign]
-        embedder.embed = embed  # type: ignore[method-assign]
+            whole = (time.perf_counter() - started) * 1000 - (store.own_ms - own)
+            trips, embedding = store.spent_ms - before[0], embedder.spent_ms - before[1]
+            out.split["search"].append(whole)
+            out.split["round trips"].append(trips)
+            out.split["embedding"].append(embedding)
+            out.split["rest"].append(whole - trips - embedding)
     return out
 
 
@@ -126,95 +115,83 @@ def split_report(split: dict[str, list[float]]) -> str:
 
 
 def changed(
-    searches: Searches, change: Callable[[str, dict[str, Any]], dict[str, Any]]
+    searches: Searches, kinds: set[str], change: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> Searches:
-    return [(index, scope, change(index, copy.deepcopy(body))) for index, scope, body in searches]
+    """``searches`` with ``change`` made to (a copy of) each body whose key is of ``kinds``."""
+    return [
+        (key, index, scope, change(copy.deepcopy(body)) if key[1] in kinds else body)
+        for key, index, scope, body in searches
+    ]
 
 
-def is_knn(index: str, body: dict[str, Any]) -> bool:
-    return index == "memories" and "knn" in body
-
-
-def is_bm25(index: str, body: dict[str, Any]) -> bool:
-    """The BM25 list (the hop reads the same fields, but its question is a ``must``)."""
-    query = body.get("query", {}).get("bool", {})
-    return index == "memories" and "docvalue_fields" in body and "should" in query
-
-
-def with_sources(index: str, body: dict[str, Any]) -> dict[str, Any]:
-    if is_knn(index, body) or is_bm25(index, body):
-        body["_source"] = {"includes": list(DOC_FIELDS)}
+def with_sources(body: dict[str, Any]) -> dict[str, Any]:
+    body["_source"] = {"includes": list(DOC_FIELDS)}
     return body
 
 
-def without_links(index: str, body: dict[str, Any]) -> dict[str, Any]:
-    if index == "entities":
-        body["_source"] = {"includes": ["normalized"]}
+def without_links(body: dict[str, Any]) -> dict[str, Any]:
+    body["_source"] = {"includes": ["normalized"]}
     return body
 
 
-def without_vectors(index: str, body: dict[str, Any]) -> dict[str, Any]:
-    if is_bm25(index, body):
-        body["docvalue_fields"] = [f for f in body["docvalue_fields"] if isinstance(f, str)]
+def without_vectors(body: dict[str, Any]) -> dict[str, Any]:
+    body["docvalue_fields"] = [f for f in body["docvalue_fields"] if isinstance(f, str)]
     return body
 
 
-def now_rounded(index: str, body: dict[str, Any]) -> dict[str, Any]:
+def now_rounded(body: dict[str, Any]) -> dict[str, Any]:
     rounded: dict[str, Any] = orjson.loads(
         orjson.dumps(body).replace(b'"gt":"now"', b'"gt":"now/m"')
     )
     return rounded
 
 
-def fewer_candidates(index: str, body: dict[str, Any]) -> dict[str, Any]:
-    if is_knn(index, body):
-        body["knn"]["num_candidates"] = 100
+def fewer_candidates(body: dict[str, Any]) -> dict[str, Any]:
+    body["knn"]["num_candidates"] = 100
     return body
 
 
 def one_search(searches: Searches) -> Searches:
-    """The best's sources and the reply (two searches of the same scope and filters, with
+    """Each query's best sources and reply (two searches of the same scope and filters, with
     the same fields) as one search for either."""
-    reads = [s for s in searches if s[2].get("_source") not in (None, False)]
-    if len(reads) != 2:
-        return searches
-    (index, scope, a), (_, _, b) = reads
-    filters = [a["query"]["bool"]["filter"], b["query"]["bool"]["filter"]]
-    common = [c for c in filters[0] if c in filters[1]]
-    own = [[c for c in f if c not in common] for f in filters]
-    body = {
-        "size": a["size"] + b["size"],
-        "_source": a["_source"],
-        "query": {
-            "bool": {
-                "filter": [
-                    *common,
-                    {
-                        "bool": {
-                            "should": [{"bool": {"filter": o}} for o in own],
-                            "minimum_should_match": 1,
-                        }
-                    },
-                ]
-            }
-        },
-    }
-    return [(index, scope, body), *[s for s in searches if s not in reads]]
+    out = list(searches)
+    by_key = {s[0]: s for s in searches}
+    for docs in [s for s in searches if s[0][1] == "docs"]:
+        reply = by_key.get((docs[0][0], "replies"))
+        if reply is None:
+            continue
+        (key, index, scope, a), b = docs, reply[3]
+        filters = [a["query"]["bool"]["filter"], b["query"]["bool"]["filter"]]
+        common = [c for c in filters[0] if c in filters[1]]
+        own = [[c for c in f if c not in common] for f in filters]
+        should = [{"bool": {"filter": o}} for o in own]
+        either = {"bool": {"should": should, "minimum_should_match": 1}}
+        body = {
+            "size": a["size"] + b["size"],
+            "_source": a["_source"],
+            "query": {"bool": {"filter": [*common, either]}},
+        }
+        out = [(key, index, scope, body) if s is docs else s for s in out if s is not reply]
+    return out
+
+
+def only(kinds: set[str]) -> Variant:
+    return lambda searches: [s for s in searches if s[0][1] in kinds]
 
 
 VARIANTS: dict[str, dict[str, Variant]] = {
     CANDIDATES: {
         "as searched": list,
-        "sources": lambda s: changed(s, with_sources),
-        "no links": lambda s: changed(s, without_links),
-        "no vectors": lambda s: changed(s, without_vectors),
-        "now rounded": lambda s: changed(s, now_rounded),
-        "candidates 100": lambda s: changed(s, fewer_candidates),
+        "sources": lambda s: changed(s, {"knn", "bm25"}, with_sources),
+        "no links": lambda s: changed(s, {"entities"}, without_links),
+        "no vectors": lambda s: changed(s, {"bm25"}, without_vectors),
+        "now rounded": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, now_rounded),
+        "candidates 100": lambda s: changed(s, {"knn"}, fewer_candidates),
     },
     SHOWN: {
         "as searched": list,
         "one search": one_search,
-        "sources only": lambda s: s[:1],
+        "sources only": only({"docs"}),
     },
 }
 
@@ -226,22 +203,24 @@ def timed(
     rounds: int,
     rng: random.Random,
 ) -> dict[str, dict[str, list[float]]]:
-    store = services.searcher.store
-    out: dict[str, dict[str, list[float]]] = {
-        name: {"wall": [], "took": [], "kb": []} for name in variants
-    }
+    """Each variant's msearches: their wall time and slowest ``took`` in ms, answers in KB."""
+    stores = {name: Timed(services.searcher.store, "store") for name in variants}
     for _ in range(rounds):
         for searches, named in kept:
             names = list(variants)
             rng.shuffle(names)
             for name in names:
-                sent = variants[name](searches)
-                started = time.perf_counter()
-                answers = store.search_indices(sent, "search rounds", named)
-                out[name]["wall"].append((time.perf_counter() - started) * 1000)
-                out[name]["took"].append(max(float(a["took"]) for a in answers))
-                out[name]["kb"].append(len(orjson.dumps(answers)) / 1000)
-    return out
+                sent = [(index, scope, body) for _, index, scope, body in variants[name](searches)]
+                stores[name].search_indices(sent, REPLAY, named)
+    key = f"store.search_indices ({REPLAY})"
+    return {
+        name: {
+            "wall": store.timings[key],
+            "took": store.timings[f"{key}: slowest search, Elasticsearch's took"],
+            "kb": store.timings[f"{key}: answer, KB of JSON"],
+        }
+        for name, store in stores.items()
+    }
 
 
 def report(what: str, times: dict[str, dict[str, list[float]]]) -> str:
