@@ -20,7 +20,12 @@ Variants of the candidate round:
 - ``no links``: the entities read without their ``linked_memory_ids``;
 - ``no vectors``: the BM25 hits without their vectors;
 - ``now rounded``: the expiry and validity filters' ``now`` rounded to the minute (cacheable);
-- ``candidates 100``: the kNN's ``num_candidates`` 100 instead of 4 per hit.
+- ``candidates 100``: the kNN's ``num_candidates`` 100 instead of 4 per hit;
+- ``kNN alone``, ``BM25 alone``, ``kNN and BM25``: only those lists' searches, which tells
+  what the others add to the round trip;
+- ``kNN alone`` and then ``no rescore`` (no BM25 score for its hits), ``no columns`` (no
+  ``docvalue_fields``) or ``as the floor's`` (the floor's ten hits of 100 candidates, no
+  columns, no rescore, under the searcher's filters): what each part of the kNN search costs.
 Variants of the last round:
 - ``one search``: the sources of the best and the reply read by one search, not two;
 - ``sources only``: the best's sources alone (what the reply and rivals add).
@@ -42,7 +47,7 @@ from typing import Any
 from unittest import mock
 
 import orjson
-from benchlib.search import MEMQ_PREFIX, SEED, questions, search_query, settings_for
+from benchlib.search import MEMQ_PREFIX, SEED, TOP_K, questions, search_query, settings_for
 from benchlib.stats import percentile
 from benchlib.timing import Timed
 
@@ -151,6 +156,21 @@ def fewer_candidates(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def without(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def change(body: dict[str, Any]) -> dict[str, Any]:
+        body.pop(name, None)
+        return body
+
+    return change
+
+
+def as_floor(body: dict[str, Any]) -> dict[str, Any]:
+    """The floor's kNN (``benchlib.search.floor_search``: ten hits of 100 candidates, no
+    columns, no rescore) under the searcher's filters."""
+    knn = body["knn"] | {"k": TOP_K, "num_candidates": 100}
+    return {"size": TOP_K, "_source": False, "knn": knn}
+
+
 def one_search(searches: Searches) -> Searches:
     """Each query's best sources and reply (two searches of the same scope and filters, with
     the same fields) as one search for either."""
@@ -187,6 +207,14 @@ VARIANTS: dict[str, dict[str, Variant]] = {
         "no vectors": lambda s: changed(s, {"bm25"}, without_vectors),
         "now rounded": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, now_rounded),
         "candidates 100": lambda s: changed(s, {"knn"}, fewer_candidates),
+        "kNN alone": only({"knn"}),
+        "kNN alone, no rescore": lambda s: changed(only({"knn"})(s), {"knn"}, without("rescore")),
+        "kNN alone, no columns": lambda s: changed(
+            only({"knn"})(s), {"knn"}, without("docvalue_fields")
+        ),
+        "kNN alone, as the floor's": lambda s: changed(only({"knn"})(s), {"knn"}, as_floor),
+        "BM25 alone": only({"bm25"}),
+        "kNN and BM25": only({"knn", "bm25"}),
     },
     SHOWN: {
         "as searched": list,
