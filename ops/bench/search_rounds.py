@@ -47,7 +47,15 @@ from typing import Any
 from unittest import mock
 
 import orjson
-from benchlib.search import MEMQ_PREFIX, SEED, TOP_K, questions, search_query, settings_for
+from benchlib.search import (
+    MEMQ_PREFIX,
+    SEED,
+    TOP_K,
+    floor_knn,
+    questions,
+    search_query,
+    settings_for,
+)
 from benchlib.stats import percentile
 from benchlib.timing import Timed
 
@@ -165,9 +173,9 @@ def without(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def as_floor(body: dict[str, Any]) -> dict[str, Any]:
-    """The floor's kNN (``benchlib.search.floor_search``: ten hits of 100 candidates, no
-    columns, no rescore) under the searcher's filters."""
-    knn = body["knn"] | {"k": TOP_K, "num_candidates": 100}
+    """The floor's kNN request (``benchlib.search.floor_search``: no columns, no rescore) for
+    the searcher's vector, under its filters."""
+    knn = floor_knn(body["knn"]["query_vector"], body["knn"]["filter"])
     return {"size": TOP_K, "_source": False, "knn": knn}
 
 
@@ -199,6 +207,11 @@ def only(kinds: set[str]) -> Variant:
     return lambda searches: [s for s in searches if s[0][1] in kinds]
 
 
+def knn_alone(change: Callable[[dict[str, Any]], dict[str, Any]]) -> Variant:
+    """The kNN list's search alone, with ``change`` made to it."""
+    return lambda searches: changed(only({"knn"})(searches), {"knn"}, change)
+
+
 VARIANTS: dict[str, dict[str, Variant]] = {
     CANDIDATES: {
         "as searched": list,
@@ -208,11 +221,9 @@ VARIANTS: dict[str, dict[str, Variant]] = {
         "now rounded": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, now_rounded),
         "candidates 100": lambda s: changed(s, {"knn"}, fewer_candidates),
         "kNN alone": only({"knn"}),
-        "kNN alone, no rescore": lambda s: changed(only({"knn"})(s), {"knn"}, without("rescore")),
-        "kNN alone, no columns": lambda s: changed(
-            only({"knn"})(s), {"knn"}, without("docvalue_fields")
-        ),
-        "kNN alone, as the floor's": lambda s: changed(only({"knn"})(s), {"knn"}, as_floor),
+        "kNN alone, no rescore": knn_alone(without("rescore")),
+        "kNN alone, no columns": knn_alone(without("docvalue_fields")),
+        "kNN alone, as the floor's": knn_alone(as_floor),
         "BM25 alone": only({"bm25"}),
         "kNN and BM25": only({"knn", "bm25"}),
     },

@@ -344,18 +344,22 @@ def mem0_search(memory: Any) -> Search:
     return lambda q: memory.search(q, top_k=TOP_K, filters={"user_id": SCOPE.user_id})
 
 
+def floor_knn(vector: list[float], clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The floor's kNN section: the ``TOP_K`` nearest of 100 candidates under ``clauses``."""
+    return {
+        "field": "embedding",
+        "query_vector": vector,
+        "k": TOP_K,
+        "num_candidates": 100,
+        "filter": clauses,
+    }
+
+
 def floor_search(es: Elasticsearch, embedder: MiniLMEmbedder, index: str) -> Search:
     """Embed in process, then one kNN request: what any vector search has to pay."""
 
     def search(query: str) -> object:
-        vector = embedder.embed([query])[0]
-        knn = {
-            "field": "embedding",
-            "query_vector": vector,
-            "k": TOP_K,
-            "num_candidates": 100,
-            "filter": scope_filter(SCOPE),
-        }
+        knn = floor_knn(embedder.embed([query])[0], scope_filter(SCOPE))
         return es.search(index=index, knn=knn, size=TOP_K, source=False).body
 
     return search
