@@ -24,8 +24,11 @@ Variants of the candidate round:
 - ``kNN alone``, ``BM25 alone``, ``kNN and BM25``: only those lists' searches, which tells
   what the others add to the round trip;
 - ``kNN alone`` and then ``no rescore`` (no BM25 score for its hits), ``no columns`` (no
-  ``docvalue_fields``) or ``as the floor's`` (the floor's ten hits of 100 candidates, no
-  columns, no rescore, under the searcher's filters): what each part of the kNN search costs.
+  ``docvalue_fields``), ``as a knn query with BM25 beside it`` (a ``knn`` query inside a
+  ``bool`` whose ``should`` is the rescore's BM25 query, both scores read by name: the same
+  hits and scores without a rescore) or ``as the floor's`` (the floor's ten hits of 100
+  candidates, no columns, no rescore, under the searcher's filters): what each part of the
+  kNN search costs.
 Variants of the last round:
 - ``one search``: the sources of the best and the reply read by one search, not two;
 - ``sources only``: the best's sources alone (what the reply and rivals add).
@@ -179,6 +182,15 @@ def as_floor(body: dict[str, Any]) -> dict[str, Any]:
     return {"size": TOP_K, "_source": False, "knn": knn}
 
 
+def knn_query_scored(body: dict[str, Any]) -> dict[str, Any]:
+    """The kNN list as a ``knn`` query inside a ``bool`` whose ``should`` is the rescore's
+    BM25 query: each hit's similarity and BM25 score read by name, without a rescore."""
+    knn = {**body.pop("knn"), "_name": "knn"}
+    bm25 = body.pop("rescore")["query"]["rescore_query"]
+    body["query"] = {"bool": {"must": [{"knn": knn}], "should": [bm25]}}
+    return body
+
+
 def one_search(searches: Searches) -> Searches:
     """Each query's best sources and reply (two searches of the same scope and filters, with
     the same fields) as one search for either."""
@@ -223,6 +235,7 @@ VARIANTS: dict[str, dict[str, Variant]] = {
         "kNN alone": only({"knn"}),
         "kNN alone, no rescore": knn_alone(without("rescore")),
         "kNN alone, no columns": knn_alone(without("docvalue_fields")),
+        "kNN alone, as a knn query with BM25 beside it": knn_alone(knn_query_scored),
         "kNN alone, as the floor's": knn_alone(as_floor),
         "BM25 alone": only({"bm25"}),
         "kNN and BM25": only({"knn", "bm25"}),
