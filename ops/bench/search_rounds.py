@@ -21,6 +21,8 @@ Variants of the candidate round:
 - ``no vectors``: the BM25 hits without their vectors;
 - ``now rounded``: the expiry and validity filters' ``now`` rounded to the minute (cacheable);
 - ``candidates 100``: the kNN's ``num_candidates`` 100 instead of 4 per hit;
+- ``uncounted``: every search with ``track_total_hits`` off (nothing reads the total), and
+  ``BM25 alone, uncounted``: the BM25 list's search alone so;
 - ``kNN alone``, ``BM25 alone``, ``kNN and BM25``: only those lists' searches, which tells
   what the others add to the round trip;
 - ``kNN alone`` and then ``no rescore`` (no BM25 score for its hits), ``no columns`` (no
@@ -191,6 +193,11 @@ def knn_query_scored(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def uncounted(body: dict[str, Any]) -> dict[str, Any]:
+    body["track_total_hits"] = False
+    return body
+
+
 def one_search(searches: Searches) -> Searches:
     """Each query's best sources and reply (two searches of the same scope and filters, with
     the same fields) as one search for either."""
@@ -232,6 +239,8 @@ VARIANTS: dict[str, dict[str, Variant]] = {
         "no vectors": lambda s: changed(s, {"bm25"}, without_vectors),
         "now rounded": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, now_rounded),
         "candidates 100": lambda s: changed(s, {"knn"}, fewer_candidates),
+        "uncounted": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, uncounted),
+        "BM25 alone, uncounted": lambda s: changed(only({"bm25"})(s), {"bm25"}, uncounted),
         "kNN alone": only({"knn"}),
         "kNN alone, no rescore": knn_alone(without("rescore")),
         "kNN alone, no columns": knn_alone(without("docvalue_fields")),
