@@ -226,9 +226,9 @@ def only(kinds: set[str]) -> Variant:
     return lambda searches: [s for s in searches if s[0][1] in kinds]
 
 
-def knn_alone(change: Callable[[dict[str, Any]], dict[str, Any]]) -> Variant:
-    """The kNN list's search alone, with ``change`` made to it."""
-    return lambda searches: changed(only({"knn"})(searches), {"knn"}, change)
+def alone(kind: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Variant:
+    """The searches of one ``kind`` (``knn``, ``bm25``) alone, with ``change`` made to each."""
+    return lambda searches: changed(only({kind})(searches), {kind}, change)
 
 
 VARIANTS: dict[str, dict[str, Variant]] = {
@@ -240,12 +240,12 @@ VARIANTS: dict[str, dict[str, Variant]] = {
         "now rounded": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, now_rounded),
         "candidates 100": lambda s: changed(s, {"knn"}, fewer_candidates),
         "uncounted": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, uncounted),
-        "BM25 alone, uncounted": lambda s: changed(only({"bm25"})(s), {"bm25"}, uncounted),
+        "BM25 alone, uncounted": alone("bm25", uncounted),
         "kNN alone": only({"knn"}),
-        "kNN alone, no rescore": knn_alone(without("rescore")),
-        "kNN alone, no columns": knn_alone(without("docvalue_fields")),
-        "kNN alone, as a knn query with BM25 beside it": knn_alone(knn_query_scored),
-        "kNN alone, as the floor's": knn_alone(as_floor),
+        "kNN alone, no rescore": alone("knn", without("rescore")),
+        "kNN alone, no columns": alone("knn", without("docvalue_fields")),
+        "kNN alone, as a knn query with BM25 beside it": alone("knn", knn_query_scored),
+        "kNN alone, as the floor's": alone("knn", as_floor),
         "BM25 alone": only({"bm25"}),
         "kNN and BM25": only({"knn", "bm25"}),
     },
