@@ -231,15 +231,18 @@ def alone(kind: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Vari
     return lambda searches: changed(only({kind})(searches), {kind}, change)
 
 
+CANDIDATE_KINDS = {"knn", "bm25", "entities", "hop"}
+"""Every search of the candidate round, by the searcher's key for it."""
+
 VARIANTS: dict[str, dict[str, Variant]] = {
     CANDIDATES: {
         "as searched": list,
         "sources": lambda s: changed(s, {"knn", "bm25"}, with_sources),
         "no links": lambda s: changed(s, {"entities"}, without_links),
         "no vectors": lambda s: changed(s, {"bm25"}, without_vectors),
-        "now rounded": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, now_rounded),
+        "now rounded": lambda s: changed(s, CANDIDATE_KINDS, now_rounded),
         "candidates 100": lambda s: changed(s, {"knn"}, fewer_candidates),
-        "uncounted": lambda s: changed(s, {"knn", "bm25", "entities", "hop"}, uncounted),
+        "uncounted": lambda s: changed(s, CANDIDATE_KINDS, uncounted),
         "BM25 alone, uncounted": alone("bm25", uncounted),
         "kNN alone": only({"knn"}),
         "kNN alone, no rescore": alone("knn", without("rescore")),
