@@ -143,7 +143,7 @@ def test_workers_ride_out_a_broker_restart_and_a_kill(
         assert answers(app, 60), worker.tail()
 
         statuses = wait_terminal(app, jobs, 240)
-        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
+        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, unsucceeded(app, statuses)
         for session in sessions:  # ten jobs each, one memory each: none lost, none twice
             assert memory_count(app, session) == 10
         assert worker.restarts() == 0, worker.tail()  # the outage was ridden out, not restarted
@@ -155,7 +155,7 @@ def test_workers_ride_out_a_broker_restart_and_a_kill(
         assert worker.restarts() >= 1, worker.tail()
         later = [submit(app, conversation(i)).record.job_id for i in range(20, 25)]
         statuses = wait_terminal(app, later, 120)
-        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
+        assert set(statuses.values()) == {JobStatus.SUCCEEDED}, unsucceeded(app, statuses)
         assert worker.process.poll() is None  # the supervisor itself never gave up
     finally:
         worker.stop()
@@ -193,6 +193,24 @@ def wait_terminal(
             return statuses
         time.sleep(0.05 if until_any else 1)  # until_any: catch the first end
     return statuses
+
+
+def unsucceeded(app: MemqCelery, statuses: dict[str, str]) -> dict[str, Any]:
+    """What the jobs that did not succeed say of themselves: status, phase, reason, errors."""
+    said: dict[str, Any] = {}
+    for job, status in statuses.items():
+        record = app.runtime.store.get_job(job) if status != JobStatus.SUCCEEDED else None
+        if record is not None:
+            said[job] = {
+                "status": record.status,
+                "phase": record.phase,
+                "attempts": record.attempts,
+                "reason": record.reason,
+                "errors": record.errors,
+            }
+        elif status != JobStatus.SUCCEEDED:
+            said[job] = status
+    return said
 
 
 def memory_count(app: MemqCelery, user_id: str) -> int:
@@ -299,7 +317,7 @@ def test_workers_keep_running_through_a_broker_stop(roles: RoleStack, outage_s: 
 
     later = submit_when_possible(app, range(100, 102))
     statuses = wait_terminal(app, [held, *jobs, *later], 180)
-    assert set(statuses.values()) == {JobStatus.SUCCEEDED}, statuses
+    assert set(statuses.values()) == {JobStatus.SUCCEEDED}, unsucceeded(app, statuses)
     roles.check_alive()
     assert roles.pids() == pids
 
