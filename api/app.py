@@ -5,10 +5,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -171,7 +170,7 @@ def create_app(
     app.state.metrics = Metrics()
     app.state.limits = resources.limits
     install_error_handlers(app)
-    app.middleware("http")(count_requests)
+    app.add_middleware(RequestCounter, metrics=app.state.metrics)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
     app.add_middleware(RequestIds)  # the last added is the outermost: its header goes on all
     app.router.lifespan_context = mount_mcp(app, resources)
@@ -190,23 +189,43 @@ def create_app(
     return app
 
 
-async def count_requests(
-    request: Request, call_next: Callable[[Request], Awaitable[Response]]
-) -> Response:
-    """Count every request by route and status, and time it by route. A bug becomes a JSON
-    500 here, answered like any other response, so the connection stays usable (an exception
-    left to the server drops it)."""
-    started = time.perf_counter()
-    before = dict(request.scope)  # routing into a mounted app rewrites the scope's paths
-    try:
-        response = await call_next(request)
-    except Exception:
-        log_unexpected(request)
-        response = internal_error(request)
-    elapsed_s = time.perf_counter() - started
-    route = route_label(request, before)
-    metrics = request.app.state.metrics
-    metrics.requests.labels(request.method, route, str(response.status_code)).inc()
-    metrics.request_seconds.labels(request.method, route).observe(elapsed_s)
-    request.state.elapsed_s = elapsed_s
-    return response
+class RequestCounter:
+    """Count every request by route and status, and time it by route to its response's start
+    (a streamed body, such as an export, runs on after it). A bug before the response started
+    becomes a JSON 500 here, answered like any other response, so the connection stays usable
+    (an exception left to the server drops it). Plain ASGI, not a ``BaseHTTPMiddleware``: that
+    one runs each request's handler as a second task joined by a memory stream."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        before = dict(scope)  # routing into a mounted app rewrites the scope's paths
+        answered = False
+
+        async def counted(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.start" and not answered:
+                answered = True
+                self.count(scope, before, message["status"], time.perf_counter() - started)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        except Exception:
+            if answered:
+                raise  # the answer is under way: only dropping the connection can end it
+            request = Request(scope)
+            log_unexpected(request)
+            await internal_error(request)(scope, receive, counted)
+
+    def count(self, scope: Scope, before: Scope, status: int, elapsed_s: float) -> None:
+        request = Request(scope)
+        route = route_label(request, before)
+        self.metrics.requests.labels(request.method, route, str(status)).inc()
+        self.metrics.request_seconds.labels(request.method, route).observe(elapsed_s)

@@ -3,6 +3,12 @@ kept in ``app.state.resources``), and the caller authenticated by API key.
 
 A handler names what it needs (``StoreDep``, ``SearcherDep``, ``IntakeDep``, …) and never
 the bundle: a test can swap any one of them with ``app.dependency_overrides``.
+
+A dependency that only reads what is already built is ``async def``: FastAPI calls it on the
+event loop, where a plain function would cost a hop to a worker thread and back. One that may
+build its resource on first use (a store that checks its indices, a searcher that loads its
+model, the Celery intake) or that waits on a server stays a plain function, run in a thread,
+so that the event loop never blocks.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ class ForbiddenError(PermanentError):
     """A valid key without the right to this: 403."""
 
 
-def get_resources(request: Request) -> Resources:
+async def get_resources(request: Request) -> Resources:
     resources: Resources = request.app.state.resources
     return resources
 
@@ -43,7 +49,7 @@ def get_resources(request: Request) -> Resources:
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
-def get_settings(resources: ResourcesDep) -> Settings:
+async def get_settings(resources: ResourcesDep) -> Settings:
     return resources.settings
 
 
@@ -70,7 +76,7 @@ def get_phase_deps(resources: ResourcesDep) -> Deps:
     return resources.services.deps
 
 
-def get_clock(resources: ResourcesDep) -> Callable[[], datetime]:
+async def get_clock(resources: ResourcesDep) -> Callable[[], datetime]:
     return resources.services.clock
 
 
@@ -78,7 +84,7 @@ def get_intake(resources: ResourcesDep) -> Intake:
     return resources.intake
 
 
-def get_usage(resources: ResourcesDep) -> UsageLedger:
+async def get_usage(resources: ResourcesDep) -> UsageLedger:
     return resources.usage
 
 
@@ -130,7 +136,7 @@ def token_of(header: str) -> str:
     return token.strip() if scheme.lower() == "token" else ""
 
 
-def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     if not principal.admin:
         raise ForbiddenError("this needs an admin key")
     return principal

@@ -143,7 +143,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # reached only by a bug outside ``count_requests`` (which answers the others), in the
+        # reached only by a bug outside ``RequestCounter`` (which answers the others), in the
         # server's outermost layer: the request's log context has ended, so the id goes as extra
         log_unexpected(request)
         return internal_error(request)

@@ -202,7 +202,7 @@ def _pit_of(cursor: str) -> str:
     return hashlib.sha1(pit.encode(), usedforsecurity=False).hexdigest()
 
 
-def get_limits(request: Request) -> TenantLimits:
+async def get_limits(request: Request) -> TenantLimits:
     limits: TenantLimits = request.app.state.limits
     return limits
 
