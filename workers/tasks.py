@@ -59,7 +59,7 @@ from workers.scheduler.batches import (
     gather,
     send_alone,
 )
-from workers.scheduler.keeper import Held
+from workers.scheduler.keeper import Held, give_up_for_retry, lapses, sent_on
 from workers.scheduler.leases import GATHERING
 from workers.scheduler.reaper import claim_run, reap
 from workers.scheduler.state_store import Lane
@@ -94,11 +94,7 @@ class JobTask(Task):  # type: ignore[type-arg]
         """The next phase's message is in the broker now (Celery sent it before calling this):
         the run waiting for it needs no lease any more."""
         app = cast("MemqCelery", self.app)
-        held = app.keeper.release(task_id)
-        if held is not None and held.phase != GATHERING:
-            following = next_phase(Phase(held.phase))
-            if following is not None:
-                app.runtime.leases.sent(held.run_id, following.value, app.keeper.pickup_by())
+        sent_on(app.keeper, app.runtime.leases, task_id, phase_after)
 
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         """Give the run up before the retry's message is sent: a retry with no countdown can
@@ -111,23 +107,34 @@ class JobTask(Task):  # type: ignore[type-arg]
         self.give_up_run(task_id)  # already done by ``retry``, unless the retry came otherwise
 
     def give_up_run(self, task_id: str) -> None:
-        """The retry's message is held back in some worker's memory: the run stays leased,
-        ownerless, for the longest backoff, so a worker lost with it costs a lapse, no more."""
         app = cast("MemqCelery", self.app)
-        held = app.keeper.release(task_id)
-        if held is not None:
-            policy = app.runtime.settings.worker
-            expires = app.keeper.expiry() + policy.retry_backoff_max_s
-            app.runtime.leases.hand_on(held.run_id, held.token, held.phase, expires=expires)
+        held_back_s = app.runtime.settings.worker.retry_backoff_max_s
+        give_up_for_retry(app.keeper, app.runtime.leases, task_id, held_back_s)
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """The kind's ``failed``; when Redis is away even for that, the run (if this task
+        owned one) lapses and is recovered, and its jobs are recorded when they fail again."""
         app = cast("MemqCelery", self.app)
         held = app.keeper.release(task_id)
-        self.failed(app, Failure(task_id, held, exc, tuple(args or ()), dict(kwargs or {})))
+        try:
+            self.failed(app, Failure(task_id, held, exc, tuple(args or ()), dict(kwargs or {})))
+        except TransientError as fault:
+            what = f"record its failure ({exc.__class__.__name__}: {exc})"
+            if held is None:  # it owned no run: whatever runs its jobs records them
+                log.warning("task %s: cannot %s: %s", task_id, what, fault.reason)
+            else:
+                lapses(held, what, fault)
 
     def failed(self, app: MemqCelery, failure: Failure) -> None:
         """What this kind of task does when it fails for good."""
         raise NotImplementedError
+
+
+def phase_after(phase: str) -> str | None:
+    """The phase whose message a task of ``phase`` leaves in the broker as it ends (a gather
+    sends a whole chain, whose first task claims the run itself)."""
+    following = None if phase == GATHERING else next_phase(Phase(phase))
+    return None if following is None else following.value
 
 
 class GatherTask(JobTask):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kombu.exceptions import OperationalError
@@ -23,7 +24,7 @@ from pipeline.ingestion.phases import Workload
 from pipeline.store.memory import InMemoryStore
 from workers.scheduler.batches import RECHECK_S, gather, make_ready, send_alone
 from workers.scheduler.core import Scheduler
-from workers.scheduler.keeper import Keeper
+from workers.scheduler.keeper import Held, Keeper, give_up_for_retry, sent_on
 from workers.scheduler.leases import GATHERING, Claim
 from workers.scheduler.memory import MemoryRunLeases, MemoryStateStore
 from workers.scheduler.reaper import claim_run, nudge_lanes, recover_lapsed, rescue_heads
@@ -84,8 +85,9 @@ class World:
     failed: dict[str, BaseException]
 
 
-def make_world(batch_max_jobs: int = 8) -> World:
-    states, leases, sent, records = MemoryStateStore(), MemoryRunLeases(), Sent(), InMemoryStore()
+def make_world(batch_max_jobs: int = 8, leases: MemoryRunLeases | None = None) -> World:
+    states, sent, records = MemoryStateStore(), Sent(), InMemoryStore()
+    leases = leases or MemoryRunLeases()
     worker = WorkerConfig(batch_wait_ms=0, batch_max_jobs=batch_max_jobs, batches_in_flight=2)
     keeper = Keeper(lambda: leases, worker, reap=lambda: None, clock=NOW.timestamp)
     failed: dict[str, BaseException] = {}
@@ -289,3 +291,92 @@ def test_a_lane_with_ready_jobs_is_sent_a_gather(world: World) -> None:
     world.states.push_ready(Lane.BACKFILL, "job-1")
     nudge_lanes(world.sched)
     assert world.sent.gathers == [(Lane.BACKFILL, None, None)]
+
+
+# -- a task's hand-offs with Redis away -----------------------------------------------------------
+
+
+class AwayLeases(MemoryRunLeases):
+    """Run leases whose Redis goes away on ``away = True``: the hand-offs a task makes as it
+    retries or ends raise ``TransientError``, as ``RunLeases`` then does."""
+
+    away = False
+
+    def hand_on(self, *args: Any, **kwargs: Any) -> bool:
+        self._check()
+        return super().hand_on(*args, **kwargs)
+
+    def sent(self, run_id: str, phase: str, pickup_by: float) -> None:
+        self._check()
+        super().sent(run_id, phase, pickup_by)
+
+    def _check(self) -> None:
+        if self.away:
+            raise TransientError("hand on a run: Redis ConnectionError: connection refused")
+
+
+def owned_in_context(world: World) -> None:
+    """The task ``t`` of ``launched``, holding its run ``b1`` in the keeper as a claim does."""
+    world.sched.keeper.hold("t", Held("b1", "t:a", Phase.CONTEXT.value))
+
+
+@pytest.fixture
+def away_world() -> World:
+    return make_world(leases=AwayLeases())
+
+
+def redis_of(world: World) -> AwayLeases:
+    assert isinstance(world.leases, AwayLeases)
+    return world.leases
+
+
+def test_a_retry_leaves_its_run_ownerless_for_the_longest_backoff(away_world: World) -> None:
+    launched(away_world, "ann")
+    owned_in_context(away_world)
+    give_up_for_retry(away_world.sched.keeper, away_world.leases, "t", held_back_s=30)
+    assert away_world.leases.waiting("b1") == (Phase.CONTEXT.value, Lane.LIVE.value)
+    assert away_world.leases.leases["b1"] == away_world.sched.expiry() + 30
+    assert away_world.sched.keeper.release("t") is None
+
+
+def test_a_retry_with_redis_away_is_still_sent_and_its_run_lapses_to_the_reaper(
+    away_world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retry must go out whatever Redis does (an exception here would end the task, and
+    its job, ``dead`` or ``failed``); the run, still owned and renewed by nobody, lapses, and
+    the reaper sends its job on."""
+    (job,) = launched(away_world, "ann")
+    owned_in_context(away_world)
+    redis_of(away_world).away = True
+    give_up_for_retry(away_world.sched.keeper, away_world.leases, "t", held_back_s=30)
+    assert away_world.sched.keeper.release("t") is None  # no longer renewed
+    assert "lease lapses and the reaper recovers it" in caplog.text
+    redis_of(away_world).away = False
+    away_world.sent.chains.clear()
+    recover_lapsed(away_world.sched, away_world.sched.expiry() + 1)
+    assert [ids for _, ids, _, _ in away_world.sent.chains] == [[job.job_id]]
+
+
+def test_a_next_message_marked_sent_waits_for_its_pickup(away_world: World) -> None:
+    launched(away_world, "ann")
+    owned_in_context(away_world)
+    assert away_world.leases.hand_on("b1", "t:a", Phase.RETRIEVE.value)
+    sent_on(away_world.sched.keeper, away_world.leases, "t", lambda _: Phase.RETRIEVE.value)
+    assert away_world.leases.leases["b1"] == away_world.sched.pickup_by()
+
+
+def test_a_next_message_sent_with_redis_away_leaves_a_lapse_not_an_error(
+    away_world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    (job,) = launched(away_world, "ann")
+    owned_in_context(away_world)
+    assert away_world.leases.hand_on("b1", "t:a", Phase.RETRIEVE.value, expires=NOW.timestamp())
+    redis_of(away_world).away = True
+    sent_on(away_world.sched.keeper, away_world.leases, "t", lambda _: Phase.RETRIEVE.value)
+    assert "cannot mark its next message sent in context" in caplog.text
+    redis_of(away_world).away = False
+    away_world.sent.chains.clear()
+    recover_lapsed(away_world.sched, NOW.timestamp() + 1)
+    assert [(ids, start) for _, ids, start, _ in away_world.sent.chains] == [
+        ([job.job_id], Phase.RETRIEVE)
+    ]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.config import WorkerConfig
+from pipeline.errors import TransientError
 from workers.scheduler.protocols import SchedulerLeases
 
 log = logging.getLogger("memq.worker")
@@ -119,3 +120,52 @@ class Keeper:
     def _maybe_reap(self) -> None:
         if self._leases().first_to_reap(self.config.reaper_interval_s):
             self.reap()
+
+
+def give_up_for_retry(
+    keeper: Keeper, leases: SchedulerLeases, task_id: str, held_back_s: float
+) -> None:
+    """The task ``task_id`` is about to send its retry, held back in some worker's memory:
+    its run stays leased, ownerless, ``held_back_s`` past a lease's expiry, so a worker lost
+    with the message costs a lapse, no more. With Redis away the run stays owned instead
+    (``lapses``): the retry is sent all the same, since the fault must not end the job."""
+    held = keeper.release(task_id)
+    if held is None:
+        return
+    try:
+        leases.hand_on(held.run_id, held.token, held.phase, expires=keeper.expiry() + held_back_s)
+    except TransientError as exc:
+        lapses(held, "give up its run for the retry", exc)
+
+
+def sent_on(
+    keeper: Keeper,
+    leases: SchedulerLeases,
+    task_id: str,
+    following: Callable[[str], str | None],
+) -> None:
+    """The task ``task_id`` ended and Celery has sent its run's next message, for the phase
+    ``following(phase)`` (None: none follows): the run waits for a worker to claim it until
+    the pickup deadline, and needs no lease meanwhile. With Redis away the run stays owned
+    (``lapses``)."""
+    held = keeper.release(task_id)
+    phase = None if held is None else following(held.phase)
+    if held is None or phase is None:
+        return
+    try:
+        leases.sent(held.run_id, phase, keeper.pickup_by())
+    except TransientError as exc:
+        lapses(held, "mark its next message sent", exc)
+
+
+def lapses(held: Held, what: str, exc: TransientError) -> None:
+    """A task could not ``what`` for its run (Redis away): nothing renews the run's lease any
+    more, so it lapses within ``lease_s`` and the reaper sends its jobs on from the phase the
+    run is at (or the task's own next delivery finds it and does the same)."""
+    log.warning(
+        "run %s: cannot %s in %s, so its lease lapses and the reaper recovers it: %s",
+        held.run_id,
+        what,
+        held.phase,
+        exc.reason,
+    )
