@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
 from pipeline.domain.jobs import JobStatus
 from pipeline.domain.state import JobState, Phase, run_log_fields
@@ -99,17 +99,19 @@ class JobTask(Task):  # type: ignore[type-arg]
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         """Give the run up before the retry's message is sent: a retry with no countdown can
         be taken by another thread at once, and must find the run ownerless, not owned by an
-        earlier delivery of its own task id (which would read as a worker that died)."""
-        self.give_up_run(str(self.request.id))
+        earlier delivery of its own task id (which would read as a worker that died). With
+        Redis away the task ends acknowledged instead (``Ignore``), its run left to lapse."""
+        if not self.give_up_run(str(self.request.id)):
+            raise Ignore()
         return super().retry(*args, **kwargs)
 
     def on_retry(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         self.give_up_run(task_id)  # already done by ``retry``, unless the retry came otherwise
 
-    def give_up_run(self, task_id: str) -> None:
+    def give_up_run(self, task_id: str) -> bool:
         app = cast("MemqCelery", self.app)
         held_back_s = app.runtime.settings.worker.retry_backoff_max_s
-        give_up_for_retry(app.keeper, app.runtime.leases, task_id, held_back_s)
+        return give_up_for_retry(app.keeper, app.runtime.leases, task_id, held_back_s)
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         """The kind's ``failed``; when Redis is away even for that, the run (if this task

@@ -333,22 +333,22 @@ def redis_of(world: World) -> AwayLeases:
 def test_a_retry_leaves_its_run_ownerless_for_the_longest_backoff(away_world: World) -> None:
     launched(away_world, "ann")
     owned_in_context(away_world)
-    give_up_for_retry(away_world.sched.keeper, away_world.leases, "t", held_back_s=30)
+    assert give_up_for_retry(away_world.sched.keeper, away_world.leases, "t", held_back_s=30)
     assert away_world.leases.waiting("b1") == (Phase.CONTEXT.value, Lane.LIVE.value)
     assert away_world.leases.leases["b1"] == away_world.sched.expiry() + 30
     assert away_world.sched.keeper.release("t") is None
 
 
-def test_a_retry_with_redis_away_is_still_sent_and_its_run_lapses_to_the_reaper(
+def test_a_retry_with_redis_away_leaves_its_run_to_lapse_to_the_reaper(
     away_world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The retry must go out whatever Redis does (an exception here would end the task, and
-    its job, ``dead`` or ``failed``); the run, still owned and renewed by nobody, lapses, and
-    the reaper sends its job on."""
+    """No exception (one here would fail the task, and could end its job ``dead``), no retry
+    (it would wait for the broker inside the task): the run, still owned and renewed by
+    nobody, lapses, and the reaper sends its job on."""
     (job,) = launched(away_world, "ann")
     owned_in_context(away_world)
     redis_of(away_world).away = True
-    give_up_for_retry(away_world.sched.keeper, away_world.leases, "t", held_back_s=30)
+    assert not give_up_for_retry(away_world.sched.keeper, away_world.leases, "t", held_back_s=30)
     assert away_world.sched.keeper.release("t") is None  # no longer renewed
     assert "lease lapses and the reaper recovers it" in caplog.text
     redis_of(away_world).away = False

@@ -124,18 +124,22 @@ class Keeper:
 
 def give_up_for_retry(
     keeper: Keeper, leases: SchedulerLeases, task_id: str, held_back_s: float
-) -> None:
+) -> bool:
     """The task ``task_id`` is about to send its retry, held back in some worker's memory:
     its run stays leased, ownerless, ``held_back_s`` past a lease's expiry, so a worker lost
-    with the message costs a lapse, no more. With Redis away the run stays owned instead
-    (``lapses``): the retry is sent all the same, since the fault must not end the job."""
+    with the message costs a lapse, no more. False when Redis is away: the run then stays
+    owned by this execution, which nobody renews (``lapses``), and the task must end without
+    a retry, acknowledged; the reaper sends its jobs on once Redis is back. (A retry sent
+    then would wait for the broker inside the task, past its time limit.)"""
     held = keeper.release(task_id)
     if held is None:
-        return
+        return True
     try:
         leases.hand_on(held.run_id, held.token, held.phase, expires=keeper.expiry() + held_back_s)
     except TransientError as exc:
-        lapses(held, "give up its run for the retry", exc)
+        lapses(held, "give up its run for a retry", exc)
+        return False
+    return True
 
 
 def sent_on(
