@@ -15,7 +15,12 @@ Here a channel whose transport let go of its connection says so with a connectio
 which kombu and Celery already handle: the close goes on, the consumer reconnects, and the
 acknowledgement is logged as not sent ("Couldn't ack"). Such messages stay in Redis'
 unacknowledged set and come back after the visibility timeout; memq's leases make that late
-redelivery a no-op (its run has moved on)."""
+redelivery a no-op (its run has moved on).
+
+A channel closed outright has no transport left at all, and a publish through it (a task's
+producer that kept the channel across the reconnect) failed with ``AttributeError: 'NoneType'
+object has no attribute 'client'``, which failed the task and could end its job ``failed``. It
+too gets a connection error, which kombu's publish retry answers with a new channel."""
 
 from __future__ import annotations
 
@@ -32,7 +37,9 @@ class RedisChannel(kombu_redis.Channel):
     """kombu's Redis channel; one whose connection is gone raises a connection error."""
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
-        if self.connection.client is None:
+        # a closed channel has no transport at all (``close_channel`` sets it to None): a
+        # producer still holding one after a reconnect publishes through it
+        if self.connection is None or self.connection.client is None:
             raise RedisConnectionError("the broker connection of this channel was closed")
         # not in kombu's type stubs, which leave out its private methods
         params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]

@@ -33,3 +33,15 @@ def test_a_channel_whose_connection_was_let_go_raises_a_connection_error() -> No
     with pytest.raises(connection.connection_errors):
         channel._connparams()
     ignore_errors(connection, channel._connparams)  # as Celery closes: swallowed, it goes on
+
+
+def test_a_closed_channel_raises_a_connection_error() -> None:
+    """``close_channel`` leaves the channel no transport: a publish through it (a producer
+    that kept it across a reconnect) must be a connection error, which kombu's publish retry
+    handles, not an ``AttributeError`` that fails the task."""
+    connection, channel = idle_channel("redis://127.0.0.1:6390/3")
+    channel.channel_id = 1
+    connection.transport.close_channel(channel)
+    assert channel.connection is None
+    with pytest.raises(connection.connection_errors):
+        channel._connparams()
