@@ -199,17 +199,14 @@ def unsucceeded(app: MemqCelery, statuses: dict[str, str]) -> dict[str, Any]:
     """What the jobs that did not succeed say of themselves: status, phase, reason, errors."""
     said: dict[str, Any] = {}
     for job, status in statuses.items():
-        record = app.runtime.store.get_job(job) if status != JobStatus.SUCCEEDED else None
-        if record is not None:
-            said[job] = {
-                "status": record.status,
-                "phase": record.phase,
-                "attempts": record.attempts,
-                "reason": record.reason,
-                "errors": record.errors,
-            }
-        elif status != JobStatus.SUCCEEDED:
-            said[job] = status
+        if status == JobStatus.SUCCEEDED:
+            continue
+        record = app.runtime.store.get_job(job)
+        said[job] = (
+            status
+            if record is None
+            else record.model_dump(include={"status", "phase", "attempts", "reason", "errors"})
+        )
     return said
 
 
